@@ -1,0 +1,73 @@
+"""Bootstrap for a fresh machine: make .venv, install the project, run the job or the tests.
+
+Only the standard library is used, so a bare ``python3.11 dev.py start`` works before anything
+is installed. Re-running skips the install while pyproject.toml is unchanged.
+
+    python3.11 dev.py start [args]   # the quick-start job (python -m replication start)
+    python3.11 dev.py test [args]    # ruff, then pytest
+    python3.11 dev.py lint           # ruff only
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = Path(os.environ.get("REPLICATION_VENV", ROOT / ".venv"))
+STAMP = VENV / ".installed"
+
+
+def say(text: str) -> None:
+    print(f"[dev] {text}", flush=True)
+
+
+def venv_python() -> Path:
+    return VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def ensure_environment() -> Path:
+    if sys.version_info[:2] != (3, 11):
+        sys.exit(f"[dev] Python 3.11 is required, this is {sys.version.split()[0]}")
+    python = venv_python()
+    if not python.exists():
+        say(f"creating {VENV}")
+        venv.EnvBuilder(with_pip=True, clear=VENV.exists()).create(VENV)
+    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    if not STAMP.exists() or STAMP.read_text().strip() != wanted:
+        say("installing dependencies (the first run takes a few minutes)")
+        pip = [str(python), "-m", "pip", "--disable-pip-version-check", "-q"]
+        subprocess.run([*pip, "install", "-e", f"{ROOT}[test]"], check=True, cwd=ROOT)
+        STAMP.write_text(wanted)
+    return python
+
+
+def run(command: list[str]) -> int:
+    return subprocess.run(command, cwd=ROOT).returncode
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in ("start", "test", "lint"):
+        print(__doc__)
+        return 2
+    action, rest = argv[0], argv[1:]
+    try:
+        python = str(ensure_environment())
+    except subprocess.CalledProcessError as exc:
+        say(f"installation failed (exit {exc.returncode}); see pip's output above")
+        return 1
+    if action == "start":
+        return run([python, "-m", "replication", "start", *rest])
+    lint = run([python, "-m", "ruff", "check", "."])
+    if action == "lint" or lint != 0:
+        return lint
+    say("running the test suite")
+    return run([python, "-m", "pytest", *rest])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,264 @@
+"""A small asyncio AMQP client on our engine: connect, send with outcome, receive and settle.
+
+It exists for the demo, the tests and tools that need a plain AMQP peer; Service Bus clients
+use the azure-servicebus SDK.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from . import events as ev
+from .connection import Connection
+from .errors import AMQPError, ConnectionClosedError
+from .link import Delivery, Link
+from .message import Message, decode_message, encode_message
+from .outcomes import Accepted, Modified, Rejected, Released
+from .performatives import Error
+from .sasl import SaslClient
+from .session import Session
+from .terminus import Source, Target
+from .transport import ConnectionDriver, connect
+
+
+class LinkDetachedError(AMQPError):
+    """The peer detached the link (``condition`` says why, e.g. ``amqp:not-found``)."""
+
+
+@dataclass(slots=True)
+class ReceivedMessage:
+    """A message and the delivery that settles it."""
+
+    message: Message
+    delivery: Delivery
+    receiver: Receiver
+
+    def accept(self) -> None:
+        self.receiver._settle(self.delivery, Accepted())
+
+    def reject(self, condition: str = "amqp:internal-error", description: str = "") -> None:
+        self.receiver._settle(
+            self.delivery, Rejected(error=Error(condition=condition, description=description))
+        )
+
+    def release(self) -> None:
+        self.receiver._settle(self.delivery, Released())
+
+    def modify(self, *, delivery_failed: bool = True, undeliverable_here: bool = False) -> None:
+        self.receiver._settle(
+            self.delivery,
+            Modified(delivery_failed=delivery_failed, undeliverable_here=undeliverable_here),
+        )
+
+
+class _LinkEndpoint:
+    def __init__(self, client: Client, link: Link) -> None:
+        self.client = client
+        self.link = link
+        self.detached: asyncio.Future[Error | None] = (
+            asyncio.get_running_loop().create_future()
+        )
+
+    def _check(self) -> None:
+        if self.detached.done():
+            error = self.detached.result()
+            raise LinkDetachedError(
+                error.description or "link detached" if error else "link detached",
+                error.condition if error else "amqp:link:detach-forced",
+            )
+
+    async def close(self) -> None:
+        if not self.detached.done():
+            self.link.detach()
+            self.client.driver.wake()
+            await asyncio.wait({self.detached}, timeout=5)
+
+
+class Sender(_LinkEndpoint):
+    def __init__(self, client: Client, link: Link) -> None:
+        super().__init__(client, link)
+        self._outcomes: dict[int, asyncio.Future[Any]] = {}
+
+    async def send(self, message: Message | bytes, *, settled: bool = False) -> Any:
+        """Sends one message; returns the peer's outcome (None when sent pre-settled)."""
+        self._check()
+        if isinstance(message, bytes | bytearray):
+            message = Message.from_bytes(message)
+        delivery = self.link.send(encode_message(message), settled=settled)
+        if settled:
+            self.client.driver.wake()
+            return None
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._outcomes[id(delivery)] = future
+        self.client.driver.wake()
+        try:
+            done, _ = await asyncio.wait({future, self.detached}, return_when="FIRST_COMPLETED")
+            if future in done:
+                return future.result()
+            self._check()
+            raise ConnectionClosedError("link closed before the outcome arrived")
+        finally:
+            self._outcomes.pop(id(delivery), None)
+
+    def _on_update(self, delivery: Delivery) -> None:
+        future = self._outcomes.get(id(delivery))
+        if future is not None and not future.done() and delivery.remote_state is not None:
+            future.set_result(delivery.remote_state)
+            if not delivery.settled:
+                delivery.settle()
+
+
+class Receiver(_LinkEndpoint):
+    def __init__(self, client: Client, link: Link, credit: int) -> None:
+        super().__init__(client, link)
+        self.credit = credit
+        self.queue: asyncio.Queue[ReceivedMessage] = asyncio.Queue()
+
+    async def receive(self, timeout: float | None = None) -> ReceivedMessage:
+        """The next message (waits up to ``timeout`` seconds, then raises TimeoutError)."""
+        self._check()
+        getter = asyncio.ensure_future(self.queue.get())
+        done, _ = await asyncio.wait(
+            {getter, self.detached}, timeout=timeout, return_when="FIRST_COMPLETED"
+        )
+        if getter in done:
+            return getter.result()
+        getter.cancel()
+        self._check()
+        raise TimeoutError(f"no message within {timeout} s")
+
+    def _on_delivery(self, delivery: Delivery) -> None:
+        message = decode_message(delivery.payload)
+        self.queue.put_nowait(ReceivedMessage(message, delivery, self))
+        if self.link.link_credit <= self.credit // 2 and not self.link.drain:
+            self.link.flow(self.credit)
+
+    def _settle(self, delivery: Delivery, outcome: Any) -> None:
+        delivery.update(outcome)
+        self.client.driver.wake()
+
+
+class Client:
+    """An AMQP connection with one session."""
+
+    def __init__(self, driver: ConnectionDriver, session: Session) -> None:
+        self.driver = driver
+        self.session = session
+        self._endpoints: dict[int, _LinkEndpoint] = {}
+        self._link_waiters: dict[int, asyncio.Future[Link]] = {}
+
+    @classmethod
+    async def connect(
+        cls,
+        host: str,
+        port: int,
+        *,
+        sasl: SaslClient | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        hostname: str | None = None,
+        container_id: str | None = None,
+        idle_timeout: float | None = None,
+        timeout: float = 10.0,
+    ) -> Client:
+        connection = Connection(
+            container_id=container_id, hostname=hostname or host, sasl=sasl,
+            idle_timeout=idle_timeout,
+        )  # fmt: skip
+        connection.open()
+        session = connection.begin_session()
+        client = cls.__new__(cls)
+        driver = await connect(
+            connection, host, port, handler=client._on_event, ssl_context=ssl_context,
+            server_hostname=hostname or host,
+        )  # fmt: skip
+        cls.__init__(client, driver, session)
+        event = await driver.wait_for(
+            lambda e: isinstance(e, ev.SessionBegun | ev.ConnectionClosed), timeout
+        )
+        if isinstance(event, ev.ConnectionClosed):
+            error = event.error
+            raise ConnectionClosedError(
+                error.description if error and error.description else "connection refused",
+                error.condition if error else None,
+            )
+        return client
+
+    async def _attach(self, link: Link, timeout: float) -> None:
+        future: asyncio.Future[Link] = asyncio.get_running_loop().create_future()
+        self._link_waiters[id(link)] = future
+        self.driver.wake()
+        try:
+            await asyncio.wait_for(future, timeout)
+        finally:
+            self._link_waiters.pop(id(link), None)
+
+    async def sender(self, address: str, *, name: str | None = None, timeout: float = 10) -> Sender:
+        link = self.session.attach_sender(
+            name or f"sender-{uuid.uuid4()}", Target(address=address), source=Source()
+        )
+        sender = Sender(self, link)
+        self._endpoints[id(link)] = sender
+        await self._attach(link, timeout)
+        return sender
+
+    async def receiver(
+        self, address: str, *, credit: int = 100, name: str | None = None, timeout: float = 10,
+        filter: dict[Any, Any] | None = None,
+    ) -> Receiver:  # fmt: skip
+        link = self.session.attach_receiver(
+            name or f"receiver-{uuid.uuid4()}", Source(address=address, filter=filter),
+            target=Target(), credit=credit,
+        )  # fmt: skip
+        receiver = Receiver(self, link, credit)
+        self._endpoints[id(link)] = receiver
+        await self._attach(link, timeout)
+        return receiver
+
+    def _on_event(self, driver: ConnectionDriver, event: ev.Event) -> None:
+        if isinstance(event, ev.LinkAttached):
+            link = event.link
+            terminus = link.remote_target if link.is_sender else link.remote_source
+            waiter = self._link_waiters.get(id(link))
+            if terminus is not None and waiter and not waiter.done():  # None: refusal follows
+                waiter.set_result(event.link)
+        elif isinstance(event, ev.DeliveryReceived):
+            endpoint = self._endpoints.get(id(event.link))
+            if isinstance(endpoint, Receiver):
+                endpoint._on_delivery(event.delivery)
+        elif isinstance(event, ev.DeliveryUpdated):
+            endpoint = self._endpoints.get(id(event.link))
+            if isinstance(endpoint, Sender):
+                endpoint._on_update(event.delivery)
+        elif isinstance(event, ev.LinkDetached):
+            endpoint = self._endpoints.pop(id(event.link), None)
+            if endpoint is not None and not endpoint.detached.done():
+                endpoint.detached.set_result(event.error)
+            waiter = self._link_waiters.get(id(event.link))
+            if waiter and not waiter.done():
+                error = event.error
+                waiter.set_exception(
+                    LinkDetachedError(
+                        error.description or "attach refused" if error else "attach refused",
+                        error.condition if error else None,
+                    )
+                )
+        elif isinstance(event, ev.ConnectionClosed):
+            for endpoint in self._endpoints.values():
+                if not endpoint.detached.done():
+                    endpoint.detached.set_result(event.error)
+            for waiter in self._link_waiters.values():
+                if not waiter.done():
+                    waiter.set_exception(ConnectionClosedError("connection closed"))
+
+    async def close(self) -> None:
+        await self.driver.close()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

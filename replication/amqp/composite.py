@@ -1,0 +1,159 @@
+"""Composite types (spec 1.4): described lists whose fields have declared AMQP types.
+
+A composite is a slotted dataclass whose fields carry their AMQP type in metadata:
+
+    @composite(0x10, "amqp:open:list")
+    @dataclass(slots=True)
+    class Open:
+        container_id: str = amqp_field("string", mandatory=True)
+
+``composite`` generates, once per class, a straight-line encoder (typed by the field, trailing
+nulls trimmed, the 8-bit list form when it fits) and a decoder that maps null to the field's
+default and rejects a missing mandatory field, then registers both with the codec.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from . import codec
+from .errors import DecodeError, EncodeError
+
+T = TypeVar("T")
+
+
+def amqp_field(
+    amqp_type: str, *, mandatory: bool = False, default: Any = None, multiple: bool = False
+) -> Any:
+    """Declares a composite field: its AMQP type name (see ``codec.FIELD_ENCODERS``)."""
+    if multiple:
+        amqp_type = amqp_type + "[]"
+    return dataclasses.field(
+        default=default, metadata={"amqp": amqp_type, "mandatory": mandatory}
+    )
+
+
+def _dashed(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def composite(code: int, name: str) -> Callable[[type[T]], type[T]]:
+    """Class decorator: makes a dataclass an AMQP composite with descriptor ``code``/``name``."""
+
+    def decorate(cls: type[T]) -> type[T]:
+        fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+        label = name.split(":")[1] if ":" in name else name
+        namespace: dict[str, Any] = {
+            "EncodeError": EncodeError,
+            "DecodeError": DecodeError,
+            "write_list": _write_list,
+            "cls": cls,
+            "HEADER": bytes((0x00, 0x53, code)),
+        }
+        enc = ["def _amqp_encode(out, self):", "    out += HEADER", "    body = bytearray()",
+               "    cut = 0", "    n = 0"]  # fmt: skip
+        dec_args = []
+        dec = [
+            "def _from_value(f):",
+            "    if type(f) is not list:",
+            "        if not isinstance(f, list):",
+            f"            raise DecodeError('{label} must be a list, got ' + type(f).__name__)",
+            "    k = len(f)",
+        ]
+        for index, field in enumerate(fields):
+            amqp_type = field.metadata["amqp"]
+            mandatory = field.metadata["mandatory"]
+            writer = f"w{index}"
+            namespace[writer] = codec.FIELD_ENCODERS[amqp_type]
+            enc.append(f"    v = self.{field.name}")
+            if mandatory:
+                enc.append("    if v is None:")
+                enc.append(
+                    f"        raise EncodeError('{label}.{_dashed(field.name)} is mandatory')"
+                )
+                enc.append(f"    {writer}(body, v)")
+                enc.append(f"    cut = len(body); n = {index + 1}")
+            else:
+                enc.append("    if v is None:")
+                enc.append("        body.append(0x40)")
+                enc.append("    else:")
+                enc.append(f"        {writer}(body, v)")
+                enc.append(f"        cut = len(body); n = {index + 1}")
+            arg = f"a{index}"
+            dec.append(f"    {arg} = f[{index}] if k > {index} else None")
+            if mandatory:
+                dec.append(f"    if {arg} is None:")
+                dec.append(
+                    f"        raise DecodeError('{label}.{_dashed(field.name)} is mandatory')"
+                )
+            elif field.default is not None:
+                namespace[f"d{index}"] = field.default
+                dec.append(f"    if {arg} is None:")
+                dec.append(f"        {arg} = d{index}")
+            if amqp_type.endswith("[]"):
+                namespace["as_tuple"] = _as_tuple
+                dec.append(f"    {arg} = as_tuple({arg})")
+            dec_args.append(arg)
+        enc.append("    del body[cut:]")
+        enc.append("    write_list(out, body, n)")
+        dec.append(f"    return cls({', '.join(dec_args)})")
+        exec("\n".join(enc), namespace)
+        exec("\n".join(dec), namespace)
+        cls._amqp_encode = staticmethod(namespace["_amqp_encode"])  # type: ignore[attr-defined]
+        cls._from_value = staticmethod(namespace["_from_value"])  # type: ignore[attr-defined]
+        cls.DESCRIPTOR = code  # type: ignore[attr-defined]
+        cls.DESCRIPTOR_NAME = name  # type: ignore[attr-defined]
+        codec.register_composite(code, name, namespace["_from_value"], cls)
+        return cls
+
+    return decorate
+
+
+def _write_list(out: bytearray, body: bytearray, count: int) -> None:
+    if count == 0:
+        out.append(0x45)
+        return
+    size = len(body)
+    if size < 0xFF:
+        out += bytes((0xC0, size + 1, count))
+    else:
+        out += codec._pack_BII(0xD0, size + 4, count)
+    out += body
+
+
+def _as_tuple(value: Any) -> tuple[Any, ...] | None:
+    """Normalises a ``multiple`` field (single value or array) to a tuple."""
+    if value is None or type(value) is tuple:
+        return value
+    if isinstance(value, str | bytes) or not hasattr(value, "__iter__"):
+        return (value,)
+    return tuple(value)
+
+
+def described_wrapper(
+    code: int, name: str, write_value: codec.Encoder, check: Callable[[Any], bool] | None = None
+) -> Callable[[type[T]], type[T]]:
+    """Class decorator for restricted types that describe a non-list value (sections)."""
+
+    header = bytes((0x00, 0x53, code))
+
+    def decorate(cls: type[T]) -> type[T]:
+        def _amqp_encode(out: bytearray, self: Any) -> None:
+            out += header
+            write_value(out, self.value)
+
+        def _from_value(value: Any) -> Any:
+            if check is not None and not check(value):
+                raise DecodeError(f"{name} holds the wrong type: {type(value).__name__}")
+            return cls(value)  # type: ignore[call-arg]
+
+        cls._amqp_encode = staticmethod(_amqp_encode)  # type: ignore[attr-defined]
+        cls._from_value = staticmethod(_from_value)  # type: ignore[attr-defined]
+        cls.DESCRIPTOR = code  # type: ignore[attr-defined]
+        cls.DESCRIPTOR_NAME = name  # type: ignore[attr-defined]
+        codec.register_composite(code, name, _from_value, cls)
+        return cls
+
+    return decorate

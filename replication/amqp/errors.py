@@ -1,0 +1,39 @@
+"""The exceptions of the AMQP layer: each carries the AMQP error condition a peer should see."""
+
+from __future__ import annotations
+
+
+class AMQPError(Exception):
+    """Base of every error this package raises on purpose."""
+
+    condition = "amqp:internal-error"
+
+    def __init__(self, description: str, condition: str | None = None) -> None:
+        super().__init__(description)
+        self.description = description
+        if condition is not None:
+            self.condition = condition
+
+
+class DecodeError(AMQPError):
+    """Bytes that are not a valid AMQP encoding (truncated, bad constructor, bad sizes)."""
+
+    condition = "amqp:decode-error"
+
+
+class EncodeError(AMQPError, ValueError):
+    """A Python value that cannot be written as the requested AMQP type."""
+
+
+class FramingError(AMQPError):
+    """A frame that breaks the framing rules (size, doff, type, oversize)."""
+
+    condition = "amqp:connection:framing-error"
+
+
+class ProtocolError(AMQPError):
+    """A peer broke a protocol rule; the connection closes with ``condition``."""
+
+
+class ConnectionClosedError(AMQPError):
+    """The connection is closed; ``condition`` is the close error if the peer sent one."""

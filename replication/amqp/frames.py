@@ -1,0 +1,168 @@
+"""Framing (spec 2.2, 2.3, 5.3.1): protocol headers and frames, in and out of a byte stream.
+
+``FrameReader`` is fed raw bytes and yields ``ProtocolHeader`` and ``Frame`` values; it knows
+when a protocol header is due (the connection tells it) and enforces the negotiated
+max-frame-size before buffering a frame body, so a peer cannot make us hold more than that.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from . import codec, message, outcomes, performatives, terminus  # noqa: F401 - register types
+from .errors import DecodeError, FramingError
+
+AMQP_HEADER = b"AMQP\x00\x01\x00\x00"
+TLS_HEADER = b"AMQP\x02\x01\x00\x00"
+SASL_HEADER = b"AMQP\x03\x01\x00\x00"
+
+PROTOCOL_AMQP = 0
+PROTOCOL_TLS = 2
+PROTOCOL_SASL = 3
+
+FRAME_AMQP = 0x00
+FRAME_SASL = 0x01
+
+MIN_MAX_FRAME_SIZE = 512
+"""Spec 2.7.1: no peer may lower max-frame-size below this."""
+
+_HEADER = struct.Struct(">IBBH")
+
+
+@dataclass(frozen=True, slots=True)
+class ProtocolHeader:
+    """The 8-byte header that opens each protocol layer: ``AMQP`` id major minor revision."""
+
+    protocol_id: int
+    major: int
+    minor: int
+    revision: int
+
+    @property
+    def is_amqp_1_0(self) -> bool:
+        return (self.major, self.minor, self.revision) == (1, 0, 0)
+
+    def to_bytes(self) -> bytes:
+        return b"AMQP" + bytes((self.protocol_id, self.major, self.minor, self.revision))
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """A decoded frame; ``body`` is None for an empty (heartbeat) frame."""
+
+    frame_type: int
+    channel: int
+    body: Any
+    payload: bytes = b""
+
+
+def encode_frame(
+    channel: int, body: Any, payload: bytes | memoryview = b"", frame_type: int = FRAME_AMQP
+) -> bytes:
+    """A whole frame: header, the performative, and (transfers only) the message payload."""
+    out = bytearray(8)
+    if body is not None:
+        codec.encode_into(out, body)
+    if payload:
+        out += payload
+    _HEADER.pack_into(out, 0, len(out), 2, frame_type, channel)
+    return bytes(out)
+
+
+def encode_transfer_frames(
+    channel: int, transfer: Any, payload: bytes, max_frame_size: int
+) -> list[bytes]:
+    """Splits one delivery into transfer frames no larger than ``max_frame_size``.
+
+    Every frame repeats the first transfer's fields; all but the last carry ``more=true``.
+    """
+    performative = bytearray()
+    codec.encode_into(performative, transfer)
+    room = max_frame_size - 8 - len(performative) - 1  # more=true can add a byte
+    if len(payload) + len(performative) + 8 <= max_frame_size:
+        return [encode_frame(channel, transfer, payload)]
+    if room <= 0:
+        raise FramingError(f"max-frame-size {max_frame_size} cannot hold a transfer frame")
+    frames = []
+    view = memoryview(payload)
+    more = transfer.more
+    for start in range(0, len(payload), room):
+        transfer.more = True if start + room < len(payload) else more
+        frames.append(encode_frame(channel, transfer, view[start : start + room]))
+    transfer.more = more
+    return frames
+
+
+EMPTY_FRAME = encode_frame(0, None)
+"""A heartbeat: a frame with no body keeps an idle connection alive (spec 2.4.5)."""
+
+
+class FrameReader:
+    """Sans-IO frame parser: ``feed`` bytes, then call ``next`` until it returns None."""
+
+    def __init__(self, max_frame_size: int = 0xFFFFFFFF) -> None:
+        self._buffer = bytearray()
+        self._pos = 0
+        self.max_frame_size = max_frame_size
+        self.expect_header = True
+
+    def feed(self, data: bytes) -> None:
+        if self._pos and self._pos == len(self._buffer):
+            self._buffer.clear()
+            self._pos = 0
+        self._buffer += data
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buffer) - self._pos
+
+    def next(self) -> ProtocolHeader | Frame | None:
+        """The next complete header or frame, or None when more bytes are needed."""
+        buf = self._buffer
+        pos = self._pos
+        available = len(buf) - pos
+        if self.expect_header:
+            if available < 8:
+                seen = bytes(buf[pos : pos + 4])
+                if not b"AMQP".startswith(seen):
+                    raise FramingError(f"expected an AMQP protocol header, got {seen!r}")
+                return None
+            raw = bytes(buf[pos : pos + 8])
+            self._consume(8)
+            if raw[:4] != b"AMQP":
+                raise FramingError(f"expected an AMQP protocol header, got {raw!r}")
+            self.expect_header = False
+            return ProtocolHeader(raw[4], raw[5], raw[6], raw[7])
+        if available < 8:
+            return None
+        size, doff, frame_type, channel = _HEADER.unpack_from(buf, pos)
+        if size < 8:
+            raise FramingError(f"frame size {size} is smaller than the frame header")
+        if size > self.max_frame_size:
+            raise FramingError(
+                f"frame of {size} bytes exceeds max-frame-size {self.max_frame_size}"
+            )
+        if doff < 2 or doff * 4 > size:
+            raise FramingError(f"frame data offset {doff} is invalid for a {size}-byte frame")
+        if frame_type not in (FRAME_AMQP, FRAME_SASL):
+            raise FramingError(f"unknown frame type {frame_type:#04x}")
+        if available < size:
+            return None
+        body_start = pos + doff * 4
+        end = pos + size
+        data = bytes(buf[body_start:end])
+        self._consume(size)
+        if not data:
+            return Frame(frame_type, channel, None)
+        body, offset = codec.decode_at(data, 0)
+        if not hasattr(type(body), "DESCRIPTOR"):
+            raise DecodeError(f"frame body is not a performative: {body!r}")
+        return Frame(frame_type, channel, body, data[offset:] if offset < len(data) else b"")
+
+    def _consume(self, count: int) -> None:
+        self._pos += count
+        if self._pos > 65536 and self._pos * 2 > len(self._buffer):
+            del self._buffer[: self._pos]
+            self._pos = 0
