@@ -40,8 +40,10 @@ from .types import (
 Encoder = Callable[[bytearray, Any], None]
 Decoder = Callable[[bytes, int], tuple[Any, int]]
 
-MAX_ZERO_WIDTH_ARRAY = 65_536
-"""Arrays of zero-width elements (null, true, uint0, ...) take no bytes per element; cap them."""
+MAX_ZERO_WIDTH_ARRAY = 255
+"""Arrays of zero-width elements (null, true, uint0, ...) cost no bytes per element, so their
+count is capped: at most 255 values from a 4-byte array8, which bounds what a small input can
+make us allocate (lists and maps need a byte per element and are bounded by their size)."""
 
 _S_B = struct.Struct(">B")
 _S_b = struct.Struct(">b")
@@ -163,11 +165,15 @@ def _enc_double(out: bytearray, value: Any) -> None:
 
 
 def _enc_decimal32(out: bytearray, value: Any) -> None:
-    out += _pack_BI(0x74, value & 0xFFFFFFFF)
+    if not 0 <= value <= 0xFFFFFFFF:
+        raise _range_error("decimal32 (raw 32 bits)", value)
+    out += _pack_BI(0x74, value)
 
 
 def _enc_decimal64(out: bytearray, value: Any) -> None:
-    out += _pack_BQ(0x84, value & 0xFFFFFFFFFFFFFFFF)
+    if not 0 <= value <= 0xFFFFFFFFFFFFFFFF:
+        raise _range_error("decimal64 (raw 64 bits)", value)
+    out += _pack_BQ(0x84, value)
 
 
 def _enc_decimal128(out: bytearray, value: Any) -> None:
@@ -697,7 +703,9 @@ def _dec_list0(data: bytes, pos: int) -> tuple[Any, int]:
     return [], pos
 
 
-def _compound_bounds(data: bytes, pos: int, wide: bool) -> tuple[int, int, int]:
+def _compound_bounds(
+    data: bytes, pos: int, wide: bool, array: bool = False
+) -> tuple[int, int, int]:
     """Reads size+count of a list/map/array; returns (first item pos, end pos, count)."""
     if wide:
         size, count = _unpack_II(data, pos)
@@ -711,7 +719,7 @@ def _compound_bounds(data: bytes, pos: int, wide: bool) -> tuple[int, int, int]:
             raise DecodeError("compound size 0 cannot hold its count")
     if end > len(data):
         raise DecodeError(f"compound of {size} bytes overruns the buffer")
-    if count > end - start:
+    if count > end - start and not (array and count <= MAX_ZERO_WIDTH_ARRAY):
         raise DecodeError(f"{count} elements cannot fit in {end - start} bytes")
     return start, end, count
 
@@ -727,8 +735,6 @@ def _items(data: bytes, pos: int, end: int, count: int) -> list[Any]:
     if pos != end:
         raise DecodeError(f"compound declares {end} as its end but its elements end at {pos}")
     return items
-
-
 
 
 def _dec_list8(data: bytes, pos: int) -> tuple[Any, int]:
@@ -799,8 +805,8 @@ def _array(data: bytes, pos: int, end: int, count: int) -> Array:
     width = _FIXED_WIDTH.get(code)
     if width == 0 and count > MAX_ZERO_WIDTH_ARRAY:
         raise DecodeError(f"array of {count} zero-width elements exceeds {MAX_ZERO_WIDTH_ARRAY}")
-    if width and count * width > end - pos:
-        raise DecodeError(f"{count} elements of {width} bytes overrun the array")
+    if count * (1 if width is None else width) > end - pos:  # variable width: >= 1 byte each
+        raise DecodeError(f"{count} elements overrun the array's {end - pos} bytes")
     elements = []
     append = elements.append
     for _ in range(count):
@@ -816,14 +822,14 @@ def _array(data: bytes, pos: int, end: int, count: int) -> Array:
 
 
 def _dec_array8(data: bytes, pos: int) -> tuple[Any, int]:
-    start, end, count = _compound_bounds(data, pos, False)
+    start, end, count = _compound_bounds(data, pos, False, array=True)
     if count and start >= end:
         raise DecodeError("array has elements but no constructor")
     return _array(data, start, end, count), end
 
 
 def _dec_array32(data: bytes, pos: int) -> tuple[Any, int]:
-    start, end, count = _compound_bounds(data, pos, True)
+    start, end, count = _compound_bounds(data, pos, True, array=True)
     if count and start >= end:
         raise DecodeError("array has elements but no constructor")
     return _array(data, start, end, count), end

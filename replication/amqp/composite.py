@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from . import codec
 from .errors import DecodeError, EncodeError
+from .types import Array
 
 T = TypeVar("T")
 
@@ -51,6 +52,7 @@ def composite(code: int, name: str) -> Callable[[type[T]], type[T]]:
             "write_list": _write_list,
             "cls": cls,
             "HEADER": bytes((0x00, 0x53, code)),
+            "Array": Array,
         }
         enc = ["def _amqp_encode(out, self):", "    out += HEADER", "    body = bytearray()",
                "    cut = 0", "    n = 0"]  # fmt: skip
@@ -83,6 +85,13 @@ def composite(code: int, name: str) -> Callable[[type[T]], type[T]]:
                 enc.append(f"        cut = len(body); n = {index + 1}")
             arg = f"a{index}"
             dec.append(f"    {arg} = f[{index}] if k > {index} else None")
+            bad = _TYPE_CHECKS.get(amqp_type)
+            if bad is not None:
+                dec.append(f"    if {arg} is not None and ({bad.format(v=arg)}):")
+                dec.append(
+                    f"        raise DecodeError('{label}.{_dashed(field.name)} must be "
+                    f"{amqp_type}, got ' + type({arg}).__name__)"
+                )
             if mandatory:
                 dec.append(f"    if {arg} is None:")
                 dec.append(
@@ -109,6 +118,29 @@ def composite(code: int, name: str) -> Callable[[type[T]], type[T]]:
         return cls
 
     return decorate
+
+
+_UNSIGNED = "type({v}) is bool or not isinstance({v}, int) or {v} < 0"
+_SIGNED = "type({v}) is bool or not isinstance({v}, int)"
+_TYPE_CHECKS: dict[str, str] = {
+    "boolean": "type({v}) is not bool",
+    "ubyte": _UNSIGNED,
+    "ushort": _UNSIGNED,
+    "uint": _UNSIGNED,
+    "ulong": _UNSIGNED,
+    "int": _SIGNED,
+    "long": _SIGNED,
+    "timestamp": _SIGNED,
+    "binary": "not isinstance({v}, bytes)",
+    "string": "not isinstance({v}, str)",
+    "symbol": "not isinstance({v}, str)",
+    "fields": "not isinstance({v}, dict)",
+    "map": "not isinstance({v}, dict)",
+    "list": "not isinstance({v}, list)",
+    "symbol[]": "not isinstance({v}, str | Array)",
+}
+"""Per AMQP field type, the test that rejects a decoded value of the wrong type (a peer's bug
+must become a decode error here, not a crash when the value is used or re-encoded)."""
 
 
 def _write_list(out: bytearray, body: bytearray, count: int) -> None:
