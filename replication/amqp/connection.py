@@ -106,6 +106,7 @@ class Connection:
         self._tx_activity = False
         self._last_rx: float | None = None
         self._last_tx: float | None = None
+        self._last_tick: float | None = None
         if not server:
             self._out += SASL_HEADER if sasl is not None else AMQP_HEADER
 
@@ -135,7 +136,9 @@ class Connection:
         if self._close_sent or self._terminated:
             return
         if not self._open_sent:
-            if self.phase is not Phase.AMQP or (self.server and self.remote is None):
+            # headers exchanged: a close needs an open before it, even on a server whose peer
+            # has not opened yet (spec 2.4.1), so the peer learns why
+            if self.phase is not Phase.AMQP:
                 self._terminate()
                 return
             self._send_open_now()
@@ -191,8 +194,11 @@ class Connection:
         if self._rx_activity or self._last_rx is None:
             self._last_rx = now
             self._rx_activity = False
+        previous_tick, self._last_tick = self._last_tick, now
         if self._tx_activity or self._last_tx is None:
-            self._last_tx = now
+            # bytes went out at some time since the previous tick: date them then, so the
+            # next heartbeat is never late (dating them ``now`` skipped every other heartbeat)
+            self._last_tx = now if previous_tick is None else previous_tick
             self._tx_activity = False
         if self.phase is not Phase.AMQP or self.is_terminated or self._close_sent:
             return None
@@ -200,14 +206,13 @@ class Connection:
         if self.idle_timeout and self.remote is not None:
             expiry = self._last_rx + self.idle_timeout
             if now >= expiry:
-                self.close(
-                    Error(
-                        condition="amqp:resource-limit-exceeded",
-                        description=f"local-idle-timeout expired: nothing received for "
-                        f"{self.idle_timeout:g} s",
-                    )
+                error = Error(
+                    condition="amqp:resource-limit-exceeded",
+                    description=f"local-idle-timeout expired: nothing received for "
+                    f"{self.idle_timeout:g} s",
                 )
-                self._emit(ev.ConnectionClosed(None, False))
+                self.close(error)
+                self._emit(ev.ConnectionClosed(error, False))
                 return None
             deadlines.append(expiry)
         remote_idle = self.remote.idle_time_out if self.remote else None
@@ -225,7 +230,7 @@ class Connection:
 
     def receive_data(self, data: bytes) -> None:
         """Digests bytes from the peer; b"" means the peer closed its end of the stream."""
-        if self._terminated:
+        if self.is_terminated:  # includes a finished close handshake: ignore what follows
             return
         if not data:
             if not self._close_received:
@@ -240,7 +245,7 @@ class Connection:
         self._rx_activity = True
         try:
             self._reader.feed(data)
-            while not self._terminated:
+            while not self.is_terminated:
                 item = self._reader.next()
                 if item is None:
                     break
@@ -254,6 +259,10 @@ class Connection:
     def _fail(self, condition: str, description: str) -> None:
         """Closes the connection because the peer broke a rule."""
         error = Error(condition=condition, description=description)
+        if self.server and self.phase is Phase.HEADER:
+            # spec 2.2: a header we cannot read still gets the header we do support
+            wants_sasl = self.sasl is not None and not self._sasl_done
+            self._out += SASL_HEADER if wants_sasl else AMQP_HEADER
         if self.phase is Phase.AMQP and not self._close_sent:
             self.close(error)
         self._emit(ev.ConnectionClosed(error, False))

@@ -300,7 +300,10 @@ class Link:
     def _flow_performative_fields(self) -> dict[str, Any]:
         return {
             "handle": self.handle,
-            "delivery_count": self.delivery_count,
+            # spec 2.7.4: a receiver that has not seen the sender's attach MUST NOT set it
+            "delivery_count": (
+                self.delivery_count if self.is_sender or self.remote is not None else None
+            ),
             "link_credit": self.link_credit,
             "available": self.available if self.is_sender else None,
             "drain": self.drain,
@@ -313,9 +316,13 @@ class Link:
                 flow.delivery_count if flow.delivery_count is not None else self.delivery_count
             )
             credit = flow.link_credit if flow.link_credit is not None else 0
-            self.link_credit = max(0, (remote_count + credit - self.delivery_count) & SERIAL_MASK)
-            if self.link_credit > 0x7FFFFFFF:  # a count behind ours: no credit left
-                self.link_credit = 0
+            # spec 2.6.7: credit = count_rcv + credit_rcv - count_snd, the counts compared as
+            # serial numbers (the credit itself may be anything up to 2**32 - 1)
+            behind = (self.delivery_count - remote_count) & SERIAL_MASK
+            if behind <= 0x7FFFFFFF:  # the receiver has not seen our last `behind` transfers
+                self.link_credit = max(0, credit - behind)
+            else:
+                self.link_credit = min(SERIAL_MASK, credit + ((-behind) & SERIAL_MASK))
             self.drain = bool(flow.drain)
             return True
         if flow.delivery_count is not None:

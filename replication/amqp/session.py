@@ -251,7 +251,9 @@ class Session:
             while link._outgoing and link.link_credit > 0:
                 delivery = link._outgoing.popleft()
                 self._start_delivery(link, delivery, max_frame_size)
-            if link.drain and link.auto_drain and not link._outgoing:
+            # the drained flow counts these deliveries: it must follow their transfer frames
+            self._flush_transfer_frames()
+            if link.drain and link.auto_drain and not link._outgoing and not self._pending_frames:
                 link.drained()
         self._flush_transfer_frames()
 
@@ -415,6 +417,8 @@ class Session:
         self.incoming_window -= 1
         self.next_incoming_id = (self.next_incoming_id + 1) & SERIAL_MASK
         self.remote_outgoing_window -= 1
+        # per frame, not per delivery: a delivery of more frames than the window would stall
+        self._replenish_incoming_window()
         link = self._link_for(transfer.handle)
         if not link.is_receiver:
             raise SessionError(
@@ -482,7 +486,6 @@ class Session:
         else:
             self._incoming_unsettled[delivery.delivery_id] = delivery  # type: ignore[index]
         self.connection._emit(ev.DeliveryReceived(link, delivery))
-        self._replenish_incoming_window()
 
     def _replenish_incoming_window(self) -> None:
         if self.incoming_window * 2 < self.max_incoming_window:
