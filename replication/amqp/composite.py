@@ -26,13 +26,22 @@ T = TypeVar("T")
 
 
 def amqp_field(
-    amqp_type: str, *, mandatory: bool = False, default: Any = None, multiple: bool = False
+    amqp_type: str,
+    *,
+    mandatory: bool = False,
+    default: Any = None,
+    multiple: bool = False,
+    requires: type | None = None,
 ) -> Any:
-    """Declares a composite field: its AMQP type name (see ``codec.FIELD_ENCODERS``)."""
+    """Declares a composite field: its AMQP type name (see ``codec.FIELD_ENCODERS``).
+
+    ``requires`` restricts a ``*`` field to one composite type (e.g. ``error`` fields).
+    """
     if multiple:
         amqp_type = amqp_type + "[]"
     return dataclasses.field(
-        default=default, metadata={"amqp": amqp_type, "mandatory": mandatory}
+        default=default,
+        metadata={"amqp": amqp_type, "mandatory": mandatory, "requires": requires},
     )
 
 
@@ -86,11 +95,17 @@ def composite(code: int, name: str) -> Callable[[type[T]], type[T]]:
             arg = f"a{index}"
             dec.append(f"    {arg} = f[{index}] if k > {index} else None")
             bad = _TYPE_CHECKS.get(amqp_type)
+            expected = amqp_type
+            required = field.metadata.get("requires")
+            if required is not None:
+                namespace[f"r{index}"] = required
+                bad = f"not isinstance({{v}}, r{index})"
+                expected = required.DESCRIPTOR_NAME
             if bad is not None:
                 dec.append(f"    if {arg} is not None and ({bad.format(v=arg)}):")
                 dec.append(
                     f"        raise DecodeError('{label}.{_dashed(field.name)} must be "
-                    f"{amqp_type}, got ' + type({arg}).__name__)"
+                    f"{expected}, got ' + type({arg}).__name__)"
                 )
             if mandatory:
                 dec.append(f"    if {arg} is None:")

@@ -200,21 +200,25 @@ class Connection:
             # next heartbeat is never late (dating them ``now`` skipped every other heartbeat)
             self._last_tx = now if previous_tick is None else previous_tick
             self._tx_activity = False
-        if self.phase is not Phase.AMQP or self.is_terminated or self._close_sent:
+        if self.is_terminated or self._close_sent:
             return None
         deadlines = []
-        if self.idle_timeout and self.remote is not None:
+        if self.idle_timeout:
             expiry = self._last_rx + self.idle_timeout
             if now >= expiry:
-                error = Error(
-                    condition="amqp:resource-limit-exceeded",
-                    description=f"local-idle-timeout expired: nothing received for "
-                    f"{self.idle_timeout:g} s",
+                description = (
+                    f"local-idle-timeout expired: nothing received for {self.idle_timeout:g} s"
                 )
+                if self.remote is None:  # the peer stalled in the headers, SASL or before open
+                    self._fail("amqp:resource-limit-exceeded", description)
+                    return None
+                error = Error(condition="amqp:resource-limit-exceeded", description=description)
                 self.close(error)
                 self._emit(ev.ConnectionClosed(error, False))
                 return None
             deadlines.append(expiry)
+        if self.phase is not Phase.AMQP:
+            return min(deadlines) if deadlines else None
         remote_idle = self.remote.idle_time_out if self.remote else None
         if remote_idle and self._open_sent:
             interval = remote_idle / 2000.0

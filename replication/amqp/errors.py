@@ -35,5 +35,11 @@ class ProtocolError(AMQPError):
     """A peer broke a protocol rule; the connection closes with ``condition``."""
 
 
+class MessageSizeExceededError(AMQPError, ValueError):
+    """A message larger than the receiving link's max-message-size; nothing was sent."""
+
+    condition = "amqp:link:message-size-exceeded"
+
+
 class ConnectionClosedError(AMQPError):
     """The connection is closed; ``condition`` is the close error if the peer sent one."""

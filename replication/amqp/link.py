@@ -11,7 +11,7 @@ import enum
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from .errors import ProtocolError
+from .errors import MessageSizeExceededError, ProtocolError
 from .performatives import (
     RCV_FIRST,
     ROLE_RECEIVER,
@@ -265,6 +265,12 @@ class Link:
             raise ProtocolError(f"link {self.name!r} is a receiver and cannot send")
         if self.state not in (LinkState.ATTACHED, LinkState.ATTACH_SENT):
             raise ProtocolError(f"link {self.name!r} is {self.state.value}")
+        limit = self.remote.max_message_size if self.remote is not None else None
+        if limit and len(payload) > limit:  # 0 or unset: no limit (spec 2.7.3)
+            raise MessageSizeExceededError(
+                f"message of {len(payload)} bytes exceeds link {self.name!r}'s "
+                f"max-message-size of {limit} bytes"
+            )
         if settled is None:
             settled = self.snd_settle_mode == SND_SETTLED
         if tag is None:

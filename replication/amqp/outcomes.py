@@ -25,7 +25,7 @@ class Accepted:
 @composite(0x25, "amqp:rejected:list")
 @dataclass(slots=True)
 class Rejected:
-    error: Error | None = amqp_field("*")
+    error: Error | None = amqp_field("*", requires=Error)
 
 
 @composite(0x26, "amqp:released:list")

@@ -124,19 +124,19 @@ class Disposition:
 class Detach:
     handle: int = amqp_field("uint", mandatory=True)
     closed: bool = amqp_field("boolean", default=False)
-    error: Error | None = amqp_field("*")
+    error: Error | None = amqp_field("*", requires=Error)
 
 
 @composite(0x17, "amqp:end:list")
 @dataclass(slots=True)
 class End:
-    error: Error | None = amqp_field("*")
+    error: Error | None = amqp_field("*", requires=Error)
 
 
 @composite(0x18, "amqp:close:list")
 @dataclass(slots=True)
 class Close:
-    error: Error | None = amqp_field("*")
+    error: Error | None = amqp_field("*", requires=Error)
 
 
 # SASL frame bodies (spec 5.3.3)

@@ -98,7 +98,8 @@ class Session:
         self._outgoing_unsettled: dict[int, Delivery] = {}
         self._incoming_unsettled: dict[int, Delivery] = {}
         self._pending_frames: deque[bytes] = deque()
-        self._pending_dispositions: list[Delivery] = []
+        self._pending_dispositions: dict[int, Delivery] = {}
+        """By ``id(delivery)``: several updates before a flush send the last state once."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -200,7 +201,7 @@ class Session:
     def _queue_disposition(self, delivery: Delivery) -> None:
         if delivery.delivery_id is None:  # not yet on the wire: settle before sending
             return
-        self._pending_dispositions.append(delivery)
+        self._pending_dispositions[id(delivery)] = delivery
         if delivery.settled:
             if delivery.link.is_sender:
                 self._outgoing_unsettled.pop(delivery.delivery_id, None)
@@ -209,11 +210,12 @@ class Session:
 
     def _flush_dispositions(self) -> None:
         """Writes queued dispositions, one frame per run of consecutive ids with one outcome."""
-        pending = self._pending_dispositions
-        if not pending:
+        if not self._pending_dispositions:
             return
-        self._pending_dispositions = []
-        pending.sort(key=lambda d: (d.link.role, d.delivery_id))
+        pending = sorted(
+            self._pending_dispositions.values(), key=lambda d: (d.link.role, d.delivery_id)
+        )
+        self._pending_dispositions = {}
         run_first = pending[0]
         run_last = run_first
         for delivery in pending[1:]:

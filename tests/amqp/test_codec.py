@@ -1009,3 +1009,9 @@ def test_registered_composites_cover_every_descriptor() -> None:
     codes = {int(k) for k in codec.COMPOSITES if isinstance(k, ulong)}
     covered = {type(v).DESCRIPTOR for v in FULL}
     assert codes == covered
+
+
+def test_error_fields_must_hold_an_error() -> None:
+    # detach(handle=0, closed=true, error="oops"): a string where an amqp:error:list belongs
+    with pytest.raises(DecodeError, match=r"detach.error must be amqp:error:list, got str"):
+        decode(encode(Described(ulong(0x16), [uint(0), True, "oops"])))

@@ -885,3 +885,23 @@ def test_heartbeats_when_ticking_only_at_the_returned_deadlines() -> None:
     gaps = [b - a for a, b in itertools.pairwise(heartbeats)]
     assert len(heartbeats) >= 10
     assert max(gaps) <= 1.0 + 1e-9  # half the server's 2 s idle timeout
+
+
+def test_idle_timeout_ends_a_handshake_that_stalls_before_open() -> None:
+    server = Connection(server=True, container_id="s", idle_timeout=1.0)
+    server.receive_data(AMQP_HEADER)  # then nothing: no open ever comes
+    assert server.tick(10.0) == pytest.approx(11.0)
+    assert server.tick(11.0) is None
+    sent = server.data_to_send()
+    assert sent.startswith(AMQP_HEADER)
+    assert close_error(sent).condition == "amqp:resource-limit-exceeded"
+    assert server.is_terminated
+    (closed,) = of(server.events(), ev.ConnectionClosed)
+    assert closed.error.condition == "amqp:resource-limit-exceeded"
+
+
+def test_idle_timeout_ends_a_peer_that_never_sends_a_header() -> None:
+    server = Connection(server=True, container_id="s", idle_timeout=1.0)
+    server.tick(0.0)
+    assert server.tick(1.0) is None
+    assert server.is_terminated

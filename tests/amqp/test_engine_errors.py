@@ -13,13 +13,16 @@ import pytest
 
 from replication.amqp import events as ev
 from replication.amqp.connection import Connection
+from replication.amqp.errors import MessageSizeExceededError
 from replication.amqp.frames import AMQP_HEADER, FRAME_SASL, SASL_HEADER, encode_frame
 from replication.amqp.link import LinkState
+from replication.amqp.outcomes import Accepted
 from replication.amqp.performatives import (
     Attach,
     Begin,
     Close,
     Detach,
+    Disposition,
     End,
     Error,
     Flow,
@@ -447,17 +450,17 @@ def test_message_over_max_message_size_detaches_the_link() -> None:
         client_kwargs={"max_frame_size": 512}, server_kwargs={"max_frame_size": 512},
     )  # fmt: skip
     sender = session.attach_sender("big", Target(address="q"))
+    # queued before the sender learns the limit, so only the receiver can enforce it
+    sender.send(b"s" * 1000)  # exactly the limit: fine
+    sender.send(b"b" * 1001)  # one byte over, spread over several frames
     pair.pump()
     (request,) = of(pair.server_events, ev.LinkAttachRequested)
     request.link.accept(max_message_size=1000)
     pair.pump()
     assert sender.remote.max_message_size == 1000
     receiver = request.link
-    receiver.flow(5)
-    pair.pump()
     pair.clear_events()
-    sender.send(b"s" * 1000)  # exactly the limit: fine
-    sender.send(b"b" * 1001)  # one byte over, spread over several frames
+    receiver.flow(5)
     pair.pump()
     received = of(pair.server_events, ev.DeliveryReceived)
     assert [len(e.delivery.payload) for e in received] == [1000]
@@ -473,16 +476,44 @@ def test_message_over_max_message_size_detaches_the_link() -> None:
 def test_message_over_max_message_size_in_one_frame() -> None:
     pair, session = session_pair(auto_accept=False)
     sender = session.attach_sender("big", Target(address="q"))
+    sender.send(b"x" * 101)  # queued before the limit is known
     pair.pump()
     (request,) = of(pair.server_events, ev.LinkAttachRequested)
     request.link.accept(max_message_size=100)
     request.link.flow(1)
     pair.pump()
-    sender.send(b"x" * 101)
-    pair.pump()
     assert not of(pair.server_events, ev.DeliveryReceived)
     (detached,) = of(pair.client_events, ev.LinkDetached)
     assert detached.error.condition == "amqp:link:message-size-exceeded"
+
+
+def test_sender_refuses_a_message_over_the_receivers_max_message_size() -> None:
+    pair, session = session_pair(auto_accept=False)
+    sender = session.attach_sender("big", Target(address="q"))
+    pair.pump()
+    (request,) = of(pair.server_events, ev.LinkAttachRequested)
+    request.link.accept(max_message_size=100)
+    request.link.flow(5)
+    pair.pump()
+    with pytest.raises(MessageSizeExceededError, match="101 bytes exceeds"):
+        sender.send(b"x" * 101)
+    sender.send(b"x" * 100)
+    pair.pump()
+    assert [len(e.delivery.payload) for e in of(pair.server_events, ev.DeliveryReceived)] == [100]
+    assert sender.is_open
+
+
+def test_repeated_updates_before_a_flush_send_one_disposition() -> None:
+    pair, sender, _receiver = sender_pair(credit=1)
+    sender.send(b"x")
+    pair.pump()
+    (received,) = of(pair.server_events, ev.DeliveryReceived)
+    mark = pair.mark()
+    received.delivery.update(Accepted(), settled=False)
+    received.delivery.update(Accepted(), settled=True)
+    pair.pump()
+    (disposition,) = bodies(pair.sent_by_server(mark), Disposition)
+    assert disposition.settled is True
 
 
 def test_server_close_before_open_sends_open_then_close() -> None:
