@@ -234,12 +234,13 @@ class Client:
             if isinstance(endpoint, Sender):
                 endpoint._on_update(event.delivery)
         elif isinstance(event, ev.LinkDetached):
+            # links detached by the peer's close carry no error of their own: use the close's
+            error = event.error or driver.connection.remote_error
             endpoint = self._endpoints.pop(id(event.link), None)
             if endpoint is not None and not endpoint.detached.done():
-                endpoint.detached.set_result(event.error)
+                endpoint.detached.set_result(error)
             waiter = self._link_waiters.get(id(event.link))
             if waiter and not waiter.done():
-                error = event.error
                 waiter.set_exception(
                     LinkDetachedError(
                         error.description or "attach refused" if error else "attach refused",
