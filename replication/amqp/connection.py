@@ -237,14 +237,10 @@ class Connection:
         if self.is_terminated:  # includes a finished close handshake: ignore what follows
             return
         if not data:
-            if not self._close_received:
-                self._emit(
-                    ev.ConnectionClosed(
-                        Error(condition="amqp:connection:forced", description="socket closed"),
-                        True,
-                    )
-                )
-            self._terminated = True
+            if self._close_received:
+                self._terminate()
+            else:
+                self._abort("amqp:connection:forced", "socket closed", by_peer=True)
             return
         self._rx_activity = True
         try:
@@ -262,15 +258,22 @@ class Connection:
 
     def _fail(self, condition: str, description: str) -> None:
         """Closes the connection because the peer broke a rule."""
-        error = Error(condition=condition, description=description)
         if self.server and self.phase is Phase.HEADER:
             # spec 2.2: a header we cannot read still gets the header we do support
-            wants_sasl = self.sasl is not None and not self._sasl_done
-            self._out += SASL_HEADER if wants_sasl else AMQP_HEADER
+            self._out += SASL_HEADER if self._sasl_pending else AMQP_HEADER
         if self.phase is Phase.AMQP and not self._close_sent:
-            self.close(error)
-        self._emit(ev.ConnectionClosed(error, False))
+            self.close(Error(condition=condition, description=description))
+        self._abort(condition, description, by_peer=False)
+
+    def _abort(self, condition: str, description: str, *, by_peer: bool) -> None:
+        """Reports the end of the connection and stops; any close frame is already queued."""
+        error = Error(condition=condition, description=description)
+        self._emit(ev.ConnectionClosed(error, by_peer))
         self._terminate()
+
+    @property
+    def _sasl_pending(self) -> bool:
+        return self.sasl is not None and not self._sasl_done
 
     def _terminate(self) -> None:
         self._terminated = True
@@ -280,24 +283,19 @@ class Connection:
         if self.server:
             self._server_header(header)
             return
-        expected = PROTOCOL_SASL if self.sasl is not None and not self._sasl_done else PROTOCOL_AMQP
+        expected = PROTOCOL_SASL if self._sasl_pending else PROTOCOL_AMQP
         if header.protocol_id != expected or not header.is_amqp_1_0:
-            self._emit(
-                ev.ConnectionClosed(
-                    Error(
-                        condition="amqp:not-implemented",
-                        description=f"server answered with protocol header {header.to_bytes()!r}",
-                    ),
-                    True,
-                )
+            self._abort(
+                "amqp:not-implemented",
+                f"server answered with protocol header {header.to_bytes()!r}",
+                by_peer=True,
             )
-            self._terminate()
             return
         self.phase = Phase.SASL if expected == PROTOCOL_SASL else Phase.AMQP
         self._maybe_send_open()
 
     def _server_header(self, header: ProtocolHeader) -> None:
-        wants_sasl = self.sasl is not None and not self._sasl_done
+        wants_sasl = self._sasl_pending
         if header.is_amqp_1_0 and header.protocol_id == PROTOCOL_SASL and wants_sasl:
             assert isinstance(self.sasl, SaslServer)
             self._out += SASL_HEADER
@@ -312,16 +310,11 @@ class Connection:
             return
         # spec 2.2: answer with the header we do support, then close the socket
         self._out += SASL_HEADER if wants_sasl else AMQP_HEADER
-        self._emit(
-            ev.ConnectionClosed(
-                Error(
-                    condition="amqp:not-implemented",
-                    description=f"unsupported protocol header {header.to_bytes()!r}",
-                ),
-                False,
-            )
+        self._abort(
+            "amqp:not-implemented",
+            f"unsupported protocol header {header.to_bytes()!r}",
+            by_peer=False,
         )
-        self._terminate()
 
     def _on_frame(self, frame: Frame) -> None:
         if self.phase is Phase.SASL:
@@ -378,16 +371,11 @@ class Connection:
             outcome, credentials = sasl.handle_init(body)
             self._out += encode_frame(0, outcome, frame_type=FRAME_SASL)
             if outcome.code != SASL_OK:
-                self._emit(
-                    ev.ConnectionClosed(
-                        Error(
-                            condition="amqp:unauthorized-access",
-                            description=f"SASL {body.mechanism} authentication failed",
-                        ),
-                        False,
-                    )
+                self._abort(
+                    "amqp:unauthorized-access",
+                    f"SASL {body.mechanism} authentication failed",
+                    by_peer=False,
                 )
-                self._terminate()
                 return
             self._finish_sasl(str(body.mechanism), credentials)
             return
@@ -401,16 +389,11 @@ class Connection:
             self._out += encode_frame(0, response, frame_type=FRAME_SASL)
         elif kind is SaslOutcome:
             if body.code != SASL_OK:
-                self._emit(
-                    ev.ConnectionClosed(
-                        Error(
-                            condition="amqp:unauthorized-access",
-                            description=f"SASL {sasl.mechanism} refused (code {body.code})",
-                        ),
-                        True,
-                    )
+                self._abort(
+                    "amqp:unauthorized-access",
+                    f"SASL {sasl.mechanism} refused (code {int(body.code)})",
+                    by_peer=True,
                 )
-                self._terminate()
                 return
             self._out += AMQP_HEADER
             self._finish_sasl(sasl.mechanism, None)
