@@ -38,7 +38,7 @@ class MemoryNode:
     def queue(self, address: str) -> deque[tuple[bytes, int]]:
         return self.queues.setdefault(address, deque())
 
-    async def handle(self, driver: ConnectionDriver, event: ev.Event) -> None:
+    def handle(self, driver: ConnectionDriver, event: ev.Event) -> None:
         if isinstance(event, ev.LinkAttachRequested):
             self._attach(driver, event.link)
         elif isinstance(event, ev.DeliveryReceived):
