@@ -14,6 +14,12 @@ def _start(args: argparse.Namespace, rest: list[str]) -> int:
     return demo_main(rest)
 
 
+def _broker(args: argparse.Namespace, rest: list[str]) -> int:
+    from .broker.main import run
+
+    return run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m replication",
@@ -28,6 +34,15 @@ def build_parser() -> argparse.ArgumentParser:
         description="Runs the quick-start job; see `start --help`.",
     )
     start.set_defaults(handler=_start)
+    broker = commands.add_parser(
+        "broker",
+        help="run the embedded Service Bus broker",
+        description="Runs the embedded Service Bus-compatible broker (emulator Config.json).",
+    )
+    from .broker.main import add_arguments
+
+    add_arguments(broker)
+    broker.set_defaults(handler=_broker)
     return parser
 
 

@@ -1,0 +1,881 @@
+"""The broker's configuration: the official Service Bus emulator's Config.json, validated.
+
+Why the emulator's file: a project that already runs the emulator can point the embedded
+broker at the same file. The schema (``ServiceBus-Emulator/Schema/Config-schema.json`` in
+``Azure/azure-service-bus-emulator-installer``) is followed property for property, with
+three deliberate differences:
+
+* limits and defaults are Azure Service Bus's, not the emulator's narrower ones (a lock of
+  5 s .. 5 min, default 1 min; MaxDeliveryCount >= 1, default 10; TTL unlimited by default
+  and not capped at 1 hour; duplicate detection window 20 s .. 7 days, default 10 min);
+* ``Topics`` may be omitted and a topic may have no subscriptions (the emulator's own
+  sample configs omit ``Topics`` although its schema requires it);
+* a namespace may list ``AuthorizationRules``; without them the emulator's well-known
+  ``RootManageSharedAccessKey`` / ``SAS_KEY_VALUE`` rule applies.
+
+Every mistake is reported as a ``ConfigError`` naming the file, the property path, the line
+where we can find it, and what is wrong, with a "did you mean" for misspelt names.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar, get_args
+
+import isodate
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_pascal
+from pydantic_core import PydanticCustomError
+
+from .auth import EMULATOR_RULE, SharedAccessRule
+
+Loc = tuple[str | int, ...]
+
+# Azure Service Bus limits and defaults (the emulator's are narrower; we accept Azure's).
+MIN_LOCK_DURATION = timedelta(seconds=5)
+MAX_LOCK_DURATION = timedelta(minutes=5)
+DEFAULT_LOCK_DURATION = timedelta(minutes=1)
+DEFAULT_MAX_DELIVERY_COUNT = 10
+MAX_DELIVERY_COUNT_LIMIT = 2**31 - 1
+MIN_DUPLICATE_DETECTION_WINDOW = timedelta(seconds=5)  # the emulator allows PT5S; Azure 20 s
+MAX_DUPLICATE_DETECTION_WINDOW = timedelta(days=7)
+DEFAULT_DUPLICATE_DETECTION_WINDOW = timedelta(minutes=10)
+MIN_MESSAGE_TIME_TO_LIVE = timedelta(seconds=1)
+UNLIMITED_TIME_TO_LIVE = timedelta(days=10675199)
+"""TimeSpan.MaxValue (Azure's "never expires", ``P10675199DT2H48M5.4775807S``) in whole
+days: a DefaultMessageTimeToLive at least this long means unlimited (``None``)."""
+MAX_ENTITY_NAME_LENGTH = 260
+MAX_SUBSCRIPTION_NAME_LENGTH = 50
+MAX_RULE_NAME_LENGTH = 50
+MAX_AUTHORIZATION_RULE_NAME_LENGTH = 256
+DEFAULT_RULE_NAME = "$Default"
+
+
+# ---------------------------------------------------------------------- value parsing
+
+
+def parse_duration(value: object) -> timedelta:
+    """An ISO 8601 duration (``PT30S``, ``PT1M``, ``P14D``) as a ``timedelta``.
+
+    Years and months count as 365 and 30 days, as .NET's XmlConvert (which Service Bus
+    uses) counts them, so ``P1Y`` means the same here as in Azure.
+    """
+    if isinstance(value, timedelta):
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f"expected an ISO 8601 duration string such as 'PT1M', got {value!r}")
+    try:
+        parsed = isodate.parse_duration(value.strip())
+        if isinstance(parsed, isodate.Duration):
+            days = 365 * float(parsed.years) + 30 * float(parsed.months)
+            result = timedelta(days=days) + parsed.tdelta
+        else:
+            result = parsed
+    except (isodate.ISO8601Error, ValueError, ArithmeticError):
+        raise ValueError(
+            f"{value!r} is not an ISO 8601 duration (examples: 'PT30S', 'PT1M', 'PT1H', 'P14D')"
+        ) from None
+    if result < timedelta(0):
+        raise ValueError(f"{value!r} is a negative duration")
+    return result
+
+
+def format_duration(value: timedelta) -> str:
+    """A ``timedelta`` back in ISO 8601, for messages that quote limits."""
+    return str(isodate.duration_isoformat(value))
+
+
+def _between(low: timedelta, high: timedelta) -> Callable[[timedelta], timedelta]:
+    def check(value: timedelta) -> timedelta:
+        if not low <= value <= high:
+            raise ValueError(
+                f"must be between {format_duration(low)} and {format_duration(high)}, "
+                f"got {format_duration(value)}"
+            )
+        return value
+
+    return check
+
+
+def _time_to_live(value: object) -> timedelta | None:
+    duration = parse_duration(value)
+    if duration >= UNLIMITED_TIME_TO_LIVE:
+        return None
+    if duration < MIN_MESSAGE_TIME_TO_LIVE:
+        raise ValueError(
+            f"must be at least {format_duration(MIN_MESSAGE_TIME_TO_LIVE)}, "
+            f"got {format_duration(duration)}"
+        )
+    return duration
+
+
+_SEGMENT = re.compile(r"[A-Za-z0-9._-]+")
+_NAMESPACE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{4,48}[A-Za-z0-9]")
+
+
+def _bad_characters(text: str) -> str:
+    bad = sorted({c for c in text if not (c.isascii() and (c.isalnum() or c in "._-"))})
+    return " ".join(repr(c) for c in bad)
+
+
+def validate_entity_name(name: str) -> str:
+    """Queue and topic names: up to 260 characters, '/'-separated segments of letters,
+    digits, '.', '-' and '_', not starting or ending with '/' (Service Bus's rules)."""
+    if not name:
+        raise ValueError("must not be empty")
+    if len(name) > MAX_ENTITY_NAME_LENGTH:
+        raise ValueError(f"{name[:40]!r}... is {len(name)} characters; at most 260 are allowed")
+    if name.startswith("/") or name.endswith("/"):
+        raise ValueError(f"{name!r} must not start or end with '/'")
+    for segment in name.split("/"):
+        if not segment:
+            raise ValueError(f"{name!r} contains an empty path segment ('//')")
+        if not _SEGMENT.fullmatch(segment):
+            raise ValueError(
+                f"{name!r} contains {_bad_characters(segment)}; only letters, digits, '.', '-', "
+                "'_' and '/' are allowed"
+            )
+    return name
+
+
+def _simple_name(kind: str, limit: int, reserved: str | None = None) -> Callable[[str], str]:
+    def check(name: str) -> str:
+        if reserved is not None and name == reserved:
+            return name
+        if not name:
+            raise ValueError("must not be empty")
+        if len(name) > limit:
+            raise ValueError(f"{kind} name {name!r} is {len(name)} characters; at most {limit}")
+        if not _SEGMENT.fullmatch(name):
+            raise ValueError(
+                f"{kind} name {name!r} contains {_bad_characters(name)}; only letters, digits, "
+                "'.', '-' and '_' are allowed"
+            )
+        return name
+
+    return check
+
+
+def _namespace_name(name: str) -> str:
+    if not _NAMESPACE_NAME.fullmatch(name):
+        raise ValueError(
+            f"namespace name {name!r} must be 6-50 letters, digits and '-', starting with a "
+            "letter and ending with a letter or digit"
+        )
+    return name
+
+
+def _forward_target(value: object) -> str | None:
+    # The emulator's samples write "" for "not forwarded".
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"expected a queue or topic name, got {value!r}")
+    return validate_entity_name(value)
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty")
+    return value
+
+
+def _user_properties(value: object) -> dict[str, str | int | float | bool] | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise ValueError(f"expected an object of property names to values, got {value!r}")
+    if not value:
+        raise ValueError("must name at least one property (or be left out)")
+    result: dict[str, str | int | float | bool] = {}
+    for key, item in value.items():
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"property names must be non-empty strings, got {key!r}")
+        if not isinstance(item, str | int | float | bool):
+            raise ValueError(
+                f"property {key!r} must be a string, number or boolean, got {json.dumps(item)}"
+            )
+        result[key] = item
+    return result
+
+
+def _exactly_one_namespace(namespaces: list[Namespace]) -> list[Namespace]:
+    if len(namespaces) != 1:
+        raise ValueError(
+            f"exactly one namespace is supported (as in the emulator), got {len(namespaces)}"
+        )
+    return namespaces
+
+
+LockDuration = Annotated[
+    timedelta,
+    BeforeValidator(parse_duration),
+    AfterValidator(_between(MIN_LOCK_DURATION, MAX_LOCK_DURATION)),
+]
+TimeToLive = Annotated[timedelta | None, BeforeValidator(_time_to_live)]
+DuplicateDetectionWindow = Annotated[
+    timedelta,
+    BeforeValidator(parse_duration),
+    AfterValidator(_between(MIN_DUPLICATE_DETECTION_WINDOW, MAX_DUPLICATE_DETECTION_WINDOW)),
+]
+MaxDeliveryCount = Annotated[int, Field(ge=1, le=MAX_DELIVERY_COUNT_LIMIT)]
+ForwardTarget = Annotated[str | None, BeforeValidator(_forward_target)]
+EntityName = Annotated[str, AfterValidator(validate_entity_name)]
+SubscriptionName = Annotated[
+    str, AfterValidator(_simple_name("subscription", MAX_SUBSCRIPTION_NAME_LENGTH))
+]
+RuleName = Annotated[
+    str, AfterValidator(_simple_name("rule", MAX_RULE_NAME_LENGTH, reserved=DEFAULT_RULE_NAME))
+]
+AuthorizationRuleName = Annotated[
+    str, AfterValidator(_simple_name("authorization rule", MAX_AUTHORIZATION_RULE_NAME_LENGTH))
+]
+NamespaceName = Annotated[str, AfterValidator(_namespace_name)]
+Right = Literal["Send", "Listen", "Manage"]
+
+
+# ---------------------------------------------------------------------- models
+
+
+class _Model(BaseModel):
+    """Config.json's spelling (PascalCase aliases), no coercion, unknown properties refused."""
+
+    model_config = ConfigDict(alias_generator=to_pascal, extra="forbid", strict=True, frozen=True)
+
+
+class QueueProperties(_Model):
+    dead_lettering_on_message_expiration: bool = False
+    default_message_time_to_live: TimeToLive = None
+    """``None``: messages never expire (Azure's default)."""
+    duplicate_detection_history_time_window: DuplicateDetectionWindow = (
+        DEFAULT_DUPLICATE_DETECTION_WINDOW
+    )
+    forward_dead_lettered_messages_to: ForwardTarget = None
+    forward_to: ForwardTarget = None
+    lock_duration: LockDuration = DEFAULT_LOCK_DURATION
+    max_delivery_count: MaxDeliveryCount = DEFAULT_MAX_DELIVERY_COUNT
+    requires_duplicate_detection: bool = False
+    requires_session: bool = False
+
+
+class Queue(_Model):
+    name: EntityName
+    properties: QueueProperties = Field(default_factory=QueueProperties)
+
+
+class TopicProperties(_Model):
+    default_message_time_to_live: TimeToLive = None
+    duplicate_detection_history_time_window: DuplicateDetectionWindow = (
+        DEFAULT_DUPLICATE_DETECTION_WINDOW
+    )
+    requires_duplicate_detection: bool = False
+
+
+class SubscriptionProperties(_Model):
+    dead_lettering_on_message_expiration: bool = False
+    default_message_time_to_live: TimeToLive = None
+    lock_duration: LockDuration = DEFAULT_LOCK_DURATION
+    max_delivery_count: MaxDeliveryCount = DEFAULT_MAX_DELIVERY_COUNT
+    forward_dead_lettered_messages_to: ForwardTarget = None
+    forward_to: ForwardTarget = None
+    requires_session: bool = False
+
+
+class CorrelationFilter(_Model):
+    """Matches when every given system property and user property equals the message's."""
+
+    content_type: str | None = None
+    correlation_id: str | None = None
+    label: str | None = None
+    """The message's subject (AMQP ``subject``; "Label" in the older SDKs)."""
+    message_id: str | None = None
+    reply_to: str | None = None
+    reply_to_session_id: str | None = None
+    session_id: str | None = None
+    to: str | None = None
+    properties: Annotated[
+        dict[str, str | int | float | bool] | None, BeforeValidator(_user_properties)
+    ] = None
+    """User (application) properties that must all match."""
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> CorrelationFilter:
+        if not any(getattr(self, name) is not None for name in type(self).model_fields):
+            raise ValueError("a correlation filter must set at least one property")
+        return self
+
+
+class SqlFilter(_Model):
+    sql_expression: Annotated[str, AfterValidator(_not_blank)]
+
+
+class SqlRuleAction(_Model):
+    sql_expression: Annotated[str, AfterValidator(_not_blank)]
+
+
+class RuleProperties(_Model):
+    filter_type: Literal["Correlation", "Sql"]
+    correlation_filter: CorrelationFilter | None = None
+    sql_filter: SqlFilter | None = None
+    action: SqlRuleAction | None = None
+
+    @model_validator(mode="after")
+    def _filter_matches_type(self) -> RuleProperties:
+        if self.filter_type == "Correlation":
+            if self.correlation_filter is None:
+                raise ValueError("FilterType is 'Correlation' but CorrelationFilter is missing")
+            if self.sql_filter is not None:
+                raise ValueError("FilterType is 'Correlation' but a SqlFilter is given too")
+        else:
+            if self.sql_filter is None:
+                raise ValueError("FilterType is 'Sql' but SqlFilter is missing")
+            if self.correlation_filter is not None:
+                raise ValueError("FilterType is 'Sql' but a CorrelationFilter is given too")
+        return self
+
+
+class Rule(_Model):
+    name: RuleName
+    properties: RuleProperties
+
+
+DEFAULT_RULE = Rule.model_validate({
+    "Name": DEFAULT_RULE_NAME,
+    "Properties": {"FilterType": "Sql", "SqlFilter": {"SqlExpression": "1=1"}},
+})  # fmt: skip
+"""What Service Bus gives a subscription created without rules: accept everything."""
+
+
+class Subscription(_Model):
+    name: SubscriptionName
+    properties: SubscriptionProperties = Field(default_factory=SubscriptionProperties)
+    rules: list[Rule] = Field(default_factory=list)
+
+    def effective_rules(self) -> list[Rule]:
+        """The configured rules, or Service Bus's ``$Default`` (``1=1``) when there are none."""
+        return list(self.rules) or [DEFAULT_RULE]
+
+
+class Topic(_Model):
+    name: EntityName
+    properties: TopicProperties = Field(default_factory=TopicProperties)
+    subscriptions: list[Subscription] = Field(default_factory=list)
+
+    def subscription(self, name: str) -> Subscription | None:
+        """Case-insensitive lookup, as Service Bus resolves subscription names."""
+        return _find(self.subscriptions, name)
+
+
+def _environ(info: ValidationInfo) -> Mapping[str, str]:
+    context = info.context if isinstance(info.context, Mapping) else {}
+    environ = context.get("environ")
+    return environ if environ is not None else os.environ
+
+
+class AuthorizationRule(_Model):
+    """A shared access rule: not in the emulator's schema, which only knows its built-in one.
+
+    The key comes either inline (``Key``) or from an environment variable read at load
+    time (``KeyEnvironmentVariable``), so real keys need not sit in the file.
+    """
+
+    name: AuthorizationRuleName
+    key: str | None = None
+    key_environment_variable: str | None = None
+    rights: Annotated[list[Right], Field(min_length=1)]
+    _resolved_key: str = PrivateAttr(default="")
+
+    @field_validator("key_environment_variable")
+    @classmethod
+    def _variable_is_set(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        if not value:
+            raise ValueError("must name an environment variable")
+        if not _environ(info).get(value):
+            raise ValueError(f"environment variable {value!r} is not set (or is empty)")
+        return value
+
+    @field_validator("key")
+    @classmethod
+    def _key_not_empty(cls, value: str | None) -> str | None:
+        if value is not None and not value:
+            raise ValueError("must not be empty")
+        return value
+
+    @model_validator(mode="after")
+    def _resolve_key(self, info: ValidationInfo) -> AuthorizationRule:
+        if (self.key is None) == (self.key_environment_variable is None):
+            raise ValueError("set exactly one of Key and KeyEnvironmentVariable")
+        if self.key is not None:
+            self._resolved_key = self.key
+        else:
+            self._resolved_key = _environ(info)[str(self.key_environment_variable)]
+        return self
+
+    def to_rule(self) -> SharedAccessRule:
+        """The rule with its key resolved and ``Manage`` expanded to Send and Listen."""
+        return SharedAccessRule(self.name, self._resolved_key, frozenset(self.rights))
+
+
+class Namespace(_Model):
+    name: NamespaceName
+    queues: list[Queue] = Field(default_factory=list)
+    topics: list[Topic] = Field(default_factory=list)
+    authorization_rules: Annotated[list[AuthorizationRule], Field(min_length=1)] | None = None
+    """``None`` (left out): the emulator's ``RootManageSharedAccessKey`` rule applies."""
+
+    def queue(self, name: str) -> Queue | None:
+        """Case-insensitive lookup; the result keeps the configured spelling."""
+        return _find(self.queues, name)
+
+    def topic(self, name: str) -> Topic | None:
+        return _find(self.topics, name)
+
+    def rules(self) -> tuple[SharedAccessRule, ...]:
+        """The effective authorization rules (the emulator's well-known one by default)."""
+        if self.authorization_rules is None:
+            return (EMULATOR_RULE,)
+        return tuple(rule.to_rule() for rule in self.authorization_rules)
+
+    @model_validator(mode="after")
+    def _check_references(self) -> Namespace:
+        problems = _namespace_problems(self)
+        if problems:
+            summary = "; ".join(f"{format_loc(loc)}: {reason}" for loc, reason in problems)
+            raise PydanticCustomError(
+                "namespace_semantics", "{summary}", {"summary": summary, "problems": problems}
+            )
+        return self
+
+
+class Logging(_Model):
+    type: Literal["File", "Console", "File,Console", "Console,File"]
+
+    @property
+    def to_file(self) -> bool:
+        return "File" in self.type.split(",")
+
+    @property
+    def to_console(self) -> bool:
+        return "Console" in self.type.split(",")
+
+
+class UserConfig(_Model):
+    namespaces: Annotated[list[Namespace], AfterValidator(_exactly_one_namespace)]
+    logging: Logging
+
+
+class BrokerConfig(_Model):
+    """The whole Config.json: ``{"UserConfig": {"Namespaces": [...], "Logging": {...}}}``."""
+
+    user_config: UserConfig
+
+    @property
+    def namespace(self) -> Namespace:
+        """The namespace (the emulator, and so this broker, serves exactly one)."""
+        return self.user_config.namespaces[0]
+
+    @property
+    def logging(self) -> Logging:
+        return self.user_config.logging
+
+    def queue(self, name: str) -> Queue | None:
+        """Case-insensitive queue lookup; the result keeps the configured spelling."""
+        return self.namespace.queue(name)
+
+    def topic(self, name: str) -> Topic | None:
+        """Case-insensitive topic lookup; the result keeps the configured spelling."""
+        return self.namespace.topic(name)
+
+    def rules(self) -> tuple[SharedAccessRule, ...]:
+        """The effective authorization rules, keys resolved."""
+        return self.namespace.rules()
+
+
+_Named = TypeVar("_Named", Queue, Topic, Subscription)
+
+
+def _find(items: Iterable[_Named], name: str) -> _Named | None:
+    folded = name.lower()
+    return next((item for item in items if item.name.lower() == folded), None)
+
+
+# ---------------------------------------------------------------------- cross-entity checks
+
+
+def _did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'X'?)`` for a near miss, else ``""``."""
+    folded: dict[str, str] = {}
+    for choice in choices:
+        folded.setdefault(choice.lower(), choice)
+    if word.lower() in folded:
+        return f"; did you mean {folded[word.lower()]!r}? (case matters here)"
+    close = difflib.get_close_matches(word.lower(), list(folded), n=1, cutoff=0.6)
+    return f"; did you mean {folded[close[0]]!r}?" if close else ""
+
+
+def _namespace_problems(namespace: Namespace) -> list[tuple[Loc, str]]:
+    """Checks that need the whole namespace: unique names and forwarding targets."""
+    problems: list[tuple[Loc, str]] = []
+
+    def unique(kind: str, key: str, names: Sequence[tuple[Loc, str]]) -> None:
+        first: dict[str, tuple[Loc, str]] = {}
+        for loc, name in names:
+            earlier = first.setdefault(name.lower(), (loc, name))
+            if earlier[0] != loc:
+                problems.append((
+                    (*loc, "Name"),
+                    f"duplicate {kind} name {name!r}: {format_loc(earlier[0])} is already named "
+                    f"{earlier[1]!r} (names are case-insensitive{key})",
+                ))  # fmt: skip
+
+    entities = [(("Queues", i), q.name) for i, q in enumerate(namespace.queues)]
+    entities += [(("Topics", i), t.name) for i, t in enumerate(namespace.topics)]
+    unique("entity", "; queues and topics share one namespace", entities)
+    for t, topic in enumerate(namespace.topics):
+        unique("subscription", "", [
+            (("Topics", t, "Subscriptions", s), sub.name)
+            for s, sub in enumerate(topic.subscriptions)
+        ])  # fmt: skip
+        for s, sub in enumerate(topic.subscriptions):
+            unique("rule", "", [
+                (("Topics", t, "Subscriptions", s, "Rules", r), rule.name)
+                for r, rule in enumerate(sub.rules)
+            ])  # fmt: skip
+    unique("authorization rule", "", [
+        (("AuthorizationRules", i), rule.name)
+        for i, rule in enumerate(namespace.authorization_rules or ())
+    ])  # fmt: skip
+
+    names = {name.lower() for _, name in entities}
+    spelled = [name for _, name in entities]
+
+    def forwarding(
+        loc: Loc, owner: str | None, props: QueueProperties | SubscriptionProperties
+    ) -> None:
+        for attribute, alias in (
+            ("forward_to", "ForwardTo"),
+            ("forward_dead_lettered_messages_to", "ForwardDeadLetteredMessagesTo"),
+        ):
+            target: str | None = getattr(props, attribute)
+            if target is None:
+                continue
+            where = (*loc, "Properties", alias)
+            if target.lower() not in names:
+                problems.append((where, (
+                    f"{target!r} is not a queue or topic in namespace {namespace.name!r}"
+                    + _did_you_mean(target, spelled)
+                )))  # fmt: skip
+            elif owner is not None and target.lower() == owner.lower():
+                problems.append((where, f"queue {owner!r} cannot forward to itself"))
+
+    for i, queue in enumerate(namespace.queues):
+        forwarding(("Queues", i), queue.name, queue.properties)
+    for t, topic in enumerate(namespace.topics):
+        for s, sub in enumerate(topic.subscriptions):
+            forwarding(("Topics", t, "Subscriptions", s), None, sub.properties)
+    return problems
+
+
+# ---------------------------------------------------------------------- loading
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigProblem:
+    """One thing wrong with a config file, located as precisely as we could."""
+
+    field: str
+    """The property path, e.g. ``UserConfig.Namespaces[0].Queues[2].Properties.LockDuration``;
+    empty for problems with the document itself (unreadable, not JSON)."""
+    reason: str
+    line: int | None = None
+    column: int | None = None
+    context: str = ""
+    """The named entities along the path, e.g. ``topic 'orders' / subscription 'audit'``."""
+
+    def render(self, source: str) -> str:
+        where = source
+        if self.line is not None:
+            where += f":{self.line}"
+            if self.column is not None:
+                where += f":{self.column}"
+        text = f"{where}: {self.field}: {self.reason}" if self.field else f"{where}: {self.reason}"
+        return f"{text} (in {self.context})" if self.context else text
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be used; the message lists every problem found."""
+
+    def __init__(self, source: str, problems: Sequence[ConfigProblem]) -> None:
+        self.source = source
+        self.problems = tuple(problems)
+        if len(self.problems) == 1:
+            message = self.problems[0].render(source)
+        else:
+            lines = [f"{source}: {len(self.problems)} configuration problems:"]
+            lines += [f"  {problem.render(source)}" for problem in self.problems]
+            message = "\n".join(lines)
+        super().__init__(message)
+
+
+def load_config(path: str | Path, *, environ: Mapping[str, str] | None = None) -> BrokerConfig:
+    """Read and validate a Config.json; raises ``ConfigError`` on any problem.
+
+    ``environ`` replaces ``os.environ`` for ``KeyEnvironmentVariable`` look-ups.
+    """
+    source = str(path)
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        reason = f"cannot read the file: {exc.strerror or exc}"
+        raise ConfigError(source, [ConfigProblem("", reason)]) from None
+    try:
+        text = raw.decode("utf-8-sig")  # editors on Windows like to add a BOM
+    except UnicodeDecodeError as exc:
+        reason = f"not UTF-8 text ({exc.reason} at byte {exc.start})"
+        raise ConfigError(source, [ConfigProblem("", reason)]) from None
+    return load_config_text(text, source, environ=environ)
+
+
+def load_config_text(
+    text: str, source: str = "<string>", *, environ: Mapping[str, str] | None = None
+) -> BrokerConfig:
+    """Validate Config.json given as text; ``source`` names it in error messages."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        problem = ConfigProblem("", f"invalid JSON: {exc.msg}", exc.lineno, exc.colno)
+        raise ConfigError(source, [problem]) from None
+    try:
+        where = _SourceMap.of(text)
+    except Exception:  # line numbers are a nicety; never fail a load over them
+        where = _SourceMap()
+    if where.duplicates:
+        raise ConfigError(source, [
+            ConfigProblem(
+                format_loc(loc), f"property {loc[-1]!r} appears more than once",
+                *where.line_column(offset), context=_context(loc, data),
+            )
+            for loc, offset in where.duplicates
+        ])  # fmt: skip
+    return _validate(data, source, environ, where)
+
+
+def parse_config(
+    data: object, source: str = "<config>", *, environ: Mapping[str, str] | None = None
+) -> BrokerConfig:
+    """Validate an already-parsed Config.json (a dict), e.g. one built in a test."""
+    return _validate(data, source, environ, _SourceMap())
+
+
+def _validate(
+    data: object, source: str, environ: Mapping[str, str] | None, where: _SourceMap
+) -> BrokerConfig:
+    context = {"environ": os.environ if environ is None else environ}
+    try:
+        return BrokerConfig.model_validate(data, context=context)
+    except ValidationError as exc:
+        problems: list[ConfigProblem] = []
+        for error in exc.errors(include_url=False):
+            loc: Loc = tuple(error["loc"])
+            if error["type"] == "namespace_semantics":
+                for relative, reason in error["ctx"]["problems"]:
+                    problems.append(_problem((*loc, *relative), reason, data, where))
+            else:
+                problems.append(_problem(loc, _reason(error, loc), data, where))
+        raise ConfigError(source, problems) from None
+
+
+def format_loc(loc: Loc) -> str:
+    """``("UserConfig", "Namespaces", 0, "Name")`` -> ``UserConfig.Namespaces[0].Name``."""
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(document)"
+
+
+_KINDS = {
+    "Queues": "queue",
+    "Topics": "topic",
+    "Subscriptions": "subscription",
+    "Rules": "rule",
+    "AuthorizationRules": "authorization rule",
+}
+
+
+def _problem(loc: Loc, reason: str, data: object, where: _SourceMap) -> ConfigProblem:
+    line, column = where.find(loc)
+    return ConfigProblem(format_loc(loc), reason, line, column, _context(loc, data))
+
+
+def _context(loc: Loc, data: object) -> str:
+    """Name the entities along ``loc`` (indices alone are hard to map back to the file)."""
+    names: list[str] = []
+    node = data
+    previous: str | int | None = None
+    for part in loc:
+        try:
+            node = node[part]  # type: ignore[index]
+        except (KeyError, IndexError, TypeError):
+            break
+        if isinstance(part, int) and isinstance(previous, str) and previous in _KINDS:
+            name = node.get("Name") if isinstance(node, dict) else None
+            if isinstance(name, str):
+                names.append(f"{_KINDS[previous]} {name!r}")
+        previous = part
+    return " / ".join(names)
+
+
+def _show(value: object) -> str:
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "an array"
+    return json.dumps(value)
+
+
+def _reason(error: Mapping[str, Any], loc: Loc) -> str:
+    kind = error["type"]
+    ctx = error.get("ctx") or {}
+    value = error.get("input")
+    if kind == "extra_forbidden":
+        name = str(loc[-1])
+        allowed = _aliases_at(loc[:-1])
+        hint = _did_you_mean(name, allowed)
+        if not hint and allowed:
+            hint = f"; expected one of: {', '.join(allowed)}"
+        return f"unknown property {name!r}{hint}"
+    if kind == "missing":
+        return f"required property {loc[-1]!r} is missing"
+    if kind in ("value_error", "assertion_error"):
+        return str(ctx.get("error", error["msg"]))
+    if kind == "literal_error":
+        choices = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
+        hint = _did_you_mean(str(value), choices) if isinstance(value, str) else ""
+        return f"{_show(value)} is not one of {', '.join(map(repr, choices))}{hint}"
+    if kind in ("model_type", "dict_type", "model_attributes_type"):
+        return f"expected an object, got {_show(value)}"
+    if kind == "list_type":
+        return f"expected an array, got {_show(value)}"
+    message = str(error["msg"])
+    return f"{message[0].lower()}{message[1:]}, got {_show(value)}"
+
+
+def _aliases_at(loc: Loc) -> list[str]:
+    """The property names the model at ``loc`` accepts (for "did you mean")."""
+    model: type[BaseModel] | None = BrokerConfig
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if model is None:
+            return []
+        info = next((f for f in model.model_fields.values() if f.alias == part), None)
+        model = _model_in(info.annotation) if info is not None else None
+    if model is None:
+        return []
+    return [str(f.alias) for f in model.model_fields.values()]
+
+
+def _model_in(annotation: object) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+
+
+@dataclass(slots=True)
+class _SourceMap:
+    """Where each property name and array item of a JSON document starts, by path.
+
+    The standard library's parser keeps no positions; a small walk over text that has
+    already parsed cleanly recovers them (and the duplicate property names ``json``
+    silently collapses), so errors can carry line numbers.
+    """
+
+    text: str = ""
+    offsets: dict[Loc, int] = field(default_factory=dict)
+    duplicates: list[tuple[Loc, int]] = field(default_factory=list)
+
+    def find(self, loc: Loc) -> tuple[int | None, int | None]:
+        """Line and column of ``loc``, or of its nearest located ancestor."""
+        for end in range(len(loc), -1, -1):
+            offset = self.offsets.get(loc[:end])
+            if offset is not None:
+                return self.line_column(offset)
+        return None, None
+
+    def line_column(self, offset: int) -> tuple[int, int]:
+        line = self.text.count("\n", 0, offset) + 1
+        return line, offset - (self.text.rfind("\n", 0, offset) + 1) + 1
+
+    @classmethod
+    def of(cls, text: str) -> _SourceMap:
+        result = cls(text)
+        decoder = json.JSONDecoder()
+        scanstring = json.decoder.scanstring  # type: ignore[attr-defined]
+
+        def skip(i: int) -> int:
+            match = _WHITESPACE.match(text, i)
+            return match.end() if match else i
+
+        def value(i: int, loc: Loc) -> int:
+            i = skip(i)
+            result.offsets.setdefault(loc, i)
+            if text[i] == "{":
+                i = skip(i + 1)
+                if text[i] == "}":
+                    return i + 1
+                seen: set[str] = set()
+                while True:
+                    i = skip(i)
+                    key, end = scanstring(text, i + 1)
+                    member = (*loc, key)
+                    if key in seen:
+                        result.duplicates.append((member, i))
+                    else:
+                        result.offsets[member] = i
+                    seen.add(key)
+                    i = skip(value(skip(end) + 1, member))  # past the ':'
+                    if text[i] == "}":
+                        return i + 1
+                    i += 1  # ','
+            if text[i] == "[":
+                i = skip(i + 1)
+                if text[i] == "]":
+                    return i + 1
+                index = 0
+                while True:
+                    i = skip(value(i, (*loc, index)))
+                    index += 1
+                    if text[i] == "]":
+                        return i + 1
+                    i += 1  # ','
+            return decoder.raw_decode(text, i)[1]
+
+        value(0, ())
+        return result

@@ -1,0 +1,517 @@
+"""The embedded Service Bus broker: AMQP connections in, queues and the store underneath.
+
+One asyncio loop runs every connection (``ConnectionDriver``s from the AMQP layer); this
+module turns their events into queue operations. Changes made while handling events are
+group-committed once per loop turn (``_commit_soon``); only after that commit do the
+dependent dispositions go out (a send's ``accepted``, a complete's echo) and newly ready
+messages get delivered. So a peer never hears of a state the disk does not have.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from ..amqp import events as ev
+from ..amqp.connection import Connection
+from ..amqp.errors import AMQPError
+from ..amqp.link import Delivery, Link
+from ..amqp.message import Message, Properties, decode_message, encode_message
+from ..amqp.outcomes import Accepted, Modified, Rejected, Released
+from ..amqp.performatives import SND_SETTLED, Error
+from ..amqp.sasl import ANONYMOUS, MSSBCBS, PLAIN, SaslCredentials, SaslServer
+from ..amqp.transport import ConnectionDriver, serve
+from ..amqp.types import symbol, timestamp
+from . import wire
+from .auth import AuthorizationError, Authorizer, Grant
+from .queue import DEAD_LETTER_SUFFIX, LockLostError, Queue, QueueSettings, now_ms
+from .store import MessageStore
+
+log = logging.getLogger("replication.broker")
+
+CBS_NODE = "$cbs"
+MANAGEMENT_SUFFIX = "/$management"
+LINK_CREDIT = 1000
+MAX_LINKS_PER_CONNECTION = 1000
+SWEEP_INTERVAL = 0.1
+TOKEN_GRACE_SECONDS = 20.0
+"""A connection must put a token within this time (WIRE.md: Service Bus waits 20 s)."""
+LOCKED_UNTIL_UTC = symbol("com.microsoft:locked-until-utc")
+DEAD_LETTER_CONDITION = "com.microsoft:dead-letter"
+LOCK_LOST = "com.microsoft:message-lock-lost"
+NET_TICKS_AT_EPOCH = 621_355_968_000_000_000
+
+
+def entity_path(address: Any) -> str:
+    """``amqps://host:port/a/b`` or ``a/b`` -> ``a/b`` (entities match by path, never by host)."""
+    text = str(address or "")
+    if "://" in text:
+        text = urlparse(text).path
+    return text.strip("/")
+
+
+def error(condition: str, description: str) -> Error:
+    return Error(condition=symbol(condition), description=description)
+
+
+@dataclass(slots=True, eq=False)
+class Consumer:
+    """Our sending link to a peer that receives from a queue."""
+
+    link: Link
+    queue: Queue
+    peer: Peer
+    receive_and_delete: bool
+    locks: dict[int, Any] = field(default_factory=dict)  # id(delivery) -> Lock
+
+
+@dataclass(slots=True, eq=False)
+class Peer:
+    """Per-connection state: its grants, request/reply links and consumers."""
+
+    driver: ConnectionDriver
+    opened_at: float
+    grants: dict[str, Grant] = field(default_factory=dict)
+    plain_grant: Grant | None = None
+    reply_links: dict[str, Link] = field(default_factory=dict)
+    consumers: dict[int, Consumer] = field(default_factory=dict)  # id(link) -> Consumer
+    entity_links: dict[int, tuple[Link, str]] = field(default_factory=dict)
+
+
+class Broker:
+    """A Service Bus-compatible broker over a directory of durable state."""
+
+    def __init__(
+        self,
+        queues: dict[str, QueueSettings],
+        data_dir: Path | str,
+        authorizer: Authorizer,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 5672,
+        synchronous: str = "NORMAL",
+        idle_timeout: float | None = 240.0,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.authorizer = authorizer
+        self.idle_timeout = idle_timeout
+        self.data_dir = Path(data_dir)
+        self.store = MessageStore(self.data_dir / "messages.db", synchronous=synchronous)
+        self.queues: dict[str, Queue] = {}
+        for name, settings in queues.items():
+            dlq = Queue(name + DEAD_LETTER_SUFFIX, self.store, QueueSettings(
+                lock_duration=settings.lock_duration, max_delivery_count=2**31 - 1,
+                max_message_size=settings.max_message_size,
+            ))  # fmt: skip
+            queue = Queue(name, self.store, settings, dead_letter=dlq)
+            for q in (queue, dlq):
+                q.on_ready = self._deliver
+                self.queues[q.name.lower()] = q
+        self.store.commit()
+        self.peers: dict[int, Peer] = {}
+        self._consumers_by_queue: dict[str, list[Consumer]] = {}
+        self._after_commit: list[Callable[[], None]] = []
+        self._commit_handle: asyncio.Handle | None = None
+        self._touched: set[ConnectionDriver] = set()
+        self._server: asyncio.Server | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+        self._last_ttl_sweep = 0.0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        self._server = await serve(self._new_connection, self._on_event, self.host, self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
+        for queue in self.queues.values():
+            queue.publish()
+        log.info(
+            "broker listening on %s:%d, data in %s, queues: %s", self.host, self.port,
+            self.data_dir, ", ".join(q.name for q in self.queues.values()) or "none",
+        )  # fmt: skip
+
+    async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+        if self._server is not None:
+            self._server.close()
+            for peer in list(self.peers.values()):
+                await peer.driver.close(error("amqp:connection:forced", "broker stopping"), 2.0)
+            await self._server.wait_closed()
+        self._commit()
+        self.store.close()
+
+    def _new_connection(self) -> Connection:
+        return Connection(
+            server=True, container_id="replication-broker", idle_timeout=self.idle_timeout,
+            sasl=SaslServer((MSSBCBS, PLAIN, ANONYMOUS), self._authenticate_sasl),
+            require_sasl=False, properties={symbol("product"): "replication-broker"},
+        )  # fmt: skip
+
+    def _authenticate_sasl(self, credentials: SaslCredentials) -> bool:
+        if credentials.mechanism != PLAIN:
+            return True  # ANONYMOUS / MSSBCBS authorise later through CBS
+        return self.authorizer.authenticate_plain(
+            credentials.username or "", credentials.password or ""
+        )
+
+    # ------------------------------------------------------------------ commit
+
+    def _commit_soon(self, then: Callable[[], None] | None = None) -> None:
+        if then is not None:
+            self._after_commit.append(then)
+        if self._commit_handle is None:
+            self._commit_handle = asyncio.get_running_loop().call_soon(self._commit)
+
+    def _commit(self) -> None:
+        self._commit_handle = None
+        self.store.commit()
+        callbacks, self._after_commit = self._after_commit, []
+        for callback in callbacks:
+            callback()
+        for queue in self.queues.values():
+            if queue.pending_ready:
+                queue.publish()
+        touched, self._touched = self._touched, set()
+        for driver in touched:
+            driver.wake()
+
+    # ------------------------------------------------------------------ events
+
+    def _peer(self, driver: ConnectionDriver) -> Peer:
+        peer = self.peers.get(id(driver))
+        if peer is None:
+            peer = Peer(driver, time.monotonic())
+            self.peers[id(driver)] = peer
+            driver.on_resume = lambda: self._resume(peer)
+        return peer
+
+    def _on_event(self, driver: ConnectionDriver, event: ev.Event) -> None:
+        peer = self._peer(driver)
+        try:
+            if isinstance(event, ev.SaslCompleted):
+                credentials = event.credentials
+                if credentials is not None and credentials.mechanism == PLAIN:
+                    peer.plain_grant = self.authorizer.grant_for_rule(credentials.username)
+            elif isinstance(event, ev.LinkAttachRequested):
+                self._on_attach(peer, event.link)
+            elif isinstance(event, ev.DeliveryReceived):
+                self._on_transfer(peer, event.link, event.delivery)
+            elif isinstance(event, ev.LinkFlow):
+                consumer = peer.consumers.get(id(event.link))
+                if consumer is not None:
+                    self._pump(consumer)
+            elif isinstance(event, ev.DeliveryUpdated):
+                consumer = peer.consumers.get(id(event.link))
+                if consumer is not None:
+                    self._on_settle(consumer, event.delivery)
+            elif isinstance(event, ev.LinkDetached):
+                self._forget_link(peer, event.link)
+            elif isinstance(event, ev.ConnectionClosed):
+                self._forget_peer(peer)
+        finally:
+            self._touched.add(driver)
+
+    # ------------------------------------------------------------------ attach
+
+    def _on_attach(self, peer: Peer, link: Link) -> None:
+        if len(link.session.links) > MAX_LINKS_PER_CONNECTION:
+            link.refuse(error("amqp:resource-limit-exceeded", "too many links"))
+            return
+        if link.is_receiver:  # the peer sends: requests or messages
+            path = entity_path(getattr(link.remote_target, "address", None))
+        else:
+            path = entity_path(getattr(link.remote_source, "address", None))
+        if path.lower() == CBS_NODE or path.lower().endswith(MANAGEMENT_SUFFIX):
+            link.accept()
+            if link.is_receiver:
+                link.flow(LINK_CREDIT)
+            else:
+                peer.reply_links[path.lower()] = link
+            return
+        queue = self.queues.get(path.lower())
+        if queue is None:
+            link.refuse(
+                error("amqp:not-found", f"The messaging entity '{path}' could not be found.")
+            )
+            return
+        right = "Send" if link.is_receiver else "Listen"
+        problem = self._authorization_problem(peer, queue.name, right)
+        if problem is not None:
+            link.refuse(error("amqp:unauthorized-access", problem))
+            return
+        peer.entity_links[id(link)] = (link, queue.name)
+        if link.is_receiver:
+            link.accept(max_message_size=queue.settings.max_message_size)
+            link.flow(LINK_CREDIT)
+            return
+        link.accept(properties={LOCKED_UNTIL_UTC: NET_TICKS_AT_EPOCH})
+        consumer = Consumer(link, queue, peer, link.snd_settle_mode == SND_SETTLED)
+        peer.consumers[id(link)] = consumer
+        self._consumers_by_queue.setdefault(queue.name.lower(), []).append(consumer)
+
+    def _authorization_problem(self, peer: Peer, entity: str, right: str) -> str | None:
+        grants = list(peer.grants.values())
+        if peer.plain_grant is not None:
+            grants.append(peer.plain_grant)
+        if not grants:
+            return (
+                f"Unauthorized access. '{right}' claim(s) are required to perform this operation."
+            )
+        now = time.time()
+        last = "no token covers this entity"
+        for grant in grants:
+            if not grant.covers(entity) or grant.expired(now):
+                continue
+            try:
+                self.authorizer.check(grant, right, entity)
+                return None
+            except AuthorizationError as exc:
+                last = exc.description
+        return last
+
+    def _forget_link(self, peer: Peer, link: Link) -> None:
+        peer.entity_links.pop(id(link), None)
+        for name, reply in list(peer.reply_links.items()):
+            if reply is link:
+                del peer.reply_links[name]
+        consumer = peer.consumers.pop(id(link), None)
+        if consumer is not None:
+            consumers = self._consumers_by_queue.get(consumer.queue.name.lower(), [])
+            if consumer in consumers:
+                consumers.remove(consumer)
+            consumer.queue.release_owner(consumer)
+            self._commit_soon()
+
+    def _forget_peer(self, peer: Peer) -> None:
+        for consumer in list(peer.consumers.values()):
+            self._forget_link(peer, consumer.link)
+        self.peers.pop(id(peer.driver), None)
+
+    # ------------------------------------------------------------------ transfers in
+
+    def _on_transfer(self, peer: Peer, link: Link, delivery: Delivery) -> None:
+        if link.link_credit < LINK_CREDIT // 2:
+            link.flow(LINK_CREDIT)
+        path = entity_path(getattr(link.target, "address", None)).lower()
+        if path == CBS_NODE:
+            self._on_cbs_request(peer, delivery)
+            return
+        if path.endswith(MANAGEMENT_SUFFIX):
+            from .management import handle_request
+
+            handle_request(self, peer, path[: -len(MANAGEMENT_SUFFIX)], delivery)
+            return
+        queue = self.queues[path]
+        problem = self._authorization_problem(peer, queue.name, "Send")
+        if problem is not None:
+            delivery.update(Rejected(error=error("amqp:unauthorized-access", problem)))
+            return
+        if len(delivery.payload) > queue.settings.max_message_size:
+            delivery.update(Rejected(error=error(
+                "amqp:link:message-size-exceeded",
+                f"The received message (size {len(delivery.payload)}) exceeds the limit "
+                f"({queue.settings.max_message_size}) of entity '{queue.name}'.",
+            )))  # fmt: skip
+            return
+        try:
+            messages = wire.parse_transfer(delivery.payload, delivery.message_format)
+        except AMQPError as exc:
+            delivery.update(Rejected(error=error("amqp:decode-error", exc.description)))
+            return
+        now = now_ms()
+        for message in messages:
+            queue.enqueue(message, now)
+        if delivery.settled:
+            self._commit_soon()
+        else:
+            self._commit_soon(lambda: delivery.update(Accepted()))
+
+    # ------------------------------------------------------------------ CBS
+
+    def _on_cbs_request(self, peer: Peer, delivery: Delivery) -> None:
+        request = decode_message(delivery.payload)
+        props = request.application_properties or {}
+        audience = str(props.get("name", ""))
+        status, description = 202, "Accepted"
+        if props.get("operation") != "put-token":
+            status, description = 400, f"unsupported CBS operation {props.get('operation')!r}"
+        else:
+            try:
+                grant = self.authorizer.validate(str(request.body), audience, time.time())
+                peer.grants[audience.lower()] = grant
+            except AuthorizationError as exc:
+                status, description = 401, exc.description
+        if not delivery.settled:
+            delivery.update(Accepted())
+        self._reply(
+            peer, CBS_NODE, request, {"status-code": status, "status-description": description}
+        )
+
+    def _reply(
+        self, peer: Peer, node: str, request: Message, properties: dict[str, Any], body: Any = None
+    ) -> None:
+        link = peer.reply_links.get(node.lower())
+        if link is None or not link.is_open:
+            log.warning("no reply link for %s; response dropped", node)
+            return
+        correlation = request.properties.message_id if request.properties else None
+        response = Message(
+            body=body, properties=Properties(correlation_id=correlation),
+            application_properties=properties,
+        )  # fmt: skip
+        from ..amqp.message import BodyType
+
+        response.body_type = BodyType.VALUE
+        link.send(encode_message(response), settled=True)
+
+    # ------------------------------------------------------------------ deliveries out
+
+    def _deliver(self, queue: Queue) -> None:
+        for consumer in list(self._consumers_by_queue.get(queue.name.lower(), [])):
+            self._pump(consumer)
+            if not queue.ready:
+                break
+
+    def _resume(self, peer: Peer) -> None:
+        """The peer's socket drained: deliver what its full buffer held back."""
+        for consumer in list(peer.consumers.values()):
+            self._pump(consumer)
+
+    def _pump(self, consumer: Consumer) -> None:
+        link = consumer.link
+        want = link.link_credit - link.queued
+        if want <= 0 or not link.is_open or consumer.peer.driver.paused:
+            return  # a slow reader holds back only its own deliveries
+        queue = consumer.queue
+        now = now_ms()
+        rows = queue.take(want, now)
+        for row in rows:
+            if consumer.receive_and_delete:
+                queue.store.delete(queue.entity, row.seq)
+                link.send(queue.payload(row, None), settled=True)
+                continue
+            lock = queue.lock(row, now, owner=consumer)
+            delivery = link.send(queue.payload(row, lock), tag=lock.token.bytes_le)
+            consumer.locks[id(delivery)] = lock
+        if rows:
+            self._touched.add(consumer.peer.driver)
+            self._commit_soon()
+
+    def _on_settle(self, consumer: Consumer, delivery: Delivery) -> None:
+        lock = consumer.locks.pop(id(delivery), None)
+        state = delivery.remote_state
+        if lock is None:
+            return
+        queue = consumer.queue
+        now = now_ms()
+        try:
+            if isinstance(state, Accepted):
+                queue.complete(lock.token, now)
+                reply: Any = Accepted()
+            elif isinstance(state, Rejected):
+                info = (state.error.info or {}) if state.error else {}
+                queue.dead_letter_locked(
+                    lock.token, now, _text(info.get("DeadLetterReason")),
+                    _text(info.get("DeadLetterErrorDescription")),
+                )  # fmt: skip
+                reply = Rejected()
+            elif isinstance(state, Modified) and state.undeliverable_here:
+                queue.defer(lock.token, now)
+                reply = state
+            elif isinstance(state, Modified):
+                queue.abandon(lock.token, now, count=bool(state.delivery_failed))
+                reply = state
+            elif isinstance(state, Released):
+                queue.abandon(lock.token, now, count=False)
+                reply = state
+            else:
+                return
+        except LockLostError as exc:
+            delivery.update(Rejected(error=error(LOCK_LOST, str(exc))))
+            self._touched.add(consumer.peer.driver)
+            return
+        self._commit_soon(lambda: delivery.update(reply))
+
+    # ------------------------------------------------------------------ timers
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_INTERVAL)
+            try:
+                self._sweep()
+            except Exception:
+                log.exception("broker sweep failed")
+
+    def _sweep(self) -> None:
+        now = now_ms()
+        changed = False
+        for queue in self.queues.values():
+            if queue.locks:
+                before = len(queue.locks)
+                queue.expire_locks(now)
+                changed |= len(queue.locks) != before
+        for entity, seq in self.store.due_scheduled(now):
+            queue = self._queue_by_entity(entity)
+            if queue is not None:
+                queue.activate_scheduled(seq)
+                changed = True
+        if time.monotonic() - self._last_ttl_sweep > 1.0:
+            self._last_ttl_sweep = time.monotonic()
+            for entity, seq in self.store.expired(now):
+                queue = self._queue_by_entity(entity)
+                if queue is not None and not any(lk.seq == seq for lk in queue.locks.values()):
+                    queue.expire(seq)
+                    changed = True
+            self._check_tokens()
+        if changed:
+            self._commit_soon()
+
+    def _queue_by_entity(self, entity: int) -> Queue | None:
+        for queue in self.queues.values():
+            if queue.entity == entity:
+                return queue
+        return None
+
+    def _check_tokens(self) -> None:
+        now = time.time()
+        for peer in list(self.peers.values()):
+            for link, entity in list(peer.entity_links.values()):
+                right = "Send" if link.is_receiver else "Listen"
+                problem = self._authorization_problem(peer, entity, right)
+                if problem is not None and link.is_open:
+                    link.detach(error("amqp:unauthorized-access", f"token expired: {problem}"))
+                    self._touched.add(peer.driver)
+            if (
+                not peer.grants and peer.plain_grant is None
+                and time.monotonic() - peer.opened_at > TOKEN_GRACE_SECONDS
+                and peer.entity_links
+            ):  # fmt: skip
+                peer.driver.connection.close(
+                    error("amqp:unauthorized-access", "no token within the grace period")
+                )
+                self._touched.add(peer.driver)
+        del now
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def ticks(ms: int) -> int:
+    """Unix milliseconds as .NET ticks (what ``com.microsoft:locked-until-utc`` carries)."""
+    return ms * 10_000 + NET_TICKS_AT_EPOCH
+
+
+_ = (uuid, timestamp)

@@ -1,0 +1,173 @@
+"""Service Bus message layout on the wire: what the broker reads from a send, writes to a receive.
+
+A sender's message is split once into the parts the broker needs (ids, TTL, schedule) and
+the bare message, kept byte for byte; a delivery is a fresh header and message-annotations
+section (sequence number, enqueued time, lock expiry, ...) followed by those same bytes, so a
+message is never re-encoded on its way through.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from ..amqp import codec
+from ..amqp.errors import DecodeError
+from ..amqp.message import (
+    AmqpSequence,
+    AmqpValue,
+    ApplicationProperties,
+    Data,
+    DeliveryAnnotations,
+    Footer,
+    Header,
+    MessageAnnotations,
+    Properties,
+)
+from ..amqp.types import symbol, timestamp
+
+BATCH_FORMAT = 0x80013700
+"""message-format of a Service Bus batch: each data section holds one encoded message."""
+
+SEQUENCE_NUMBER = symbol("x-opt-sequence-number")
+ENQUEUED_TIME = symbol("x-opt-enqueued-time")
+LOCKED_UNTIL = symbol("x-opt-locked-until")
+LOCK_TOKEN = symbol("x-opt-lock-token")
+PARTITION_KEY = symbol("x-opt-partition-key")
+SCHEDULED_TIME = symbol("x-opt-scheduled-enqueue-time")
+MESSAGE_STATE = symbol("x-opt-message-state")
+DEAD_LETTER_SOURCE = symbol("x-opt-deadletter-source")
+ENQUEUE_SEQUENCE = symbol("x-opt-enqueue-sequence-number")
+_BROKER_KEYS = frozenset(
+    {SEQUENCE_NUMBER, ENQUEUED_TIME, LOCKED_UNTIL, LOCK_TOKEN, MESSAGE_STATE, ENQUEUE_SEQUENCE}
+)
+_BARE_SECTIONS = (Properties, ApplicationProperties, Data, AmqpSequence, AmqpValue, Footer)
+
+
+@dataclass(slots=True)
+class IncomingMessage:
+    """One message as sent, split into what the broker interprets and the bytes it keeps."""
+
+    header: Header | None
+    annotations: dict[Any, Any]
+    properties: Properties | None
+    application_properties: dict[str, Any] | None
+    bare: bytes
+    size: int
+
+    @property
+    def message_id(self) -> str | None:
+        value = self.properties.message_id if self.properties else None
+        return None if value is None else str(value)
+
+    @property
+    def session_id(self) -> str | None:
+        return self.properties.group_id if self.properties else None
+
+    @property
+    def ttl_ms(self) -> int | None:
+        """The sender's time to live (header ttl), if any."""
+        return int(self.header.ttl) if self.header and self.header.ttl else None
+
+    @property
+    def scheduled_ms(self) -> int | None:
+        value = self.annotations.get(SCHEDULED_TIME)
+        return int(value) if value is not None else None
+
+
+def parse_message(payload: bytes) -> IncomingMessage:
+    """Splits one encoded message; the bare part is kept as the sender wrote it."""
+    header = None
+    annotations: dict[Any, Any] = {}
+    properties = None
+    application_properties = None
+    bare_start = len(payload)
+    pos = 0
+    while pos < len(payload):
+        start = pos
+        section, pos = codec.decode_at(payload, pos)
+        kind = type(section)
+        if kind in _BARE_SECTIONS:
+            if bare_start == len(payload):
+                bare_start = start
+            if kind is Properties:
+                properties = section
+            elif kind is ApplicationProperties:
+                application_properties = section.value
+        elif bare_start != len(payload):
+            raise DecodeError(f"{kind.__name__} after the bare message")
+        elif kind is Header:
+            header = section
+        elif kind is MessageAnnotations:
+            annotations = dict(section.value)
+        elif kind is not DeliveryAnnotations:
+            raise DecodeError(f"not a message section: {section!r}")
+    return IncomingMessage(
+        header, annotations, properties, application_properties, payload[bare_start:], len(payload)
+    )
+
+
+def parse_transfer(payload: bytes, message_format: int) -> list[IncomingMessage]:
+    """The messages of one transfer: one, or each data section of a batch."""
+    if message_format != BATCH_FORMAT:
+        return [parse_message(payload)]
+    messages = []
+    for section in codec.decode_all(payload):
+        if type(section) is Data:
+            messages.append(parse_message(section.value))
+    return messages
+
+
+def encode_annotations(annotations: dict[Any, Any]) -> bytes:
+    """The message-annotations section bytes the store keeps (sender's keys only)."""
+    kept = {k: v for k, v in annotations.items() if k not in _BROKER_KEYS}
+    if not kept:
+        return b""
+    out = bytearray()
+    MessageAnnotations._amqp_encode(out, MessageAnnotations(kept))  # type: ignore[attr-defined]
+    return bytes(out)
+
+
+def delivery_payload(
+    *,
+    bare: bytes,
+    sender_annotations: bytes | None,
+    sequence_number: int,
+    enqueued_ms: int,
+    delivery_count: int,
+    ttl_ms: int | None,
+    locked_until_ms: int | None,
+    lock_token: uuid.UUID | None,
+    state: int = 0,
+    dead_letter_source: str | None = None,
+) -> bytes:
+    """The bytes of one delivery: header, merged annotations, then the sender's bare message."""
+    out = bytearray()
+    Header._amqp_encode(  # type: ignore[attr-defined]
+        out,
+        Header(durable=True, ttl=ttl_ms if ttl_ms and ttl_ms <= 0xFFFFFFFF else None,
+               delivery_count=delivery_count),
+    )  # fmt: skip
+    annotations: dict[Any, Any] = {}
+    if sender_annotations:
+        annotations.update(codec.decode(sender_annotations).value)
+    annotations[SEQUENCE_NUMBER] = sequence_number
+    annotations[ENQUEUED_TIME] = timestamp(enqueued_ms)
+    annotations[ENQUEUE_SEQUENCE] = sequence_number
+    if locked_until_ms is not None:
+        annotations[LOCKED_UNTIL] = timestamp(locked_until_ms)
+    if lock_token is not None:
+        annotations[LOCK_TOKEN] = lock_token
+    if state:
+        annotations[MESSAGE_STATE] = state
+    if dead_letter_source:
+        annotations[DEAD_LETTER_SOURCE] = dead_letter_source
+    MessageAnnotations._amqp_encode(out, MessageAnnotations(annotations))  # type: ignore[attr-defined]
+    out += bare
+    return bytes(out)
+
+
+def lock_token_for_tag(tag: bytes) -> uuid.UUID:
+    """The SDK reads the lock token as ``UUID(bytes_le=delivery_tag)``."""
+    return uuid.UUID(bytes_le=bytes(tag))
