@@ -98,12 +98,14 @@ class Broker:
         host: str = "127.0.0.1",
         port: int = 5672,
         synchronous: str = "NORMAL",
-        idle_timeout: float | None = 240.0,
+        idle_timeout: float | None = None,
     ) -> None:
         self.host = host
         self.port = port
         self.authorizer = authorizer
         self.idle_timeout = idle_timeout
+        """None by default: the sync SDK sends heartbeats only while inside a call, so an idle
+        (but healthy) client would be dropped; dead peers show up as closed sockets."""
         self.data_dir = Path(data_dir)
         self.store = MessageStore(self.data_dir / "messages.db", synchronous=synchronous)
         self.queues: dict[str, Queue] = {}
@@ -245,6 +247,9 @@ class Broker:
             link.refuse(
                 error("amqp:not-found", f"The messaging entity '{path}' could not be found.")
             )
+            return
+        if link.is_receiver and queue.name.endswith(DEAD_LETTER_SUFFIX):
+            link.refuse(error("amqp:not-allowed", f"cannot send to a dead-letter queue: {path}"))
             return
         right = "Send" if link.is_receiver else "Listen"
         problem = self._authorization_problem(peer, queue.name, right)
