@@ -71,6 +71,11 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if config.logging.to_file:
+        args.data_dir.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(args.data_dir / "broker.log")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logging.getLogger().addHandler(handler)  # Logging.Type File: under the data dir
     try:
         broker = build_broker(
             config, args.data_dir, args.host, args.port, "FULL" if args.fsync else "NORMAL"
