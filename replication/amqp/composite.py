@@ -49,8 +49,12 @@ def _dashed(name: str) -> str:
     return name.replace("_", "-")
 
 
-def composite(code: int, name: str) -> Callable[[type[T]], type[T]]:
-    """Class decorator: makes a dataclass an AMQP composite with descriptor ``code``/``name``."""
+def composite(code: int, name: str, *, trim: bool = True) -> Callable[[type[T]], type[T]]:
+    """Class decorator: makes a dataclass an AMQP composite with descriptor ``code``/``name``.
+
+    ``trim=False`` writes trailing null fields instead of dropping them (spec 1.4 allows
+    both) for peers that index the list by position.
+    """
 
     def decorate(cls: type[T]) -> type[T]:
         fields = dataclasses.fields(cls)  # type: ignore[arg-type]
@@ -120,8 +124,11 @@ def composite(code: int, name: str) -> Callable[[type[T]], type[T]]:
                 namespace["as_tuple"] = _as_tuple
                 dec.append(f"    {arg} = as_tuple({arg})")
             dec_args.append(arg)
-        enc.append("    del body[cut:]")
-        enc.append("    write_list(out, body, n)")
+        if trim:
+            enc.append("    del body[cut:]")
+            enc.append("    write_list(out, body, n)")
+        else:
+            enc.append(f"    write_list(out, body, {len(fields)})")
         dec.append(f"    return cls({', '.join(dec_args)})")
         exec("\n".join(enc), namespace)
         exec("\n".join(dec), namespace)

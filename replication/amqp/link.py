@@ -135,6 +135,10 @@ class Link:
         self.link_credit = 0
         self.available = 0
         self.drain = False
+        self.receive_limit: int | None = None
+        """Largest delivery this receiver reassembles before detaching the link with
+        message-size-exceeded; defaults to ``max_message_size``. A broker can set it above the
+        advertised limit to answer an oversize message with a rejected disposition instead."""
         self.auto_drain = True
         """A sender with nothing buffered answers a drain by itself when output is collected."""
         self._outgoing: deque[Delivery] = deque()

@@ -21,7 +21,8 @@ ROLE_SENDER = False
 ROLE_RECEIVER = True
 
 
-@composite(0x1D, "amqp:error:list")
+# untrimmed: the azure-servicebus SDK reads an error's info as element 2 of the list
+@composite(0x1D, "amqp:error:list", trim=False)
 @dataclass(slots=True)
 class Error:
     condition: str = amqp_field("symbol", mandatory=True)

@@ -467,7 +467,7 @@ class Session:
             return
         if payload:
             link._partial_size += len(payload)
-            limit = link.max_message_size or DEFAULT_MAX_MESSAGE_SIZE
+            limit = link.receive_limit or link.max_message_size or DEFAULT_MAX_MESSAGE_SIZE
             if link._partial_size > limit:
                 link._partial = None
                 link._partial_chunks = []

@@ -39,7 +39,12 @@ log = logging.getLogger("replication.broker")
 
 CBS_NODE = "$cbs"
 MANAGEMENT_SUFFIX = "/$management"
-LINK_CREDIT = 1000
+LINK_CREDIT = 10_000
+"""Credit for a sending peer; the SDK ignores credit and counts from 10,000 itself."""
+RECEIVE_LIMIT = 4 * 1024 * 1024
+"""Deliveries up to this size are read and refused with a rejected disposition when over the
+entity's limit (what the SDK expects: it does not check single messages); larger ones cost the
+peer its link."""
 MAX_LINKS_PER_CONNECTION = 1000
 SWEEP_INTERVAL = 0.1
 TOKEN_GRACE_SECONDS = 20.0
@@ -259,6 +264,7 @@ class Broker:
         peer.entity_links[id(link)] = (link, queue.name)
         if link.is_receiver:
             link.accept(max_message_size=queue.settings.max_message_size)
+            link.receive_limit = max(RECEIVE_LIMIT, queue.settings.max_message_size)
             link.flow(LINK_CREDIT)
             return
         link.accept(properties={LOCKED_UNTIL_UTC: NET_TICKS_AT_EPOCH})
