@@ -82,12 +82,18 @@ def parse_message(payload: bytes) -> IncomingMessage:
     annotations: dict[Any, Any] = {}
     properties = None
     application_properties = None
-    bare_start = len(payload)
+    bare_start = bare_end = len(payload)
     pos = 0
     while pos < len(payload):
         start = pos
         section, pos = codec.decode_at(payload, pos)
         kind = type(section)
+        if kind is DeliveryAnnotations:
+            if bare_start != len(payload):  # the SDK writes them last: not part of the message
+                bare_end = min(bare_end, start)
+            continue
+        if bare_end != len(payload):
+            raise DecodeError(f"{kind.__name__} after the delivery-annotations")
         if kind in _BARE_SECTIONS:
             if bare_start == len(payload):
                 bare_start = start
@@ -101,11 +107,12 @@ def parse_message(payload: bytes) -> IncomingMessage:
             header = section
         elif kind is MessageAnnotations:
             annotations = dict(section.value)
-        elif kind is not DeliveryAnnotations:
+        else:
             raise DecodeError(f"not a message section: {section!r}")
     return IncomingMessage(
-        header, annotations, properties, application_properties, payload[bare_start:], len(payload)
-    )
+        header, annotations, properties, application_properties,
+        payload[bare_start:bare_end], len(payload),
+    )  # fmt: skip
 
 
 def parse_transfer(payload: bytes, message_format: int) -> list[IncomingMessage]:
