@@ -105,8 +105,10 @@ class Queue:
         if self.is_duplicate(message.message_id, now):
             return None
         ttl = message.ttl_ms
-        if ttl is None and self.settings.default_ttl is not None:
-            ttl = int(self.settings.default_ttl.total_seconds() * 1000)
+        if self.settings.default_ttl is not None:
+            # A message's TTL cannot exceed the entity's default: Service Bus lowers it.
+            default_ttl = int(self.settings.default_ttl.total_seconds() * 1000)
+            ttl = default_ttl if ttl is None else min(ttl, default_ttl)
         scheduled = message.scheduled_ms
         state = STATE_SCHEDULED if scheduled is not None and scheduled > now else STATE_ACTIVE
         seq = self.store.next_sequence(self.entity)
@@ -114,7 +116,8 @@ class Queue:
             self.entity,
             StoredMessage(
                 seq=seq, state=state, delivery_count=0, enqueued_ms=now,
-                expires_ms=now + ttl if ttl else None,
+                # a scheduled message lives from when it becomes active, not from the send
+                expires_ms=(scheduled if state == STATE_SCHEDULED else now) + ttl if ttl else None,
                 scheduled_ms=scheduled if state == STATE_SCHEDULED else None,
                 message_id=message.message_id, session_id=message.session_id,
                 dead_letter_source=None,
@@ -201,6 +204,9 @@ class Queue:
         self, token: uuid.UUID, now: int, reason: str | None, description: str | None
     ) -> None:
         lock = self._take_lock(token, now)
+        if self.dead_letter is None:  # already a dead-letter queue: keep it, as an abandon would
+            self._return(lock, count=False)
+            return
         self._move_to_dead_letter(lock.seq, reason, description, count=1)
 
     def renew(self, token: uuid.UUID, now: int) -> int:

@@ -23,7 +23,7 @@ from urllib.parse import urlparse
 from ..amqp import events as ev
 from ..amqp.connection import Connection
 from ..amqp.errors import AMQPError
-from ..amqp.link import Delivery, Link
+from ..amqp.link import Delivery, Link, LinkState
 from ..amqp.message import Message, Properties, decode_message, encode_message
 from ..amqp.outcomes import Accepted, Modified, Rejected, Released
 from ..amqp.performatives import SND_SETTLED, Error
@@ -46,6 +46,10 @@ RECEIVE_LIMIT = 4 * 1024 * 1024
 entity's limit (what the SDK expects: it does not check single messages); larger ones cost the
 peer its link."""
 MAX_LINKS_PER_CONNECTION = 1000
+PUMP_BATCH = 100
+"""Most deliveries one pump hands a consumer's link; the next batch follows once this one is
+written, so a huge credit never pulls a whole queue into memory and a reader that stops
+reading is held back (``driver.paused``) after one batch."""
 SWEEP_INTERVAL = 0.1
 TOKEN_GRACE_SECONDS = 20.0
 """A connection must put a token within this time (WIRE.md: Service Bus waits 20 s)."""
@@ -89,6 +93,9 @@ class Peer:
     reply_links: dict[str, Link] = field(default_factory=dict)
     consumers: dict[int, Consumer] = field(default_factory=dict)  # id(link) -> Consumer
     entity_links: dict[int, tuple[Link, str]] = field(default_factory=dict)
+    links: set[int] = field(default_factory=set)
+    """id() of every link answered (accepted or refused) and not yet detached, in any session:
+    what ``MAX_LINKS_PER_CONNECTION`` counts."""
 
 
 class Broker:
@@ -233,9 +240,16 @@ class Broker:
     # ------------------------------------------------------------------ attach
 
     def _on_attach(self, peer: Peer, link: Link) -> None:
-        if len(link.session.links) > MAX_LINKS_PER_CONNECTION:
-            link.refuse(error("amqp:resource-limit-exceeded", "too many links"))
+        if link.state is not LinkState.ATTACH_RECEIVED:
+            return  # detached (or its session ended) in the same read, before we could answer
+        if len(peer.links) >= MAX_LINKS_PER_CONNECTION:
+            peer.links.add(id(link))  # a refused link holds its handle until the peer detaches
+            link.refuse(error(
+                "amqp:resource-limit-exceeded",
+                f"too many links: at most {MAX_LINKS_PER_CONNECTION} per connection",
+            ))  # fmt: skip
             return
+        peer.links.add(id(link))
         if link.is_receiver:  # the peer sends: requests or messages
             path = entity_path(getattr(link.remote_target, "address", None))
         else:
@@ -293,6 +307,7 @@ class Broker:
         return last
 
     def _forget_link(self, peer: Peer, link: Link) -> None:
+        peer.links.discard(id(link))
         peer.entity_links.pop(id(link), None)
         for name, reply in list(peer.reply_links.items()):
             if reply is link:
@@ -407,7 +422,7 @@ class Broker:
             return  # a slow reader holds back only its own deliveries
         queue = consumer.queue
         now = now_ms()
-        rows = queue.take(want, now)
+        rows = queue.take(min(want, PUMP_BATCH), now)
         for row in rows:
             if consumer.receive_and_delete:
                 queue.store.delete(queue.entity, row.seq)
@@ -419,6 +434,13 @@ class Broker:
         if rows:
             self._touched.add(consumer.peer.driver)
             self._commit_soon()
+            if want > PUMP_BATCH and queue.ready:  # the next batch once this one is written
+                consumer.peer.driver.wake()
+                asyncio.get_running_loop().call_soon(self._pump_more, consumer)
+
+    def _pump_more(self, consumer: Consumer) -> None:
+        if consumer.peer.consumers.get(id(consumer.link)) is consumer:  # still attached
+            self._pump(consumer)
 
     def _on_settle(self, consumer: Consumer, delivery: Delivery) -> None:
         lock = consumer.locks.pop(id(delivery), None)
