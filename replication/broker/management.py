@@ -12,12 +12,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..amqp.link import Delivery
-from ..amqp.message import Message, decode_message
+from ..amqp.message import decode_message
 from ..amqp.outcomes import Accepted
 from ..amqp.types import AMQPType, Array, timestamp
 from . import wire
 from .queue import LockLostError, Queue, now_ms
-from .store import STATE_SCHEDULED
 
 if TYPE_CHECKING:
     from .server import Broker, Peer
@@ -108,7 +107,7 @@ def _renew_lock(broker: Broker, peer: Peer, queue: Queue, body: dict[str, Any]) 
 def _peek(broker: Broker, peer: Peer, queue: Queue, body: dict[str, Any]) -> tuple[int, Any]:
     start = int(body.get("from-sequence-number", 0))
     count = max(1, int(body.get("message-count", 1)))
-    rows = [r for r in broker.store.scan(queue.entity, start, count)]
+    rows = broker.store.scan(queue.entity, start, count)
     if not rows:
         return 204, {"messages": []}
     return 200, {"messages": [{"message": queue.payload(row, None)} for row in rows]}
@@ -153,8 +152,8 @@ def _update_disposition(
             queue.defer(token, now)
         elif status == "suspended":
             queue.dead_letter_locked(
-                token, now, _text(body.get("deadletter-reason")),
-                _text(body.get("deadletter-description")),
+                token, now, wire.optional_text(body.get("deadletter-reason")),
+                wire.optional_text(body.get("deadletter-description")),
             )  # fmt: skip
         else:
             raise ManagementError(400, "com.microsoft:argument-error", f"status {status!r}")
@@ -178,9 +177,3 @@ def _cancel(broker: Broker, peer: Peer, queue: Queue, body: dict[str, Any]) -> t
     queue.cancel_scheduled([int(s) for s in body.get("sequence-numbers", [])])
     return 200, {}
 
-
-def _text(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-_ = (Message, STATE_SCHEDULED)

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import logging
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,12 +23,12 @@ from ..amqp import events as ev
 from ..amqp.connection import Connection
 from ..amqp.errors import AMQPError
 from ..amqp.link import Delivery, Link, LinkState
-from ..amqp.message import Message, Properties, decode_message, encode_message
+from ..amqp.message import BodyType, Message, Properties, decode_message, encode_message
 from ..amqp.outcomes import Accepted, Modified, Rejected, Released
 from ..amqp.performatives import SND_SETTLED, Error
 from ..amqp.sasl import ANONYMOUS, MSSBCBS, PLAIN, SaslCredentials, SaslServer
 from ..amqp.transport import ConnectionDriver, serve
-from ..amqp.types import symbol, timestamp
+from ..amqp.types import symbol
 from . import wire
 from .auth import AuthorizationError, Authorizer, Grant
 from .queue import DEAD_LETTER_SUFFIX, LockLostError, Queue, QueueSettings, now_ms
@@ -394,12 +393,9 @@ class Broker:
             return
         correlation = request.properties.message_id if request.properties else None
         response = Message(
-            body=body, properties=Properties(correlation_id=correlation),
+            body=body, body_type=BodyType.VALUE, properties=Properties(correlation_id=correlation),
             application_properties=properties,
         )  # fmt: skip
-        from ..amqp.message import BodyType
-
-        response.body_type = BodyType.VALUE
         link.send(encode_message(response), settled=True)
 
     # ------------------------------------------------------------------ deliveries out
@@ -456,8 +452,8 @@ class Broker:
             elif isinstance(state, Rejected):
                 info = (state.error.info or {}) if state.error else {}
                 queue.dead_letter_locked(
-                    lock.token, now, _text(info.get("DeadLetterReason")),
-                    _text(info.get("DeadLetterErrorDescription")),
+                    lock.token, now, wire.optional_text(info.get("DeadLetterReason")),
+                    wire.optional_text(info.get("DeadLetterErrorDescription")),
                 )  # fmt: skip
                 reply = Rejected()
             elif isinstance(state, Modified) and state.undeliverable_here:
@@ -518,7 +514,6 @@ class Broker:
         return None
 
     def _check_tokens(self) -> None:
-        now = time.time()
         for peer in list(self.peers.values()):
             for link, entity in list(peer.entity_links.values()):
                 right = "Send" if link.is_receiver else "Listen"
@@ -535,16 +530,3 @@ class Broker:
                     error("amqp:unauthorized-access", "no token within the grace period")
                 )
                 self._touched.add(peer.driver)
-        del now
-
-
-def _text(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-def ticks(ms: int) -> int:
-    """Unix milliseconds as .NET ticks (what ``com.microsoft:locked-until-utc`` carries)."""
-    return ms * 10_000 + NET_TICKS_AT_EPOCH
-
-
-_ = (uuid, timestamp)

@@ -175,6 +175,11 @@ def delivery_payload(
     return bytes(out)
 
 
+def optional_text(value: Any) -> str | None:
+    """A dead-letter reason or description as text (peers send str, symbol or nothing)."""
+    return None if value is None else str(value)
+
+
 def lock_token_for_tag(tag: bytes) -> uuid.UUID:
     """The SDK reads the lock token as ``UUID(bytes_le=delivery_tag)``."""
     return uuid.UUID(bytes_le=bytes(tag))
