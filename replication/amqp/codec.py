@@ -247,7 +247,7 @@ def _enc_symbol(out: bytearray, value: Any) -> None:
 
 
 def _write_compound(out: bytearray, body: bytearray | bytes, count: int, small: int) -> None:
-    """Writes a list or map header + body, choosing the 8-bit form when it fits."""
+    """Writes a list, map or array header + body, choosing the 8-bit form when it fits."""
     size = len(body)
     if size < 0xFF and count <= 0xFF:
         out += bytes((small, size + 1, count))
@@ -418,13 +418,7 @@ def _enc_array(out: bytearray, value: Any) -> None:
                 write(body, item)
     except (struct.error, OverflowError, UnicodeEncodeError) as exc:
         raise EncodeError(f"array of {kind.name}: {exc}") from None
-    count = len(items)
-    size = len(body)
-    if size < 0xFF and count <= 0xFF:
-        out += bytes((0xE0, size + 1, count))
-    else:
-        out += _pack_BII(0xF0, size + 4, count)
-    out += body
+    _write_compound(out, body, len(items), 0xE0)
 
 
 ENCODERS: dict[type, Encoder] = {

@@ -168,13 +168,8 @@ must become a decode error here, not a crash when the value is used or re-encode
 def _write_list(out: bytearray, body: bytearray, count: int) -> None:
     if count == 0:
         out.append(0x45)
-        return
-    size = len(body)
-    if size < 0xFF:
-        out += bytes((0xC0, size + 1, count))
     else:
-        out += codec._pack_BII(0xD0, size + 4, count)
-    out += body
+        codec._write_compound(out, body, count, 0xC0)
 
 
 def _as_tuple(value: Any) -> tuple[Any, ...] | None:
