@@ -158,6 +158,16 @@ class Queue:
                 taken.append(row)
         return taken
 
+    def untake(self, rows: list[StoredMessage]) -> None:
+        """Taken but not delivered: ready again, in their places."""
+        self.ready.update(row.seq for row in rows)
+
+    def restore(self, rows: list[StoredMessage]) -> None:
+        """Re-inserts deleted rows (a receive-and-delete whose link went away before delivery)."""
+        for row in rows:
+            self.store.insert(self.entity, row)
+            self.pending_ready.append(row.seq)
+
     def lock(self, row: StoredMessage, now: int, owner: Any = None) -> Lock:
         until = now + int(self.settings.lock_duration.total_seconds() * 1000)
         lock = Lock(uuid.uuid4(), row.seq, self, until, row.delivery_count, owner)

@@ -32,7 +32,7 @@ from ..amqp.types import symbol
 from . import wire
 from .auth import AuthorizationError, Authorizer, Grant
 from .queue import DEAD_LETTER_SUFFIX, LockLostError, Queue, QueueSettings, now_ms
-from .store import MessageStore
+from .store import MessageStore, StoredMessage
 
 log = logging.getLogger("replication.broker")
 
@@ -49,6 +49,9 @@ PUMP_BATCH = 100
 """Most deliveries one pump hands a consumer's link; the next batch follows once this one is
 written, so a huge credit never pulls a whole queue into memory and a reader that stops
 reading is held back (``driver.paused``) after one batch."""
+PUMP_BYTES = 1024 * 1024
+"""...and at most about this many message bytes (at least one message), so a batch of
+256 KiB messages does not hold 25 MB at once."""
 SWEEP_INTERVAL = 0.1
 TOKEN_GRACE_SECONDS = 20.0
 """A connection must put a token within this time (WIRE.md: Service Bus waits 20 s)."""
@@ -79,6 +82,8 @@ class Consumer:
     peer: Peer
     receive_and_delete: bool
     locks: dict[int, Any] = field(default_factory=dict)  # id(delivery) -> Lock
+    in_flight: int = 0
+    """Receive-and-delete messages taken and waiting for their delete to commit."""
 
 
 @dataclass(slots=True, eq=False)
@@ -241,6 +246,14 @@ class Broker:
     def _on_attach(self, peer: Peer, link: Link) -> None:
         if link.state is not LinkState.ATTACH_RECEIVED:
             return  # detached (or its session ended) in the same read, before we could answer
+        if len(peer.links) >= 2 * MAX_LINKS_PER_CONNECTION:
+            # refusals the peer never detaches would pile up without end: stop the connection
+            peer.driver.connection.close(error(
+                "amqp:resource-limit-exceeded",
+                f"too many links: at most {MAX_LINKS_PER_CONNECTION} per connection, and "
+                "refused links were not detached",
+            ))  # fmt: skip
+            return
         if len(peer.links) >= MAX_LINKS_PER_CONNECTION:
             peer.links.add(id(link))  # a refused link holds its handle until the peer detaches
             link.refuse(error(
@@ -413,26 +426,55 @@ class Broker:
 
     def _pump(self, consumer: Consumer) -> None:
         link = consumer.link
-        want = link.link_credit - link.queued
+        want = link.link_credit - link.queued - consumer.in_flight
         if want <= 0 or not link.is_open or consumer.peer.driver.paused:
             return  # a slow reader holds back only its own deliveries
         queue = consumer.queue
         now = now_ms()
         rows = queue.take(min(want, PUMP_BATCH), now)
-        for row in rows:
-            if consumer.receive_and_delete:
-                queue.store.delete(queue.entity, row.seq)
-                link.send(queue.payload(row, None), settled=True)
-                continue
-            lock = queue.lock(row, now, owner=consumer)
-            delivery = link.send(queue.payload(row, lock), tag=lock.token.bytes_le)
-            consumer.locks[id(delivery)] = lock
+        size = 0
+        for index, row in enumerate(rows):
+            if size >= PUMP_BYTES:  # big messages: the rest waits for the next batch
+                queue.untake(rows[index:])
+                rows = rows[:index]
+                break
+            size += len(row.bare)
+        if consumer.receive_and_delete:
+            self._send_deleted(consumer, rows)
+        else:
+            for row in rows:
+                lock = queue.lock(row, now, owner=consumer)
+                delivery = link.send(queue.payload(row, lock), tag=lock.token.bytes_le)
+                consumer.locks[id(delivery)] = lock
         if rows:
             self._touched.add(consumer.peer.driver)
             self._commit_soon()
-            if want > PUMP_BATCH and queue.ready:  # the next batch once this one is written
+            if want > len(rows) and queue.ready:  # the next batch once this one is written
                 consumer.peer.driver.wake()
                 asyncio.get_running_loop().call_soon(self._pump_more, consumer)
+
+    def _send_deleted(self, consumer: Consumer, rows: list[StoredMessage]) -> None:
+        """Receive-and-delete: the delete commits first, then the settled transfers go out.
+
+        So a broker crash after the commit loses these messages (at-most-once, as Service
+        Bus defines the mode) but never delivers one twice; a link that detaches before the
+        commit lands gets nothing, and its messages are put back.
+        """
+        queue = consumer.queue
+        for row in rows:
+            queue.store.delete(queue.entity, row.seq)
+        consumer.in_flight += len(rows)
+
+        def send() -> None:
+            consumer.in_flight -= len(rows)
+            if consumer.link.is_open:
+                for row in rows:
+                    consumer.link.send(queue.payload(row, None), settled=True)
+            else:
+                queue.restore(rows)
+                self._commit_soon()
+
+        self._commit_soon(send)
 
     def _pump_more(self, consumer: Consumer) -> None:
         if consumer.peer.consumers.get(id(consumer.link)) is consumer:  # still attached

@@ -434,6 +434,27 @@ def test_link_limit_is_configurable(broker: BrokerHandle, monkeypatch: pytest.Mo
     assert broker.count("q") == 1
 
 
+@pytest.mark.timeout(60)
+def test_refusals_left_attached_close_the_connection(
+    broker: BrokerHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A peer that keeps attaching past the limit and never detaches the refused links
+    would grow the broker's link table without end: at twice the limit the connection is
+    closed with ``amqp:resource-limit-exceeded``."""
+    monkeypatch.setattr(server, "MAX_LINKS_PER_CONNECTION", 10)
+    client = raw_session(broker.port)
+    try:
+        client.send(attach_flood(0, 0, 30))
+        close = client.expect(Close, timeout=10)
+        assert close.error is not None
+        assert str(close.error.condition) == "amqp:resource-limit-exceeded"
+    finally:
+        client.close()
+    with broker.client() as sdk, sdk.get_queue_sender("q") as sender:
+        sender.send_messages(ServiceBusMessage(b"the broker is fine"))
+    assert broker.count("q") == 1
+
+
 # ---------------------------------------------------------------------------- protocol header
 
 

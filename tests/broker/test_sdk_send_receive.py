@@ -7,6 +7,7 @@ count), and the three ways the SDK authenticates (connection string, named key, 
 
 from __future__ import annotations
 
+import sqlite3
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -253,6 +254,40 @@ def test_receive_and_delete(broker: BrokerHandle) -> None:
         with client.get_queue_receiver("q") as receiver:
             assert receiver.peek_messages(max_message_count=10) == []
             assert receiver.receive_messages(max_message_count=3, max_wait_time=1) == []
+
+
+def test_receive_and_delete_commits_the_delete_before_the_transfer(
+    broker: BrokerHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At-most-once: when a receive-and-delete transfer is written, its delete is already
+    on disk (read through a second SQLite connection, which sees committed rows only), so a
+    crash can lose the message but never deliver it twice."""
+    from replication.amqp.link import Link
+
+    witness = sqlite3.connect(broker.data_dir / "messages.db", check_same_thread=False)
+    seen_on_disk: list[int] = []
+    original_send = Link.send
+
+    def send(self: Link, payload: bytes, *args: object, **kwargs: object) -> object:
+        if kwargs.get("settled") and b"rad-order" in payload:
+            (count,) = witness.execute(
+                "SELECT count(*) FROM message WHERE message_id LIKE 'rad-order-%'"
+            ).fetchone()
+            seen_on_disk.append(count)
+        return original_send(self, payload, *args, **kwargs)
+
+    monkeypatch.setattr(Link, "send", send)
+    with broker.client() as client:
+        with client.get_queue_sender("q") as sender:
+            sender.send_messages(
+                [ServiceBusMessage(f"rad-order {i}", message_id=f"rad-order-{i}") for i in range(5)]
+            )
+        with client.get_queue_receiver(
+            "q", receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE, prefetch_count=5
+        ) as receiver:
+            assert len(receive_n(receiver, 5)) == 5
+    witness.close()
+    assert seen_on_disk == [0] * 5
 
 
 def test_prefetch_200_in_order(broker: BrokerHandle) -> None:
