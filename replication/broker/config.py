@@ -593,6 +593,53 @@ def _namespace_problems(namespace: Namespace) -> list[tuple[Loc, str]]:
     for t, topic in enumerate(namespace.topics):
         for s, sub in enumerate(topic.subscriptions):
             forwarding(("Topics", t, "Subscriptions", s), None, sub.properties)
+    if not problems:
+        problems += _forwarding_loops(namespace)
+    return problems
+
+
+def _forwarding_loops(namespace: Namespace) -> list[tuple[Loc, str]]:
+    """ForwardTo chains that come back to where they started (a topic reaches each of its
+    subscriptions): Service Bus refuses to create them."""
+    edges: dict[str, list[tuple[str, Loc | None]]] = {}
+    spelled: dict[str, str] = {}
+    for i, queue in enumerate(namespace.queues):
+        spelled[queue.name.lower()] = queue.name
+        if queue.properties.forward_to:
+            edges[queue.name.lower()] = [(
+                queue.properties.forward_to.lower(), ("Queues", i, "Properties", "ForwardTo")
+            )]  # fmt: skip
+    for t, topic in enumerate(namespace.topics):
+        spelled[topic.name.lower()] = topic.name
+        for s, sub in enumerate(topic.subscriptions):
+            path = f"{topic.name}/Subscriptions/{sub.name}"
+            spelled[path.lower()] = path
+            edges.setdefault(topic.name.lower(), []).append((path.lower(), None))
+            if sub.properties.forward_to:
+                edges[path.lower()] = [(
+                    sub.properties.forward_to.lower(),
+                    ("Topics", t, "Subscriptions", s, "Properties", "ForwardTo"),
+                )]  # fmt: skip
+    problems: list[tuple[Loc, str]] = []
+    reported: set[frozenset[str]] = set()
+
+    def walk(node: str, trail: list[str], locs: list[Loc | None]) -> None:
+        for target, loc in edges.get(node, []):
+            if target in trail:
+                cycle = trail[trail.index(target) :]
+                if frozenset(cycle) not in reported:
+                    reported.add(frozenset(cycle))
+                    where = next(
+                        (lc for lc in [*locs[trail.index(target) :], loc] if lc is not None),
+                        ("Queues",),
+                    )
+                    shown = " -> ".join(spelled.get(n, n) for n in [*cycle, target])
+                    problems.append((where, f"forwarding loop: {shown}"))
+                continue
+            walk(target, [*trail, target], [*locs, loc])
+
+    for start in list(edges):
+        walk(start, [start], [])
     return problems
 
 

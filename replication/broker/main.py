@@ -9,11 +9,14 @@ import logging
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 from .auth import Authorizer
-from .config import BrokerConfig, ConfigError, load_config
+from .config import BrokerConfig, ConfigError, Rule, load_config
 from .queue import QueueSettings
-from .server import Broker
+from .rules import RuleSpec
+from .server import Broker, TopicSpec
+from .topic import TopicSettings
 
 log = logging.getLogger("replication.broker")
 
@@ -33,8 +36,62 @@ def queue_settings(config: BrokerConfig) -> dict[str, QueueSettings]:
             requires_duplicate_detection=p.requires_duplicate_detection,
             duplicate_detection_window=p.duplicate_detection_history_time_window,
             requires_session=p.requires_session,
+            forward_to=p.forward_to,
+            forward_dead_lettered_messages_to=p.forward_dead_lettered_messages_to,
         )
     return settings
+
+
+def topic_specs(config: BrokerConfig) -> dict[str, TopicSpec]:
+    """Config.json topics, subscriptions and rules as the broker needs them."""
+    specs = {}
+    for topic in config.namespace.topics:
+        tp = topic.properties
+        spec = TopicSpec(TopicSettings(
+            default_ttl=tp.default_message_time_to_live,
+            requires_duplicate_detection=tp.requires_duplicate_detection,
+            duplicate_detection_window=tp.duplicate_detection_history_time_window,
+        ))  # fmt: skip
+        for sub in topic.subscriptions:
+            p = sub.properties
+            ttls = [
+                ttl for ttl in (tp.default_message_time_to_live, p.default_message_time_to_live)
+                if ttl is not None
+            ]  # fmt: skip
+            settings = QueueSettings(
+                lock_duration=p.lock_duration,
+                max_delivery_count=p.max_delivery_count,
+                default_ttl=min(ttls) if ttls else None,
+                dead_letter_on_expiration=p.dead_lettering_on_message_expiration,
+                requires_session=p.requires_session,
+                forward_to=p.forward_to,
+                forward_dead_lettered_messages_to=p.forward_dead_lettered_messages_to,
+            )
+            spec.subscriptions[sub.name] = (settings, [rule_spec(r) for r in sub.effective_rules()])
+        specs[topic.name] = spec
+    return specs
+
+
+def rule_spec(rule: Rule) -> RuleSpec:
+    """A Config.json rule as the broker's rule record (``1=1`` / ``1=0`` as true / false)."""
+    p = rule.properties
+    action = p.action.sql_expression if p.action is not None else None
+    if p.filter_type == "Sql":
+        assert p.sql_filter is not None
+        sql = p.sql_filter.sql_expression
+        kind = {"1=1": "true", "1=0": "false"}.get(sql.replace(" ", ""), "sql")
+        return RuleSpec(rule.name, kind, sql=sql if kind == "sql" else None, action=action)
+    c = p.correlation_filter
+    assert c is not None
+    fields = {
+        "correlation_id": c.correlation_id, "message_id": c.message_id, "to": c.to,
+        "reply_to": c.reply_to, "subject": c.label, "session_id": c.session_id,
+        "reply_to_session_id": c.reply_to_session_id, "content_type": c.content_type,
+    }  # fmt: skip
+    correlation: dict[str, Any] = {k: v for k, v in fields.items() if v is not None}
+    if c.properties:
+        correlation["properties"] = dict(c.properties)
+    return RuleSpec(rule.name, "correlation", correlation=correlation, action=action)
 
 
 def build_broker(
@@ -42,7 +99,7 @@ def build_broker(
 ) -> Broker:
     return Broker(
         queue_settings(config), data_dir, Authorizer(config.rules()),
-        host=host, port=port, synchronous=synchronous,
+        topics=topic_specs(config), host=host, port=port, synchronous=synchronous,
     )  # fmt: skip
 
 

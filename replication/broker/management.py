@@ -1,4 +1,4 @@
-"""The ``<entity>/$management`` request/response operations the SDK uses on queues.
+"""The ``<entity>/$management`` request/response operations of queues, topics, subscriptions.
 
 Each request is an AMQP message with application property ``operation`` and a map body;
 the response echoes the request's message-id as correlation-id and carries ``statusCode``
@@ -16,14 +16,25 @@ from ..amqp.message import decode_message
 from ..amqp.outcomes import Accepted
 from ..amqp.types import AMQPType, Array, timestamp
 from . import wire
-from .queue import LockLostError, Queue, now_ms
+from .queue import (
+    LockLostError,
+    Queue,
+    SessionLockLostError,
+    now_ms,
+)
+from .rules import RuleError, describe, spec_from_description
+from .topic import SessionRequiredError, Subscription, Topic
 
 if TYPE_CHECKING:
-    from .server import Broker, Peer
+    from .server import Broker, Entity, Peer
 
 Operation = Callable[..., tuple[int, Any]]
 MANAGEMENT_OPERATIONS: dict[str, Operation] = {}
 SEND_OPERATIONS = ("com.microsoft:schedule-message", "com.microsoft:cancel-scheduled-message")
+TOPIC_OPERATIONS = SEND_OPERATIONS
+MANAGE_OPERATIONS = (
+    "com.microsoft:add-rule", "com.microsoft:remove-rule", "com.microsoft:enumerate-rules",
+)  # fmt: skip
 
 
 class ManagementError(Exception):
@@ -52,19 +63,29 @@ def handle_request(broker: Broker, peer: Peer, entity: str, delivery: Delivery) 
     node = entity + "/$management"
     handler = MANAGEMENT_OPERATIONS.get(name)
     try:
-        queue = broker.queues.get(entity.lower())
-        if queue is None:
+        target = broker.entities.get(entity.lower())
+        if target is None:
             raise ManagementError(
                 404, "com.microsoft:entity-not-found", f"entity '{entity}' not found"
             )
         if handler is None:
             raise ManagementError(400, "com.microsoft:not-supported", f"operation {name!r}")
-        right = "Send" if name in SEND_OPERATIONS else "Listen"
-        problem = broker._authorization_problem(peer, queue.name, right)
+        if isinstance(target, Topic) and name not in TOPIC_OPERATIONS:
+            raise ManagementError(
+                400, "com.microsoft:not-supported", f"operation {name!r} on topic '{entity}'"
+            )
+        if name in SEND_OPERATIONS and target.name.lower() not in broker.sendable:
+            raise ManagementError(
+                400, "amqp:not-allowed", f"cannot send or schedule to '{entity}'"
+            )
+        right = "Send" if name in SEND_OPERATIONS else (
+            "Manage" if name in MANAGE_OPERATIONS else "Listen"
+        )  # fmt: skip
+        problem = broker._authorization_problem(peer, target.name, right)
         if problem is not None:
             raise ManagementError(401, "amqp:unauthorized-access", problem)
         body = request.body if isinstance(request.body, dict) else {}
-        status, result = handler(broker, peer, queue, body)
+        status, result = handler(broker, peer, target, body)
     except ManagementError as exc:
         broker._reply(peer, node, request, {
             "statusCode": exc.status, "statusDescription": exc.description,
@@ -72,9 +93,17 @@ def handle_request(broker: Broker, peer: Peer, entity: str, delivery: Delivery) 
         })  # fmt: skip
         return
     except LockLostError as exc:
+        condition = (
+            "com.microsoft:session-lock-lost" if isinstance(exc, SessionLockLostError)
+            else "com.microsoft:message-lock-lost"
+        )  # fmt: skip
         broker._reply(peer, node, request, {
-            "statusCode": 410, "statusDescription": str(exc),
-            "errorCondition": "com.microsoft:message-lock-lost",
+            "statusCode": 410, "statusDescription": str(exc), "errorCondition": condition,
+        })  # fmt: skip
+        return
+    except SessionRequiredError as exc:
+        broker._reply(peer, node, request, {
+            "statusCode": 400, "statusDescription": str(exc), "errorCondition": "amqp:not-allowed",
         })  # fmt: skip
         return
 
@@ -103,11 +132,16 @@ def _renew_lock(broker: Broker, peer: Peer, queue: Queue, body: dict[str, Any]) 
     return 200, {"expirations": Array(AMQPType.TIMESTAMP, expirations)}
 
 
+def _session_id(body: dict[str, Any]) -> str | None:
+    value = body.get("session-id")
+    return None if value is None else str(value)
+
+
 @operation("com.microsoft:peek-message")
 def _peek(broker: Broker, peer: Peer, queue: Queue, body: dict[str, Any]) -> tuple[int, Any]:
     start = int(body.get("from-sequence-number", 0))
     count = max(1, int(body.get("message-count", 1)))
-    rows = broker.store.scan(queue.entity, start, count)
+    rows = broker.store.scan(queue.entity, start, count, _session_id(body))
     if not rows:
         return 204, {"messages": []}
     return 200, {"messages": [{"message": queue.payload(row, None)} for row in rows]}
@@ -119,7 +153,12 @@ def _receive_deferred(
 ) -> tuple[int, Any]:
     seqs = [int(s) for s in body.get("sequence-numbers", [])]
     receive_and_delete = int(body.get("receiver-settle-mode", 1)) == 0
-    rows = queue.deferred(seqs)
+    session_id = _session_id(body)
+    session = None
+    if session_id is not None:
+        queue.check_session(session_id, now_ms())
+        session = queue.session_locks[session_id]
+    rows = queue.deferred(seqs, session_id)
     if len(rows) != len(seqs):
         raise ManagementError(
             404, "com.microsoft:message-not-found",
@@ -132,7 +171,7 @@ def _receive_deferred(
             broker.store.delete(queue.entity, row.seq)
             messages.append({"message": queue.payload(row, None)})
             continue
-        lock = queue.lock(row, now)
+        lock = queue.lock(row, now, session=session)
         messages.append({"lock-token": lock.token, "message": queue.payload(row, lock)})
     return 200, {"messages": messages}
 
@@ -143,6 +182,9 @@ def _update_disposition(
 ) -> tuple[int, Any]:
     status = str(body.get("disposition-status", ""))
     now = now_ms()
+    session_id = _session_id(body)
+    if session_id is not None:
+        queue.check_session(session_id, now)
     for token in _tokens(body):
         if status == "completed":
             queue.complete(token, now)
@@ -161,19 +203,148 @@ def _update_disposition(
 
 
 @operation("com.microsoft:schedule-message")
-def _schedule(broker: Broker, peer: Peer, queue: Queue, body: dict[str, Any]) -> tuple[int, Any]:
-    now = now_ms()
-    seqs = []
-    for entry in body.get("messages", []):
-        message = wire.parse_message(bytes(entry["message"]))
-        seq = queue.enqueue(message, now)
-        if seq is not None:
-            seqs.append(seq)
-    return 200, {"sequence-numbers": _longs(seqs)}
+def _schedule(broker: Broker, peer: Peer, entity: Entity, body: dict[str, Any]) -> tuple[int, Any]:
+    messages = [wire.parse_message(bytes(entry["message"])) for entry in body.get("messages", [])]
+    return 200, {"sequence-numbers": _longs(broker.send_messages(entity, messages))}
 
 
 @operation("com.microsoft:cancel-scheduled-message")
-def _cancel(broker: Broker, peer: Peer, queue: Queue, body: dict[str, Any]) -> tuple[int, Any]:
-    queue.cancel_scheduled([int(s) for s in body.get("sequence-numbers", [])])
+def _cancel(broker: Broker, peer: Peer, entity: Entity, body: dict[str, Any]) -> tuple[int, Any]:
+    entity.cancel_scheduled([int(s) for s in body.get("sequence-numbers", [])])
     return 200, {}
 
+
+# ---------------------------------------------------------------------- sessions
+
+
+@operation("com.microsoft:renew-session-lock")
+def _renew_session(
+    broker: Broker, peer: Peer, queue: Queue, body: dict[str, Any]
+) -> tuple[int, Any]:
+    session_id = _required_session(queue, body)
+    return 200, {"expiration": timestamp(queue.renew_session(session_id, now_ms()))}
+
+
+@operation("com.microsoft:get-session-state")
+def _get_session_state(
+    broker: Broker, peer: Peer, queue: Queue, body: dict[str, Any]
+) -> tuple[int, Any]:
+    session_id = _required_session(queue, body)
+    queue.check_session(session_id, now_ms())
+    return 200, {"session-state": broker.store.session_state(queue.entity, session_id)}
+
+
+@operation("com.microsoft:set-session-state")
+def _set_session_state(
+    broker: Broker, peer: Peer, queue: Queue, body: dict[str, Any]
+) -> tuple[int, Any]:
+    session_id = _required_session(queue, body)
+    now = now_ms()
+    queue.check_session(session_id, now)
+    state = body.get("session-state")
+    if state is not None:
+        state = bytes(state) if isinstance(state, (bytes, bytearray, memoryview)) else (
+            str(state).encode()
+        )  # fmt: skip
+        if len(state) > queue.settings.max_message_size:
+            raise ManagementError(
+                400, "com.microsoft:argument-out-of-range",
+                f"session state of {len(state)} bytes exceeds the limit of "
+                f"{queue.settings.max_message_size} bytes",
+            )  # fmt: skip
+    broker.store.set_session_state(queue.entity, session_id, state, now)
+    return 200, {}
+
+
+@operation("com.microsoft:get-message-sessions")
+def _get_message_sessions(
+    broker: Broker, peer: Peer, queue: Queue, body: dict[str, Any]
+) -> tuple[int, Any]:
+    if not queue.sessions_enabled:
+        raise ManagementError(
+            400, "amqp:not-allowed", f"'{queue.name}' does not require sessions"
+        )
+    since = body.get("last-updated-time")
+    since_ms = int(since) if since is not None else None
+    if since_ms is not None and since_ms <= 0:
+        since_ms = None  # DateTime.MinValue: every session with messages or state
+    skip = int(body.get("skip", 0))
+    top = int(body.get("top", 2**31 - 1))
+    ids = broker.store.session_ids(queue.entity, since_ms)[skip : skip + top]
+    if not ids:
+        return 204, {"sessions-ids": []}
+    return 200, {"skip": skip + len(ids), "sessions-ids": ids}
+
+
+def _required_session(queue: Queue, body: dict[str, Any]) -> str:
+    session_id = _session_id(body)
+    if session_id is None:
+        raise ManagementError(400, "com.microsoft:argument-error", "session-id is required")
+    if not queue.sessions_enabled:
+        raise ManagementError(
+            400, "amqp:not-allowed", f"'{queue.name}' does not require sessions"
+        )
+    return session_id
+
+
+# ---------------------------------------------------------------------- rules
+
+
+def _subscription(broker: Broker, queue: Queue) -> Subscription:
+    subscription = broker.subscriptions.get(queue.name.lower())
+    if subscription is None:
+        raise ManagementError(
+            400, "amqp:not-allowed", f"'{queue.name}' is not a subscription: it has no rules"
+        )
+    return subscription
+
+
+@operation("com.microsoft:add-rule")
+def _add_rule(broker: Broker, peer: Peer, queue: Queue, body: dict[str, Any]) -> tuple[int, Any]:
+    subscription = _subscription(broker, queue)
+    name = str(body.get("rule-name") or "")
+    description = body.get("rule-description")
+    if not name or not isinstance(description, dict):
+        raise ManagementError(
+            400, "com.microsoft:argument-error", "rule-name and rule-description are required"
+        )
+    try:
+        subscription.rules.add(spec_from_description(name, description))
+    except RuleError as exc:
+        raise ManagementError(400, "com.microsoft:argument-error", str(exc)) from exc
+    except KeyError as exc:
+        raise ManagementError(
+            409, "com.microsoft:entity-already-exists",
+            f"a rule named '{name}' already exists on '{queue.name}'",
+        ) from exc  # fmt: skip
+    broker.save_rules(subscription)
+    return 200, {}
+
+
+@operation("com.microsoft:remove-rule")
+def _remove_rule(
+    broker: Broker, peer: Peer, queue: Queue, body: dict[str, Any]
+) -> tuple[int, Any]:
+    subscription = _subscription(broker, queue)
+    name = str(body.get("rule-name") or "")
+    try:
+        subscription.rules.remove(name)
+    except KeyError as exc:
+        raise ManagementError(
+            404, "com.microsoft:entity-not-found", f"no rule named '{name}' on '{queue.name}'"
+        ) from exc
+    broker.save_rules(subscription)
+    return 200, {}
+
+
+@operation("com.microsoft:enumerate-rules")
+def _enumerate_rules(
+    broker: Broker, peer: Peer, queue: Queue, body: dict[str, Any]
+) -> tuple[int, Any]:
+    subscription = _subscription(broker, queue)
+    skip = int(body.get("skip", 0))
+    top = int(body.get("top", 2**31 - 1))
+    specs = subscription.rules.specs[skip : skip + top]
+    if not specs:
+        return 204, {"rules": []}
+    return 200, {"rules": [{"rule-description": describe(spec)} for spec in specs]}

@@ -1,9 +1,14 @@
 """A Service Bus queue (or dead-letter sub-queue): ready set, peek-locks, settlement outcomes.
 
-In memory a queue holds only the sequence numbers ready for delivery (sorted, so an
-abandoned message goes back in its place) and the locks it handed out; message rows live in
-the ``MessageStore``. Every state change is written through the store in the current
+In memory a queue holds only the sequence numbers ready for delivery (sorted, per session,
+so an abandoned message goes back in its place), the message locks it handed out and, on a
+session entity, its session locks; message rows and session state live in the
+``MessageStore``. Every state change is written through the store in the current
 transaction; the broker commits before anyone hears of the change.
+
+Auto-forwarding happens at enqueue, in the same transaction: a queue (or subscription)
+with ``forward_to`` never keeps a message, it hands it on (Service Bus: "removes messages
+placed in the source and puts them in the destination"), at most ``MAX_TRANSFER_HOPS`` times.
 """
 
 from __future__ import annotations
@@ -11,20 +16,21 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
-from sortedcontainers import SortedList
-
-from ..amqp import codec
-from ..amqp.message import ApplicationProperties, Properties
 from . import wire
+from .ready import ReadySet
 from .store import STATE_ACTIVE, STATE_DEFERRED, STATE_SCHEDULED, MessageStore, StoredMessage
 
 DEAD_LETTER_SUFFIX = "/$DeadLetterQueue"
 MAX_DELIVERY_COUNT_EXCEEDED = "MaxDeliveryCountExceeded"
 TTL_EXPIRED = "TTLExpiredException"
+SESSION_ID_IS_NULL = "Session ID is null"
+MAX_TRANSFER_HOPS_EXCEEDED = "MaxTransferHopCountExceeded"
+MAX_TRANSFER_HOPS = 4
+"""Service Bus forwards a message through at most four entities, then dead-letters it."""
 
 
 def now_ms() -> int:
@@ -43,6 +49,25 @@ class QueueSettings:
     duplicate_detection_window: timedelta = timedelta(minutes=10)
     requires_session: bool = False
     max_message_size: int = 256 * 1024
+    forward_to: str | None = None
+    forward_dead_lettered_messages_to: str | None = None
+
+
+class Destination(Protocol):
+    """Where a message can be sent or forwarded: a queue or a topic."""
+
+    name: str
+
+    def enqueue(self, message: wire.IncomingMessage, now: int, hops: int = 0) -> int | None: ...
+
+
+@dataclass(slots=True, eq=False)
+class SessionLock:
+    """The exclusive lock one receiver holds on one session."""
+
+    session_id: str
+    owner: Any
+    until_ms: int
 
 
 @dataclass(slots=True)
@@ -58,11 +83,20 @@ class Lock:
     """What holds the lock (the broker's consumer), so a dropped connection releases it."""
     deferred: bool = False
     """Locked through receive-by-sequence-number: abandoning keeps the message deferred."""
-    on_lost: Callable[[], None] | None = field(default=None, repr=False)
+    session: str | None = None
+    """A session message: its lock lasts as long as the session's lock."""
 
 
 class LockLostError(Exception):
     """The lock expired or was released; the message may already be with someone else."""
+
+
+class SessionLockLostError(LockLostError):
+    """The session lock expired or was released (``com.microsoft:session-lock-lost``)."""
+
+
+class SessionCannotBeLockedError(Exception):
+    """Another receiver holds the session (``com.microsoft:session-cannot-be-locked``)."""
 
 
 class Queue:
@@ -78,10 +112,18 @@ class Queue:
         self.settings = settings
         self.dead_letter = dead_letter
         self.entity = store.entity_id(name)
-        self.ready: SortedList = SortedList(store.ready_sequences(self.entity))
+        self.sessions_enabled = settings.requires_session
+        self.ready = ReadySet(
+            (seq, session if self.sessions_enabled else None)
+            for seq, session in store.ready_sequences(self.entity)
+        )
         self.locks: dict[uuid.UUID, Lock] = {}
         self._locked_seqs: dict[int, Lock] = {}
-        self.pending_ready: list[int] = []
+        self.session_locks: dict[str, SessionLock] = {}
+        self.forward_to: Destination | None = None
+        self.forward_dead_letters_to: Destination | None = None
+        """Resolved by the broker from the settings once every entity exists."""
+        self.pending_ready: list[tuple[int, str | None]] = []
         """Sequence numbers written in the open transaction, made ready when it commits."""
         self.on_ready: Callable[[Queue], None] | None = None
         """Called (after the commit that made messages deliverable) so consumers can pull."""
@@ -100,10 +142,23 @@ class Queue:
         self.store.remember_message_id(self.entity, message_id, now)
         return False
 
-    def enqueue(self, message: wire.IncomingMessage, now: int) -> int | None:
-        """Stores a sent message; returns its sequence number (None: a duplicate, dropped)."""
+    def enqueue(self, message: wire.IncomingMessage, now: int, hops: int = 0) -> int | None:
+        """Stores (or forwards) a message; returns its sequence number here, or None when it
+        was a duplicate or went on to another entity."""
         if self.is_duplicate(message.message_id, now):
             return None
+        if self.forward_to is not None:
+            if hops < MAX_TRANSFER_HOPS:
+                self.forward_to.enqueue(message, now, hops + 1)
+                return None
+            return self.dead_letter_new(message, now, MAX_TRANSFER_HOPS_EXCEEDED, (
+                f"The maximum number of hops ({MAX_TRANSFER_HOPS}) allowed when forwarding "
+                "between entities was exceeded."
+            ))  # fmt: skip
+        if self.sessions_enabled and message.session_id is None:
+            return self.dead_letter_new(message, now, SESSION_ID_IS_NULL, (
+                "Messages with a null session id are not allowed in a session-enabled entity."
+            ))  # fmt: skip
         ttl = message.ttl_ms
         if self.settings.default_ttl is not None:
             # A message's TTL cannot exceed the entity's default: Service Bus lowers it.
@@ -126,13 +181,39 @@ class Queue:
             ),
         )  # fmt: skip
         if state == STATE_ACTIVE:
-            self.pending_ready.append(seq)
+            self.pending_ready.append((seq, self._session_key(message.session_id)))
         return seq
+
+    def _session_key(self, session_id: str | None) -> str | None:
+        return session_id if self.sessions_enabled else None
+
+    def dead_letter_new(
+        self, message: wire.IncomingMessage, now: int, reason: str, description: str
+    ) -> int | None:
+        """A message that cannot enter this entity goes to its dead-letter queue instead."""
+        bare = _with_dead_letter_reason(message.bare, reason, description)
+        target = self.forward_dead_letters_to
+        if target is not None:
+            annotations = wire.encode_annotations(message.annotations)
+            target.enqueue(wire.parse_message(annotations + bare), now, 1)
+            return None
+        dlq = self.dead_letter
+        if dlq is None:
+            return None
+        seq = dlq.store.next_sequence(dlq.entity)
+        dlq.store.insert(dlq.entity, StoredMessage(
+            seq=seq, state=STATE_ACTIVE, delivery_count=0, enqueued_ms=now, expires_ms=None,
+            scheduled_ms=None, message_id=message.message_id, session_id=message.session_id,
+            dead_letter_source=self.name,
+            annotations=wire.encode_annotations(message.annotations) or None, bare=bare,
+        ))  # fmt: skip
+        dlq.pending_ready.append((seq, None))
+        return None
 
     def publish(self) -> None:
         """After the commit: what the transaction made deliverable may now be delivered."""
         if self.pending_ready:
-            self.ready.update(self.pending_ready)
+            self.ready.add_many(self.pending_ready)
             self.pending_ready = []
         if self.ready and self.on_ready is not None:
             self.on_ready(self)
@@ -142,11 +223,14 @@ class Queue:
 
     # ------------------------------------------------------------------ deliver
 
-    def take(self, count: int, now: int) -> list[StoredMessage]:
-        """Up to ``count`` ready messages in sequence order; expired ones are retired on the way."""
+    def take(self, count: int, now: int, session: str | None = None) -> list[StoredMessage]:
+        """Up to ``count`` ready messages (of one session, on a session entity) in sequence
+        order; expired ones are retired on the way."""
         taken: list[StoredMessage] = []
-        while len(taken) < count and self.ready:
-            seqs = [self.ready.pop(0) for _ in range(min(count - len(taken), len(self.ready)))]
+        while len(taken) < count:
+            seqs = self.ready.pop_first(count - len(taken), session)
+            if not seqs:
+                break
             rows = self.store.load(self.entity, seqs)
             for seq in seqs:
                 row = rows.get(seq)
@@ -160,18 +244,24 @@ class Queue:
 
     def untake(self, rows: list[StoredMessage]) -> None:
         """Taken but not delivered: ready again, in their places."""
-        self.ready.update(row.seq for row in rows)
+        self.ready.add_many((row.seq, self._session_key(row.session_id)) for row in rows)
 
     def restore(self, rows: list[StoredMessage]) -> None:
         """Re-inserts deleted rows (a receive-and-delete whose link went away before delivery)."""
         for row in rows:
             self.store.insert(self.entity, row)
-            self.pending_ready.append(row.seq)
+            self.pending_ready.append((row.seq, self._session_key(row.session_id)))
 
-    def lock(self, row: StoredMessage, now: int, owner: Any = None) -> Lock:
-        until = now + int(self.settings.lock_duration.total_seconds() * 1000)
+    def lock(
+        self, row: StoredMessage, now: int, owner: Any = None, session: SessionLock | None = None
+    ) -> Lock:
+        if session is not None:
+            until = session.until_ms
+        else:
+            until = now + int(self.settings.lock_duration.total_seconds() * 1000)
         lock = Lock(uuid.uuid4(), row.seq, self, until, row.delivery_count, owner)
         lock.deferred = row.state == STATE_DEFERRED
+        lock.session = session.session_id if session is not None else None
         self.locks[lock.token] = lock
         self._locked_seqs[row.seq] = lock
         return lock
@@ -191,10 +281,17 @@ class Queue:
     def _take_lock(self, token: uuid.UUID, now: int) -> Lock:
         lock = self.locks.get(token)
         if lock is None or lock.until_ms <= now:
+            if lock is not None and lock.session is not None:
+                raise SessionLockLostError(
+                    f"the lock on session {lock.session!r} of {self.name} has expired"
+                )
             raise LockLostError(f"the lock {token} on {self.name} has expired or was released")
         del self.locks[token]
         self._locked_seqs.pop(lock.seq, None)
         return lock
+
+    def is_locked(self, seq: int) -> bool:
+        return seq in self._locked_seqs
 
     def complete(self, token: uuid.UUID, now: int) -> None:
         lock = self._take_lock(token, now)
@@ -214,7 +311,7 @@ class Queue:
         self, token: uuid.UUID, now: int, reason: str | None, description: str | None
     ) -> None:
         lock = self._take_lock(token, now)
-        if self.dead_letter is None:  # already a dead-letter queue: keep it, as an abandon would
+        if not self.has_dead_letter:  # already a dead-letter queue: keep it, as an abandon would
             self._return(lock, count=False)
             return
         self._move_to_dead_letter(lock.seq, reason, description, count=1)
@@ -223,28 +320,37 @@ class Queue:
         lock = self.locks.get(token)
         if lock is None or lock.until_ms <= now:
             raise LockLostError(f"the lock {token} on {self.name} has expired or was released")
+        if lock.session is not None:
+            return lock.until_ms  # held by the session lock: renew-session-lock extends it
         lock.until_ms = now + int(self.settings.lock_duration.total_seconds() * 1000)
         return lock.until_ms
 
     def release_owner(self, owner: Any) -> None:
-        """A consumer went away: its locks end without counting a delivery attempt."""
+        """A consumer went away: its message and session locks end without counting a
+        delivery attempt (the sessions guide: closing a receiver does not count)."""
         for lock in [lk for lk in self.locks.values() if lk.owner is owner]:
             del self.locks[lock.token]
             self._locked_seqs.pop(lock.seq, None)
-            self.pending_ready.append(lock.seq)
+            if not lock.deferred:
+                self.pending_ready.append((lock.seq, lock.session))
+        for session in [sl for sl in self.session_locks.values() if sl.owner is owner]:
+            del self.session_locks[session.session_id]
 
-    def expire_locks(self, now: int) -> None:
-        """Locks past their time: the delivery counts as attempted (Service Bus semantics)."""
+    def expire_locks(self, now: int) -> list[SessionLock]:
+        """Locks past their time: the delivery counts as attempted (Service Bus semantics).
+        Returns the session locks that expired, whose receivers have lost their session."""
+        lost = [sl for sl in self.session_locks.values() if sl.until_ms <= now]
+        for session in lost:
+            del self.session_locks[session.session_id]
         for lock in [lk for lk in self.locks.values() if lk.until_ms <= now]:
             del self.locks[lock.token]
             self._locked_seqs.pop(lock.seq, None)
-            if lock.on_lost is not None:
-                lock.on_lost()
             self._return(lock, count=True)
+        return lost
 
     def _return(self, lock: Lock, *, count: bool) -> None:
         delivery_count = lock.delivery_count + (1 if count else 0)
-        if count and delivery_count >= self.settings.max_delivery_count and self.dead_letter:
+        if count and delivery_count >= self.settings.max_delivery_count and self.has_dead_letter:
             self._move_to_dead_letter(
                 lock.seq, MAX_DELIVERY_COUNT_EXCEEDED,
                 f"Message could not be consumed after {self.settings.max_delivery_count} "
@@ -254,21 +360,74 @@ class Queue:
         if count:
             self.store.set_delivery_count(self.entity, lock.seq, delivery_count)
         if not lock.deferred:
-            self.pending_ready.append(lock.seq)
+            self.pending_ready.append((lock.seq, lock.session))
+
+    @property
+    def has_dead_letter(self) -> bool:
+        return self.dead_letter is not None or self.forward_dead_letters_to is not None
+
+    # ------------------------------------------------------------------ sessions
+
+    def lock_session(self, session_id: str | None, owner: Any, now: int) -> SessionLock | None:
+        """Locks a named session (messages or not), or the next one with messages that
+        nobody holds (None when there is none)."""
+        if session_id is None:
+            free = [s for s in self.ready.sessions() if not self._held(s, now)]
+            if not free:
+                return None
+            session_id = free[0]
+        elif self._held(session_id, now):
+            raise SessionCannotBeLockedError(
+                f"The requested session '{session_id}' cannot be accepted. It may be locked "
+                "by another receiver."
+            )
+        until = now + int(self.settings.lock_duration.total_seconds() * 1000)
+        session = SessionLock(session_id, owner, until)
+        self.session_locks[session_id] = session
+        return session
+
+    def _held(self, session_id: str, now: int) -> bool:
+        held = self.session_locks.get(session_id)
+        return held is not None and held.until_ms > now
+
+    def renew_session(self, session_id: str, now: int) -> int:
+        session = self.session_locks.get(session_id)
+        if session is None or session.until_ms <= now:
+            raise SessionLockLostError(
+                f"the lock on session {session_id!r} of {self.name} has expired or was released"
+            )
+        session.until_ms = now + int(self.settings.lock_duration.total_seconds() * 1000)
+        for lock in self.locks.values():
+            if lock.session == session_id:
+                lock.until_ms = session.until_ms
+        return session.until_ms
+
+    def check_session(self, session_id: str, now: int) -> None:
+        """Session operations (state, peek, deferred receive) need the session locked."""
+        if not self._held(session_id, now):
+            raise SessionLockLostError(
+                f"the session {session_id!r} of {self.name} is not locked by this receiver"
+            )
 
     def _move_to_dead_letter(
         self, seq: int, reason: str | None, description: str | None, count: int = 0
     ) -> None:
-        """Moves a message (one delete + one insert in the same transaction) to the DLQ."""
-        dlq = self.dead_letter
+        """Moves a message (one delete + one insert in the same transaction) to the DLQ, or
+        to the entity dead letters are forwarded to."""
         row = self.store.load(self.entity, [seq]).get(seq)
         if row is None:
             return
         self.store.delete(self.entity, seq)
+        bare = _with_dead_letter_reason(row.bare, reason, description)
+        if self.forward_dead_letters_to is not None:
+            message = wire.parse_message((row.annotations or b"") + bare)
+            self.forward_dead_letters_to.enqueue(message, now_ms(), 1)
+            return
+        dlq = self.dead_letter
         if dlq is None:
             return
         dlq_seq = dlq.store.next_sequence(dlq.entity)
-        row.bare = _with_dead_letter_reason(row.bare, reason, description)
+        row.bare = bare
         row.seq = dlq_seq
         row.state = STATE_ACTIVE
         row.delivery_count += count
@@ -276,18 +435,17 @@ class Queue:
         row.scheduled_ms = None
         row.dead_letter_source = self.name
         dlq.store.insert(dlq.entity, row)
-        dlq.pending_ready.append(dlq_seq)
+        dlq.pending_ready.append((dlq_seq, None))
 
     def expire(self, seq: int) -> None:
         """Retires a message whose time to live passed (the sweep found it)."""
         row = self.store.load(self.entity, [seq]).get(seq)
         if row is not None:
-            if seq in self.ready:
-                self.ready.remove(seq)
+            self.ready.discard(seq)
             self._expire(row)
 
     def _expire(self, row: StoredMessage) -> None:
-        if self.settings.dead_letter_on_expiration and self.dead_letter is not None:
+        if self.settings.dead_letter_on_expiration and self.has_dead_letter:
             self._move_to_dead_letter(
                 row.seq, TTL_EXPIRED, "The message expired and was dead lettered."
             )
@@ -296,9 +454,13 @@ class Queue:
 
     # ------------------------------------------------------------------ by sequence number
 
-    def deferred(self, seqs: list[int]) -> list[StoredMessage]:
+    def deferred(self, seqs: list[int], session_id: str | None = None) -> list[StoredMessage]:
         rows = self.store.load(self.entity, seqs)
-        return [rows[s] for s in seqs if s in rows and rows[s].state == STATE_DEFERRED]
+        return [
+            rows[s] for s in seqs
+            if s in rows and rows[s].state == STATE_DEFERRED
+            and (session_id is None or rows[s].session_id == session_id)
+        ]  # fmt: skip
 
     def cancel_scheduled(self, seqs: list[int]) -> None:
         rows = self.store.load(self.entity, seqs)
@@ -308,34 +470,18 @@ class Queue:
                 self.store.delete(self.entity, seq)
 
     def activate_scheduled(self, seq: int) -> None:
+        row = self.store.load(self.entity, [seq]).get(seq)
+        if row is None:
+            return
         self.store.set_state(self.entity, seq, STATE_ACTIVE)
-        self.pending_ready.append(seq)
+        self.pending_ready.append((seq, self._session_key(row.session_id)))
 
 
 def _with_dead_letter_reason(bare: bytes, reason: str | None, description: str | None) -> bytes:
-    """Re-encodes the bare message with DeadLetterReason/-ErrorDescription properties."""
-    sections = codec.decode_all(bare)
-    out = bytearray()
-    props: dict[str, Any] = {}
-    wrote = False
-    for section in sections:
-        if type(section) is ApplicationProperties:
-            props = dict(section.value)
-            continue
-        if not wrote and type(section) is not Properties:
-            _write_dead_letter_properties(out, props, reason, description)
-            wrote = True
-        codec.encode_into(out, section)
-    if not wrote:
-        _write_dead_letter_properties(out, props, reason, description)
-    return bytes(out)
-
-
-def _write_dead_letter_properties(
-    out: bytearray, props: dict[str, Any], reason: str | None, description: str | None
-) -> None:
+    """The bare message with DeadLetterReason/-ErrorDescription application properties."""
+    updates = {}
     if reason is not None:
-        props["DeadLetterReason"] = reason
+        updates["DeadLetterReason"] = reason
     if description is not None:
-        props["DeadLetterErrorDescription"] = description
-    codec.encode_into(out, ApplicationProperties(props))
+        updates["DeadLetterErrorDescription"] = description
+    return wire.with_application_properties(bare, updates) if updates else bare

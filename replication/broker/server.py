@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -31,8 +32,19 @@ from ..amqp.transport import ConnectionDriver, serve
 from ..amqp.types import symbol
 from . import wire
 from .auth import AuthorizationError, Authorizer, Grant
-from .queue import DEAD_LETTER_SUFFIX, LockLostError, Queue, QueueSettings, now_ms
+from .queue import (
+    DEAD_LETTER_SUFFIX,
+    LockLostError,
+    Queue,
+    QueueSettings,
+    SessionCannotBeLockedError,
+    SessionLock,
+    SessionLockLostError,
+    now_ms,
+)
+from .rules import RuleSet, RuleSpec, dump_rules, load_rules
 from .store import MessageStore, StoredMessage
+from .topic import SessionRequiredError, Subscription, Topic, TopicSettings
 
 log = logging.getLogger("replication.broker")
 
@@ -56,9 +68,23 @@ SWEEP_INTERVAL = 0.1
 TOKEN_GRACE_SECONDS = 20.0
 """A connection must put a token within this time (WIRE.md: Service Bus waits 20 s)."""
 LOCKED_UNTIL_UTC = symbol("com.microsoft:locked-until-utc")
+SESSION_FILTER = symbol("com.microsoft:session-filter")
+TIMEOUT_PROPERTY = symbol("com.microsoft:timeout")
+DEFAULT_SESSION_WAIT_MS = 60_000
+"""How long a next-available session receiver waits when it names no timeout."""
 DEAD_LETTER_CONDITION = "com.microsoft:dead-letter"
 LOCK_LOST = "com.microsoft:message-lock-lost"
+SESSION_LOCK_LOST = "com.microsoft:session-lock-lost"
+SESSION_CANNOT_BE_LOCKED = "com.microsoft:session-cannot-be-locked"
 NET_TICKS_AT_EPOCH = 621_355_968_000_000_000
+DEDUPE_CLEANUP_SECONDS = 60.0
+
+Entity = Queue | Topic
+
+
+def net_ticks(ms: int) -> int:
+    """A time as .NET ticks (100 ns since 0001-01-01), as Service Bus sends lock expiries."""
+    return NET_TICKS_AT_EPOCH + ms * 10_000
 
 
 def entity_path(address: Any) -> str:
@@ -84,6 +110,24 @@ class Consumer:
     locks: dict[int, Any] = field(default_factory=dict)  # id(delivery) -> Lock
     in_flight: int = 0
     """Receive-and-delete messages taken and waiting for their delete to commit."""
+    session: SessionLock | None = None
+    """A session receiver's lock: it gets that session's messages only."""
+
+
+@dataclass(slots=True, eq=False)
+class SessionWaiter:
+    """A next-available session receiver whose attach waits for a free session."""
+
+    consumer: Consumer
+    deadline: float
+
+
+@dataclass(slots=True)
+class TopicSpec:
+    """A topic and its subscriptions as the broker is given them (from Config.json)."""
+
+    settings: TopicSettings = field(default_factory=TopicSettings)
+    subscriptions: dict[str, tuple[QueueSettings, list[RuleSpec]]] = field(default_factory=dict)
 
 
 @dataclass(slots=True, eq=False)
@@ -111,6 +155,7 @@ class Broker:
         data_dir: Path | str,
         authorizer: Authorizer,
         *,
+        topics: dict[str, TopicSpec] | None = None,
         host: str = "127.0.0.1",
         port: int = 5672,
         synchronous: str = "NORMAL",
@@ -124,25 +169,83 @@ class Broker:
         (but healthy) client would be dropped; dead peers show up as closed sockets."""
         self.data_dir = Path(data_dir)
         self.store = MessageStore(self.data_dir / "messages.db", synchronous=synchronous)
+        self.entities: dict[str, Entity] = {}
+        """Every addressable entity by lower-case path: queues, topics, subscriptions, DLQs."""
         self.queues: dict[str, Queue] = {}
+        """Every entity that holds messages (queues, subscriptions and their DLQs)."""
+        self.topics: dict[str, Topic] = {}
+        self.sendable: set[str] = set()
+        """Paths a client may send to: queues and topics."""
+        self.subscriptions: dict[str, Subscription] = {}
+        self._configured_rules: dict[str, str] = {}
         for name, settings in queues.items():
-            dlq = Queue(name + DEAD_LETTER_SUFFIX, self.store, QueueSettings(
-                lock_duration=settings.lock_duration, max_delivery_count=2**31 - 1,
-                max_message_size=settings.max_message_size,
-            ))  # fmt: skip
-            queue = Queue(name, self.store, settings, dead_letter=dlq)
-            for q in (queue, dlq):
-                q.on_ready = self._deliver
-                self.queues[q.name.lower()] = q
+            self._add_queue(name, settings)
+            self.sendable.add(name.lower())
+        for name, spec in (topics or {}).items():
+            topic = Topic(name, self.store, spec.settings)
+            self.entities[name.lower()] = self.topics[name.lower()] = topic
+            self.sendable.add(name.lower())
+            for sub_name, (sub_settings, rules) in spec.subscriptions.items():
+                queue = self._add_queue(topic.subscription_path(sub_name), sub_settings)
+                subscription = Subscription(queue, RuleSet(self._initial_rules(queue, rules)))
+                topic.subscriptions[sub_name.lower()] = subscription
+                self.subscriptions[queue.name.lower()] = subscription
+        self._resolve_forwarding()
+        self._by_entity_id: dict[int, Entity] = {e.entity: e for e in self.entities.values()}
         self.store.commit()
         self.peers: dict[int, Peer] = {}
         self._consumers_by_queue: dict[str, list[Consumer]] = {}
+        self._session_waiters: list[SessionWaiter] = []
         self._after_commit: list[Callable[[], None]] = []
         self._commit_handle: asyncio.Handle | None = None
         self._touched: set[ConnectionDriver] = set()
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._last_ttl_sweep = 0.0
+        self._last_dedupe_cleanup = time.monotonic()
+
+    def _add_queue(self, name: str, settings: QueueSettings) -> Queue:
+        dlq = Queue(name + DEAD_LETTER_SUFFIX, self.store, QueueSettings(
+            lock_duration=settings.lock_duration, max_delivery_count=2**31 - 1,
+            max_message_size=settings.max_message_size,
+        ))  # fmt: skip
+        queue = Queue(name, self.store, settings, dead_letter=dlq)
+        for q in (queue, dlq):
+            q.on_ready = self._deliver
+            self.queues[q.name.lower()] = q
+            self.entities[q.name.lower()] = q
+        return queue
+
+    def _initial_rules(self, queue: Queue, configured: list[RuleSpec]) -> list[RuleSpec]:
+        """The rules a subscription had when the broker stopped (changed through
+        ``$management``), unless Config.json changed them since: then the file wins."""
+        configured_json = dump_rules(configured)
+        self._configured_rules[queue.name.lower()] = configured_json
+        saved = self.store.rule_set(queue.entity)
+        if saved is not None and saved[0] == configured_json:
+            return load_rules(saved[1])
+        self.store.save_rule_set(queue.entity, configured_json, configured_json)
+        return configured
+
+    def save_rules(self, subscription: Subscription) -> None:
+        name = subscription.queue.name.lower()
+        self.store.save_rule_set(
+            subscription.queue.entity, self._configured_rules[name],
+            dump_rules(subscription.rules.specs),
+        )  # fmt: skip
+
+    def _resolve_forwarding(self) -> None:
+        for queue in self.queues.values():
+            for attribute, target_name in (
+                ("forward_to", queue.settings.forward_to),
+                ("forward_dead_letters_to", queue.settings.forward_dead_lettered_messages_to),
+            ):
+                if target_name is None:
+                    continue
+                target = self.entities.get(target_name.lower())
+                if target is None or target.name.lower() not in self.sendable:
+                    raise ValueError(f"{queue.name}: no queue or topic {target_name!r}")
+                setattr(queue, attribute, target)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -152,9 +255,18 @@ class Broker:
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
         for queue in self.queues.values():
             queue.publish()
+        topics = [
+            f"{t.name} ({', '.join(n for n in t.subscriptions) or 'no subscriptions'})"
+            for t in self.topics.values()
+        ]
         log.info(
-            "broker listening on %s:%d, data in %s, queues: %s", self.host, self.port,
-            self.data_dir, ", ".join(q.name for q in self.queues.values()) or "none",
+            "broker listening on %s:%d, data in %s, queues: %s, topics: %s", self.host,
+            self.port, self.data_dir,
+            ", ".join(
+                e.name for k, e in self.entities.items()
+                if k in self.sendable and isinstance(e, Queue)
+            ) or "none",
+            ", ".join(topics) or "none",
         )  # fmt: skip
 
     async def stop(self) -> None:
@@ -201,6 +313,8 @@ class Broker:
         for queue in self.queues.values():
             if queue.pending_ready:
                 queue.publish()
+        if self._session_waiters:
+            self._serve_session_waiters()
         touched, self._touched = self._touched, set()
         for driver in touched:
             driver.wake()
@@ -273,30 +387,114 @@ class Broker:
             else:
                 peer.reply_links[path.lower()] = link
             return
-        queue = self.queues.get(path.lower())
-        if queue is None:
+        entity = self.entities.get(path.lower())
+        if entity is None:
             link.refuse(
                 error("amqp:not-found", f"The messaging entity '{path}' could not be found.")
             )
             return
-        if link.is_receiver and queue.name.endswith(DEAD_LETTER_SUFFIX):
-            link.refuse(error("amqp:not-allowed", f"cannot send to a dead-letter queue: {path}"))
+        if link.is_receiver and entity.name.lower() not in self.sendable:
+            link.refuse(error("amqp:not-allowed", (
+                f"cannot send to '{path}': send to its queue or topic instead"
+            )))  # fmt: skip
+            return
+        if not link.is_receiver and isinstance(entity, Topic):
+            link.refuse(error("amqp:not-allowed", (
+                f"cannot receive from topic '{path}': receive from one of its subscriptions "
+                f"('{path}/Subscriptions/<name>')"
+            )))  # fmt: skip
             return
         right = "Send" if link.is_receiver else "Listen"
-        problem = self._authorization_problem(peer, queue.name, right)
+        problem = self._authorization_problem(peer, entity.name, right)
         if problem is not None:
             link.refuse(error("amqp:unauthorized-access", problem))
             return
-        peer.entity_links[id(link)] = (link, queue.name)
         if link.is_receiver:
-            link.accept(max_message_size=queue.settings.max_message_size)
-            link.receive_limit = max(RECEIVE_LIMIT, queue.settings.max_message_size)
+            peer.entity_links[id(link)] = (link, entity.name)
+            link.accept(max_message_size=entity.settings.max_message_size)
+            link.receive_limit = max(RECEIVE_LIMIT, entity.settings.max_message_size)
             link.flow(LINK_CREDIT)
             return
-        link.accept(properties={LOCKED_UNTIL_UTC: NET_TICKS_AT_EPOCH})
-        consumer = Consumer(link, queue, peer, link.snd_settle_mode == SND_SETTLED)
-        peer.consumers[id(link)] = consumer
-        self._consumers_by_queue.setdefault(queue.name.lower(), []).append(consumer)
+        assert isinstance(entity, Queue)
+        self._attach_consumer(peer, link, entity)
+
+    def _attach_consumer(self, peer: Peer, link: Link, queue: Queue) -> None:
+        remote = link.remote
+        assert remote is not None
+        filters = getattr(link.remote_source, "filter", None) or {}
+        wants_session = SESSION_FILTER in filters
+        if wants_session != queue.sessions_enabled:
+            link.refuse(error("amqp:not-allowed", (
+                f"'{queue.name}' requires sessions: accept a session to receive from it"
+                if queue.sessions_enabled else
+                f"'{queue.name}' does not require sessions: use a plain receiver"
+            )))  # fmt: skip
+            return
+        consumer = Consumer(link, queue, peer, remote.snd_settle_mode == SND_SETTLED)
+        peer.entity_links[id(link)] = (link, queue.name)
+        if not wants_session:
+            link.accept(properties={LOCKED_UNTIL_UTC: NET_TICKS_AT_EPOCH})
+            self._add_consumer(consumer)
+            return
+        requested = filters[SESSION_FILTER]
+        try:
+            session = queue.lock_session(
+                None if requested is None else str(requested), consumer, now_ms()
+            )
+        except SessionCannotBeLockedError as exc:
+            peer.entity_links.pop(id(link), None)
+            link.refuse(error(SESSION_CANNOT_BE_LOCKED, str(exc)))
+            return
+        if session is not None:
+            self._start_session(consumer, session)
+            return
+        wait_ms = (remote.properties or {}).get(TIMEOUT_PROPERTY, DEFAULT_SESSION_WAIT_MS)
+        deadline = time.monotonic() + max(0, int(wait_ms)) / 1000
+        self._session_waiters.append(SessionWaiter(consumer, deadline))
+
+    def _start_session(self, consumer: Consumer, session: SessionLock) -> None:
+        """Answers a session receiver's attach: the session it got, and until when."""
+        link = consumer.link
+        source = link.remote_source
+        filters = dict(getattr(source, "filter", None) or {})
+        filters[SESSION_FILTER] = session.session_id
+        consumer.session = session
+        link.accept(
+            source=dataclasses.replace(source, filter=filters),
+            properties={LOCKED_UNTIL_UTC: net_ticks(session.until_ms)},
+        )
+        self._add_consumer(consumer)
+        self._pump(consumer)
+
+    def _add_consumer(self, consumer: Consumer) -> None:
+        consumer.peer.consumers[id(consumer.link)] = consumer
+        self._consumers_by_queue.setdefault(consumer.queue.name.lower(), []).append(consumer)
+
+    def _serve_session_waiters(self) -> None:
+        """Next-available session receivers: a session for each that can get one now; a
+        ``com.microsoft:timeout`` detach for those that waited long enough."""
+        now, clock = now_ms(), time.monotonic()
+        waiting: list[SessionWaiter] = []
+        for waiter in self._session_waiters:
+            consumer = waiter.consumer
+            link = consumer.link
+            if link.state is not LinkState.ATTACH_RECEIVED:
+                continue  # the peer gave up (detached or closed) first
+            session = consumer.queue.lock_session(None, consumer, now)
+            if session is not None:
+                self._start_session(consumer, session)
+            elif clock >= waiter.deadline:
+                consumer.peer.entity_links.pop(id(link), None)
+                link.refuse(error(
+                    "com.microsoft:timeout",
+                    f"no session of '{consumer.queue.name}' became available in time",
+                ))  # fmt: skip
+            else:
+                waiting.append(waiter)
+                continue
+            self._touched.add(consumer.peer.driver)
+            self._commit_soon()  # sends the answer (and wakes the driver)
+        self._session_waiters = waiting
 
     def _authorization_problem(self, peer: Peer, entity: str, right: str) -> str | None:
         grants = list(peer.grants.values())
@@ -335,6 +533,7 @@ class Broker:
     def _forget_peer(self, peer: Peer) -> None:
         for consumer in list(peer.consumers.values()):
             self._forget_link(peer, consumer.link)
+        self._session_waiters = [w for w in self._session_waiters if w.consumer.peer is not peer]
         self.peers.pop(id(peer.driver), None)
 
     # ------------------------------------------------------------------ transfers in
@@ -351,16 +550,16 @@ class Broker:
 
             handle_request(self, peer, path[: -len(MANAGEMENT_SUFFIX)], delivery)
             return
-        queue = self.queues[path]
-        problem = self._authorization_problem(peer, queue.name, "Send")
+        entity = self.entities[path]
+        problem = self._authorization_problem(peer, entity.name, "Send")
         if problem is not None:
             delivery.update(Rejected(error=error("amqp:unauthorized-access", problem)))
             return
-        if len(delivery.payload) > queue.settings.max_message_size:
+        if len(delivery.payload) > entity.settings.max_message_size:
             delivery.update(Rejected(error=error(
                 "amqp:link:message-size-exceeded",
                 f"The received message (size {len(delivery.payload)}) exceeds the limit "
-                f"({queue.settings.max_message_size}) of entity '{queue.name}'.",
+                f"({entity.settings.max_message_size}) of entity '{entity.name}'.",
             )))  # fmt: skip
             return
         try:
@@ -368,13 +567,40 @@ class Broker:
         except AMQPError as exc:
             delivery.update(Rejected(error=error("amqp:decode-error", exc.description)))
             return
-        now = now_ms()
-        for message in messages:
-            queue.enqueue(message, now)
+        try:
+            self.send_messages(entity, messages)
+        except SessionRequiredError as exc:
+            delivery.update(Rejected(error=error("amqp:not-allowed", str(exc))))
+            return
         if delivery.settled:
             self._commit_soon()
         else:
             self._commit_soon(lambda: delivery.update(Accepted()))
+
+    def send_messages(self, entity: Entity, messages: list[wire.IncomingMessage]) -> list[int]:
+        """The one way messages enter the broker (sends, scheduling, transactions): all are
+        checked first, so a batch is taken whole or refused whole. Returns the sequence
+        numbers assigned at ``entity`` (scheduled messages of a topic, queue messages)."""
+        now = now_ms()
+        for message in messages:
+            self.admit(entity, message, now)
+        seqs = []
+        for message in messages:
+            seq = entity.enqueue(message, now)
+            if seq is not None:
+                seqs.append(seq)
+        return seqs
+
+    @staticmethod
+    def admit(entity: Entity, message: wire.IncomingMessage, now: int) -> None:
+        if isinstance(entity, Topic):
+            entity.admit(message, now)
+        elif entity.sessions_enabled and message.session_id is None:
+            raise SessionRequiredError(
+                f"The SessionId was not set on a message, and it cannot be sent to the entity "
+                f"'{entity.name}'. Entities that have session support enabled can only "
+                "receive messages that have the SessionId set to a valid value."
+            )
 
     # ------------------------------------------------------------------ CBS
 
@@ -430,8 +656,11 @@ class Broker:
         if want <= 0 or not link.is_open or consumer.peer.driver.paused:
             return  # a slow reader holds back only its own deliveries
         queue = consumer.queue
+        session = consumer.session
+        if session is not None and queue.session_locks.get(session.session_id) is not session:
+            return  # the session lock was lost: nothing more for this receiver
         now = now_ms()
-        rows = queue.take(min(want, PUMP_BATCH), now)
+        rows = queue.take(min(want, PUMP_BATCH), now, session.session_id if session else None)
         size = 0
         for index, row in enumerate(rows):
             if size >= PUMP_BYTES:  # big messages: the rest waits for the next batch
@@ -443,7 +672,7 @@ class Broker:
             self._send_deleted(consumer, rows)
         else:
             for row in rows:
-                lock = queue.lock(row, now, owner=consumer)
+                lock = queue.lock(row, now, owner=consumer, session=session)
                 delivery = link.send(queue.payload(row, lock), tag=lock.token.bytes_le)
                 consumer.locks[id(delivery)] = lock
         if rows:
@@ -510,7 +739,8 @@ class Broker:
             else:
                 return
         except LockLostError as exc:
-            delivery.update(Rejected(error=error(LOCK_LOST, str(exc))))
+            condition = SESSION_LOCK_LOST if isinstance(exc, SessionLockLostError) else LOCK_LOST
+            delivery.update(Rejected(error=error(condition, str(exc))))
             self._touched.add(consumer.peer.driver)
             return
         self._commit_soon(lambda: delivery.update(reply))
@@ -529,31 +759,51 @@ class Broker:
         now = now_ms()
         changed = False
         for queue in self.queues.values():
-            if queue.locks:
+            if queue.locks or queue.session_locks:
                 before = len(queue.locks)
-                queue.expire_locks(now)
+                for session in queue.expire_locks(now):
+                    self._session_lost(session)
                 changed |= len(queue.locks) != before
-        for entity, seq in self.store.due_scheduled(now):
-            queue = self._queue_by_entity(entity)
-            if queue is not None:
-                queue.activate_scheduled(seq)
+        for entity_id, seq in self.store.due_scheduled(now):
+            entity = self._by_entity_id.get(entity_id)
+            if entity is not None:
+                entity.activate_scheduled(seq)
                 changed = True
+        if self._session_waiters:
+            self._serve_session_waiters()
         if time.monotonic() - self._last_ttl_sweep > 1.0:
             self._last_ttl_sweep = time.monotonic()
-            for entity, seq in self.store.expired(now):
-                queue = self._queue_by_entity(entity)
-                if queue is not None and not any(lk.seq == seq for lk in queue.locks.values()):
-                    queue.expire(seq)
+            for entity_id, seq in self.store.expired(now):
+                entity = self._by_entity_id.get(entity_id)
+                if isinstance(entity, Topic):
+                    entity.cancel_scheduled([seq])  # expired before its scheduled time
+                    changed = True
+                elif entity is not None and not entity.is_locked(seq):
+                    entity.expire(seq)
                     changed = True
             self._check_tokens()
-        if changed:
-            self._commit_soon()
+        if time.monotonic() - self._last_dedupe_cleanup > DEDUPE_CLEANUP_SECONDS:
+            self._last_dedupe_cleanup = time.monotonic()
+            for entity in self.entities.values():
+                settings = entity.settings
+                if getattr(settings, "requires_duplicate_detection", False):
+                    window = settings.duplicate_detection_window.total_seconds() * 1000
+                    self.store.forget_message_ids(entity.entity, now - int(window))
+                    changed = True
+        if changed or self._touched:
+            self._commit_soon()  # commits, then delivers and wakes the connections touched
 
-    def _queue_by_entity(self, entity: int) -> Queue | None:
-        for queue in self.queues.values():
-            if queue.entity == entity:
-                return queue
-        return None
+    def _session_lost(self, session: SessionLock) -> None:
+        """A session lock expired: its receiver's link ends with session-lock-lost."""
+        consumer = session.owner
+        if not isinstance(consumer, Consumer) or not consumer.link.is_open:
+            return
+        consumer.link.detach(error(SESSION_LOCK_LOST, (
+            f"the lock on session '{session.session_id}' of '{consumer.queue.name}' expired"
+        )))  # fmt: skip
+        self._forget_link(consumer.peer, consumer.link)
+        self._touched.add(consumer.peer.driver)
+        self._commit_soon()
 
     def _check_tokens(self) -> None:
         for peer in list(self.peers.values()):

@@ -55,6 +55,18 @@ CREATE TABLE IF NOT EXISTS dedupe (
     PRIMARY KEY (entity, message_id)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS dedupe_age ON dedupe (seen_ms);
+CREATE TABLE IF NOT EXISTS session_state (
+    entity INTEGER NOT NULL,
+    session_id TEXT NOT NULL,
+    state BLOB NOT NULL,
+    updated_ms INTEGER NOT NULL,
+    PRIMARY KEY (entity, session_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS rule_set (
+    entity INTEGER PRIMARY KEY,  -- a subscription
+    configured TEXT NOT NULL,    -- the Config.json rules these started from (JSON)
+    rules TEXT NOT NULL          -- the rules now in force (JSON), changed through $management
+);
 CREATE TABLE IF NOT EXISTS sequence (
     entity INTEGER PRIMARY KEY,
     last_seq INTEGER NOT NULL
@@ -229,23 +241,31 @@ class MessageStore:
                 found[row[0]] = StoredMessage(*row)
         return found
 
-    def scan(self, entity: int, from_seq: int = 0, limit: int = 100) -> list[StoredMessage]:
-        """Messages in sequence order from ``from_seq`` (peek)."""
+    def scan(
+        self, entity: int, from_seq: int = 0, limit: int = 100, session_id: str | None = None
+    ) -> list[StoredMessage]:
+        """Messages in sequence order from ``from_seq`` (peek), of one session if given."""
+        where = "id >= ? AND id <= ?"
+        args: list[object] = [_key(entity, max(from_seq, 0)), _key(entity, _SEQ_MASK)]
+        if session_id is not None:
+            where += " AND session_id = ?"
+            args.append(session_id)
         return [
             StoredMessage(*row)
             for row in self._db.execute(
-                f"SELECT {_COLUMNS} FROM message WHERE id >= ? AND id <= ? ORDER BY id LIMIT ?",
-                (_key(entity, max(from_seq, 0)), _key(entity, _SEQ_MASK), limit),
+                f"SELECT {_COLUMNS} FROM message WHERE {where} ORDER BY id LIMIT ?",
+                (*args, limit),
             )
         ]
 
-    def ready_sequences(self, entity: int) -> Iterator[int]:
-        """Sequence numbers of active messages, in order (rebuilds the ready set at start)."""
-        for (key,) in self._db.execute(
-            "SELECT id FROM message WHERE id >= ? AND id <= ? AND state = ? ORDER BY id",
+    def ready_sequences(self, entity: int) -> Iterator[tuple[int, str | None]]:
+        """(seq, session id) of active messages, in order (rebuilds the ready set at start)."""
+        for key, session_id in self._db.execute(
+            "SELECT id, session_id FROM message WHERE id >= ? AND id <= ? AND state = ? "
+            "ORDER BY id",
             (_key(entity, 0), _key(entity, _SEQ_MASK), STATE_ACTIVE),
         ):
-            yield key & _SEQ_MASK
+            yield key & _SEQ_MASK, session_id
 
     def due_scheduled(self, now_ms: int) -> list[tuple[int, int]]:
         """(entity, seq) of scheduled messages whose time has come."""
@@ -275,4 +295,64 @@ class MessageStore:
                 "SELECT count(*) FROM message WHERE id >= ? AND id <= ?",
                 (_key(entity, 0), _key(entity, _SEQ_MASK)),
             ).fetchone()[0]
+        )
+
+    # ------------------------------------------------------------------ sessions
+
+    def session_state(self, entity: int, session_id: str) -> bytes | None:
+        row = self._db.execute(
+            "SELECT state FROM session_state WHERE entity = ? AND session_id = ?",
+            (entity, session_id),
+        ).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def set_session_state(
+        self, entity: int, session_id: str, state: bytes | None, now_ms: int
+    ) -> None:
+        """Null clears the state (Service Bus semantics: a cleared session has no state)."""
+        self._begin()
+        if state is None:
+            self._db.execute(
+                "DELETE FROM session_state WHERE entity = ? AND session_id = ?",
+                (entity, session_id),
+            )
+            return
+        self._db.execute(
+            "INSERT INTO session_state VALUES (?, ?, ?, ?) ON CONFLICT DO UPDATE SET "
+            "state = excluded.state, updated_ms = excluded.updated_ms",
+            (entity, session_id, state, now_ms),
+        )
+
+    def session_ids(self, entity: int, updated_since_ms: int | None) -> list[str]:
+        """Sessions with messages or state (``None``); or with state updated since a time."""
+        if updated_since_ms is not None:
+            rows = self._db.execute(
+                "SELECT session_id FROM session_state WHERE entity = ? AND updated_ms >= ? "
+                "ORDER BY session_id",
+                (entity, updated_since_ms),
+            )
+            return [row[0] for row in rows]
+        rows = self._db.execute(
+            "SELECT DISTINCT session_id FROM message WHERE id >= ? AND id <= ? "
+            "AND session_id IS NOT NULL "
+            "UNION SELECT session_id FROM session_state WHERE entity = ? ORDER BY 1",
+            (_key(entity, 0), _key(entity, _SEQ_MASK), entity),
+        )
+        return [row[0] for row in rows]
+
+    # ------------------------------------------------------------------ subscription rules
+
+    def rule_set(self, entity: int) -> tuple[str, str] | None:
+        """(configured, current) rules JSON of a subscription, as last saved."""
+        row = self._db.execute(
+            "SELECT configured, rules FROM rule_set WHERE entity = ?", (entity,)
+        ).fetchone()
+        return None if row is None else (row[0], row[1])
+
+    def save_rule_set(self, entity: int, configured: str, rules: str) -> None:
+        self._begin()
+        self._db.execute(
+            "INSERT INTO rule_set VALUES (?, ?, ?) ON CONFLICT DO UPDATE SET "
+            "configured = excluded.configured, rules = excluded.rules",
+            (entity, configured, rules),
         )

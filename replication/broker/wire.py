@@ -175,6 +175,45 @@ def delivery_payload(
     return bytes(out)
 
 
+def rewrite_bare(
+    bare: bytes,
+    properties: Properties | None = None,
+    application_properties: dict[str, Any] | None = None,
+) -> bytes:
+    """The bare message with its properties and/or application-properties replaced (kept
+    when None); body and footer sections are copied unchanged, in order."""
+    out = bytearray()
+    old_properties: Properties | None = None
+    old_app: dict[str, Any] | None = None
+    rest: list[Any] = []
+    for section in codec.decode_all(bare):
+        if type(section) is Properties:
+            old_properties = section
+        elif type(section) is ApplicationProperties:
+            old_app = dict(section.value)
+        else:
+            rest.append(section)
+    properties = properties if properties is not None else old_properties
+    app = application_properties if application_properties is not None else old_app
+    if properties is not None:
+        codec.encode_into(out, properties)
+    if app:
+        codec.encode_into(out, ApplicationProperties(app))
+    for section in rest:
+        codec.encode_into(out, section)
+    return bytes(out)
+
+
+def with_application_properties(bare: bytes, updates: dict[str, Any]) -> bytes:
+    """The bare message with some application properties added or overwritten."""
+    current: dict[str, Any] = {}
+    for section in codec.decode_all(bare):
+        if type(section) is ApplicationProperties:
+            current = dict(section.value)
+    current.update(updates)
+    return rewrite_bare(bare, application_properties=current)
+
+
 def optional_text(value: Any) -> str | None:
     """A dead-letter reason or description as text (peers send str, symbol or nothing)."""
     return None if value is None else str(value)

@@ -69,11 +69,14 @@ def make_config(
     queues: dict[str, dict[str, Any]] | None = None,
     rules: list[dict[str, Any]] | None = None,
     *,
+    topics: dict[str, dict[str, Any]] | None = None,
     namespace: str = NAMESPACE,
 ) -> dict[str, Any]:
     """An emulator-schema Config.json dict: ``queues`` maps names to ``Properties``
     (default ``DEFAULT_QUEUES``); ``rules`` is the namespace's ``AuthorizationRules``
-    (``[{"Name": ..., "Key": ..., "Rights": [...]}]``), left out when None."""
+    (``[{"Name": ..., "Key": ..., "Rights": [...]}]``), left out when None; ``topics`` maps
+    topic names to ``{"Properties": {...}, "Subscriptions": {name: {"Properties": {...},
+    "Rules": [...]}}}`` (both keys optional)."""
     queues = DEFAULT_QUEUES if queues is None else queues
     ns: dict[str, Any] = {
         "Name": namespace,
@@ -81,6 +84,18 @@ def make_config(
             {"Name": name, "Properties": copy.deepcopy(props)} for name, props in queues.items()
         ],
     }
+    if topics:
+        ns["Topics"] = [
+            {
+                "Name": name,
+                "Properties": copy.deepcopy(topic.get("Properties", {})),
+                "Subscriptions": [
+                    {"Name": sub_name, **copy.deepcopy(sub)}
+                    for sub_name, sub in topic.get("Subscriptions", {}).items()
+                ],
+            }
+            for name, topic in topics.items()
+        ]
     if rules is not None:
         ns["AuthorizationRules"] = copy.deepcopy(rules)
     return {"UserConfig": {"Namespaces": [ns], "Logging": {"Type": "File"}}}
@@ -181,6 +196,16 @@ class QuickCloseClient(ServiceBusClient):
         kwargs.setdefault("keep_alive", None)
         return super().get_queue_receiver(queue_name, **kwargs)
 
+    def get_topic_sender(self, topic_name: str, **kwargs: Any) -> ServiceBusSender:
+        kwargs.setdefault("keep_alive", None)
+        return super().get_topic_sender(topic_name, **kwargs)
+
+    def get_subscription_receiver(
+        self, topic_name: str, subscription_name: str, **kwargs: Any
+    ) -> ServiceBusReceiver:
+        kwargs.setdefault("keep_alive", None)
+        return super().get_subscription_receiver(topic_name, subscription_name, **kwargs)
+
 
 class QuickCloseAsyncClient(AsyncServiceBusClient):
     """The asyncio ``ServiceBusClient`` with ``keep_alive=None`` handlers: closing an aio
@@ -193,6 +218,16 @@ class QuickCloseAsyncClient(AsyncServiceBusClient):
     def get_queue_receiver(self, queue_name: str, **kwargs: Any) -> AsyncServiceBusReceiver:
         kwargs.setdefault("keep_alive", None)
         return super().get_queue_receiver(queue_name, **kwargs)
+
+    def get_topic_sender(self, topic_name: str, **kwargs: Any) -> AsyncServiceBusSender:
+        kwargs.setdefault("keep_alive", None)
+        return super().get_topic_sender(topic_name, **kwargs)
+
+    def get_subscription_receiver(
+        self, topic_name: str, subscription_name: str, **kwargs: Any
+    ) -> AsyncServiceBusReceiver:
+        kwargs.setdefault("keep_alive", None)
+        return super().get_subscription_receiver(topic_name, subscription_name, **kwargs)
 
 
 # ---------------------------------------------------------------------------- broker handle

@@ -1,0 +1,160 @@
+"""A Service Bus topic: duplicate detection and scheduling at the topic, a copy per subscription.
+
+A topic keeps no messages of its own except scheduled ones (under its own entity id, so
+schedule and cancel work by the topic's sequence numbers, as in Service Bus); a sent
+message is routed at once, in the sender's transaction, into every subscription whose
+rules match it. Subscriptions are ordinary ``Queue`` objects (locks, TTL, max delivery,
+defer, sessions, dead-lettering, forwarding) named ``<topic>/Subscriptions/<name>``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from ..amqp.message import Header
+from . import wire
+from .queue import Queue, now_ms
+from .rules import FilterEvaluationError, RuleSet, message_facts
+from .store import STATE_SCHEDULED, MessageStore, StoredMessage
+
+SUBSCRIPTIONS = "/Subscriptions/"
+FILTER_EVALUATION_FAILED = "FilterEvaluationException"
+"""Dead-letter reason of a message a subscription rule failed on (Service Bus keeps such
+messages in the subscription's dead-letter queue: DeadLetteringOnFilterEvaluationExceptions)."""
+
+
+@dataclass(slots=True)
+class TopicSettings:
+    default_ttl: timedelta | None = None
+    requires_duplicate_detection: bool = False
+    duplicate_detection_window: timedelta = timedelta(minutes=10)
+    max_message_size: int = 256 * 1024
+
+
+class SessionRequiredError(Exception):
+    """A message without a session id is sent where sessions are required."""
+
+
+@dataclass(slots=True, eq=False)
+class Subscription:
+    queue: Queue
+    rules: RuleSet
+
+
+class Topic:
+    def __init__(self, name: str, store: MessageStore, settings: TopicSettings) -> None:
+        self.name = name
+        self.store = store
+        self.settings = settings
+        self.entity = store.entity_id(name)
+        self.subscriptions: dict[str, Subscription] = {}
+
+    def __repr__(self) -> str:
+        return f"Topic({self.name!r}, subscriptions={list(self.subscriptions)})"
+
+    def subscription_path(self, name: str) -> str:
+        return f"{self.name}{SUBSCRIPTIONS}{name}"
+
+    # ------------------------------------------------------------------ send
+
+    def admit(self, message: wire.IncomingMessage, now: int) -> None:
+        """Refuses (before anything is written) a sessionless message that a session-enabled
+        subscription would receive: Service Bus fails such a send."""
+        if message.session_id is not None or message.scheduled_ms is not None:
+            return
+        facts = None
+        for sub in self.subscriptions.values():
+            if not sub.queue.sessions_enabled:
+                continue
+            facts = facts or message_facts(message, now)
+            try:
+                matched = bool(sub.rules.copies(message, facts))
+            except FilterEvaluationError:
+                matched = False  # it will go to the subscription's dead-letter queue
+            if matched:
+                raise SessionRequiredError(
+                    f"The SessionId was not set on a message, and it cannot be sent to the "
+                    f"entity '{self.name}': its subscription '{sub.queue.name}' requires "
+                    "sessions, and session-enabled entities only take messages with a SessionId."
+                )
+
+    def is_duplicate(self, message_id: str | None, now: int) -> bool:
+        if not self.settings.requires_duplicate_detection or message_id is None:
+            return False
+        window = int(self.settings.duplicate_detection_window.total_seconds() * 1000)
+        if self.store.seen_message_id(self.entity, message_id, now - window):
+            return True
+        self.store.remember_message_id(self.entity, message_id, now)
+        return False
+
+    def enqueue(self, message: wire.IncomingMessage, now: int, hops: int = 0) -> int | None:
+        """Routes a message to the subscriptions (or holds it while scheduled); returns the
+        topic's sequence number for a scheduled message."""
+        if self.is_duplicate(message.message_id, now):
+            return None
+        scheduled = message.scheduled_ms
+        if scheduled is not None and scheduled > now:
+            seq = self.store.next_sequence(self.entity)
+            ttl = self._ttl(message)
+            self.store.insert(self.entity, StoredMessage(
+                seq=seq, state=STATE_SCHEDULED, delivery_count=0, enqueued_ms=now,
+                expires_ms=scheduled + ttl if ttl else None, scheduled_ms=scheduled,
+                message_id=message.message_id, session_id=message.session_id,
+                dead_letter_source=None,
+                annotations=wire.encode_annotations(message.annotations) or None,
+                bare=message.bare,
+            ))  # fmt: skip
+            return seq
+        self._fan_out(message, now, hops)
+        return None
+
+    def _ttl(self, message: wire.IncomingMessage) -> int | None:
+        ttl = message.ttl_ms
+        if self.settings.default_ttl is not None:
+            default_ttl = int(self.settings.default_ttl.total_seconds() * 1000)
+            ttl = default_ttl if ttl is None else min(ttl, default_ttl)
+        return ttl
+
+    def _fan_out(self, message: wire.IncomingMessage, now: int, hops: int) -> None:
+        ttl = self._ttl(message)
+        if ttl != message.ttl_ms:
+            header = message.header or Header()
+            message.header = Header(
+                durable=header.durable, priority=header.priority, ttl=ttl,
+                first_acquirer=header.first_acquirer, delivery_count=header.delivery_count,
+            )  # fmt: skip
+        facts = message_facts(message, now)
+        for sub in self.subscriptions.values():
+            try:
+                copies = sub.rules.copies(message, facts)
+            except FilterEvaluationError as exc:
+                sub.queue.dead_letter_new(message, now, FILTER_EVALUATION_FAILED, str(exc))
+                continue
+            for copy in copies:
+                sub.queue.enqueue(copy, now, hops)
+
+    # ------------------------------------------------------------------ scheduled
+
+    def activate_scheduled(self, seq: int) -> None:
+        """The scheduled time came: the message goes to the subscriptions now."""
+        row = self.store.load(self.entity, [seq]).get(seq)
+        if row is None:
+            return
+        self.store.delete(self.entity, seq)
+        message = wire.parse_message((row.annotations or b"") + row.bare)
+        now = now_ms()
+        if row.expires_ms is not None:
+            remaining = row.expires_ms - now
+            if remaining <= 0:
+                return  # expired while scheduled
+            message.header = Header(durable=True, ttl=remaining)
+        message.annotations.pop(wire.SCHEDULED_TIME, None)
+        self._fan_out(message, now, 0)
+
+    def cancel_scheduled(self, seqs: list[int]) -> None:
+        rows = self.store.load(self.entity, seqs)
+        for seq in seqs:
+            row = rows.get(seq)
+            if row is not None and row.state == STATE_SCHEDULED:
+                self.store.delete(self.entity, seq)

@@ -1,0 +1,405 @@
+"""A second, independent client against the broker: the JavaScript SDK, through node.
+
+``tests/interop_js/roundtrip.mjs`` drives ``@azure/service-bus`` (rhea underneath, pinned in
+``tests/interop_js/package-lock.json``) over the emulator connection string. Each test starts a
+broker, runs one of the script's modes with ``node`` and checks the JSON line it prints, then
+looks at the broker's side: what is left in the store, and what the Python SDK reads of the
+messages the JS client sent (and the other way round).
+
+The ``js_node`` fixture installs the pinned packages with ``npm ci`` when ``node_modules`` is
+missing or was installed from another ``package-lock.json``, and skips the tests when ``node``
+or ``npm`` is not on PATH (a machine with only Python). A failing ``npm ci`` fails them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from azure.servicebus import ServiceBusMessage
+from azure.servicebus.amqp import AmqpMessageBodyType
+
+from .conftest import NAMESPACE, BrokerHandle, body_bytes, make_config, nothing_more, receive_n
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: no lock, one test run at a time
+    fcntl = None  # type: ignore[assignment]
+
+pytestmark = pytest.mark.timeout(300)  # a cold npm ci, then node runs of a few seconds each
+
+JS_DIR = Path(__file__).resolve().parents[1] / "interop_js"
+SCRIPT = JS_DIR / "roundtrip.mjs"
+LOCKFILE = JS_DIR / "package-lock.json"
+STAMP = JS_DIR / "node_modules" / ".package-lock.sha256"
+"""The hash of the lock file ``node_modules`` was installed from (``npm ci`` deletes it)."""
+INSTALL_LOCK = JS_DIR / ".npm-ci.lock"
+NPM_CI_TIMEOUT = 600.0
+NODE_TIMEOUT = 120.0
+
+APP_PROPERTIES = {"text": "héllo", "int": 42, "negative": -7, "float": 1.5, "flag": True}
+"""What roundtrip.mjs puts in every message (and ``off: false``, ``index: <n>``)."""
+
+ABANDON_NOT_COUNTED = "redelivered (js-batch-1) deliveryCount: expected 1, got 0"
+"""The problem roundtrip.mjs reports while the broker does not count the JS SDK's abandon."""
+
+
+class AbandonNotCountedError(AssertionError):
+    """The JS SDK abandons with ``modified`` and no ``delivery-failed`` (rhea leaves it out,
+    as the .NET SDK does); Service Bus counts that delivery, the broker does not (yet)."""
+
+
+# ---------------------------------------------------------------------------- node + npm
+
+
+def _lock_digest() -> str:
+    return hashlib.sha256(LOCKFILE.read_bytes()).hexdigest()
+
+
+@contextlib.contextmanager
+def _install_lock() -> Iterator[None]:
+    """Serialises ``npm ci`` between test runs that start at the same time."""
+    if fcntl is None:
+        yield
+        return
+    with INSTALL_LOCK.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@pytest.fixture(scope="session")
+def js_node() -> str:
+    """The ``node`` executable, with tests/interop_js's packages installed as locked."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        missing = " and ".join(name for name, path in (("node", node), ("npm", npm)) if not path)
+        pytest.skip(f"the JS client tests need Node.js: {missing} not on PATH")
+    with _install_lock():
+        digest = _lock_digest()
+        if not (STAMP.is_file() and STAMP.read_text().strip() == digest):
+            try:
+                proc = subprocess.run(
+                    [npm, "ci", "--no-audit", "--no-fund"], cwd=JS_DIR, capture_output=True,
+                    text=True, timeout=NPM_CI_TIMEOUT,
+                )  # fmt: skip
+            except subprocess.TimeoutExpired as exc:
+                pytest.fail(f"npm ci in {JS_DIR} took over {exc.timeout:g} s", pytrace=False)
+            if proc.returncode != 0:
+                pytest.fail(
+                    f"npm ci in {JS_DIR} failed with exit code {proc.returncode}:\n"
+                    f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}",
+                    pytrace=False,
+                )
+            STAMP.write_text(digest + "\n")
+    return node
+
+
+def run_js(
+    node: str, mode: str, broker: BrokerHandle, *args: str, expect_ok: bool = True
+) -> dict[str, Any]:
+    """Runs ``roundtrip.mjs <mode>`` against ``broker``; returns its JSON result line.
+
+    With ``expect_ok`` (the default) any failure fails the test, with the script's stderr.
+    """
+    command = [node, str(SCRIPT), mode, "--connection-string", broker.connection_string, *args]
+    env = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "NODE_OPTIONS")}
+    try:
+        proc = subprocess.run(
+            command, cwd=JS_DIR, capture_output=True, text=True, timeout=NODE_TIMEOUT, env=env
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(
+            f"node roundtrip.mjs {mode} did not finish in {exc.timeout:g} s:\n{exc.stderr!r}"
+        ) from None
+    lines = proc.stdout.strip().splitlines()
+    try:
+        result = json.loads(lines[-1])
+    except (IndexError, json.JSONDecodeError):
+        raise AssertionError(
+            f"node roundtrip.mjs {mode} exited with {proc.returncode} and no JSON result:\n"
+            f"stdout: {proc.stdout[-2000:]}\nstderr: {proc.stderr[-4000:]}"
+        ) from None
+    assert result.get("mode") == mode, result
+    assert result["ok"] == (proc.returncode == 0), (proc.returncode, result)
+    if expect_ok:
+        assert result["ok"], (
+            f"node roundtrip.mjs {mode} failed (exit {proc.returncode}): "
+            f"{result.get('error')} {result.get('problems')}\n{proc.stderr[-4000:]}"
+        )
+    return result
+
+
+def ids(entries: list[dict[str, Any]], step: str | None = None) -> list[str]:
+    return [e["messageId"] for e in entries if step is None or e["step"] == step]
+
+
+def js_properties(index: int, **extra: Any) -> dict[str, Any]:
+    """The application properties roundtrip.mjs sends, as JSON gives them back."""
+    return {**APP_PROPERTIES, "off": False, "index": index, **extra}
+
+
+# ---------------------------------------------------------------------------- queues
+
+
+@pytest.mark.broker_config(make_config({"q": {}}))
+def test_js_sends_python_receives(js_node: str, broker: BrokerHandle) -> None:
+    """What the JS SDK puts on the wire, as the Python SDK reads it back through the broker:
+    message-id, subject, content type, correlation-id and application properties intact; the
+    JS SDK's bodies are data sections, JSON text unless the body was a Buffer."""
+    result = run_js(js_node, "send", broker, "--queue", "q")
+    assert ids(result["sent"]) == ["js-single", "js-batch-0", "js-batch-1", "js-batch-2"]
+    assert broker.count("q") == 4
+
+    with broker.client() as client, client.get_queue_receiver("q") as receiver:
+        messages = receive_n(receiver, 4)
+        assert [m.message_id for m in messages] == [e["messageId"] for e in result["sent"]]
+        assert [m.sequence_number for m in messages] == sorted(m.sequence_number for m in messages)
+        for message, sent in zip(messages, result["sent"], strict=True):
+            assert message.subject == sent["subject"]
+            assert message.content_type == sent["contentType"]
+            assert message.correlation_id == sent["correlationId"]
+            assert message.delivery_count == 0
+            assert message.session_id is None
+            assert message.body_type == AmqpMessageBodyType.DATA
+            # The Python SDK hands string keys and values back as bytes.
+            props = {k.decode(): v for k, v in (message.application_properties or {}).items()}
+            assert props == {
+                "text": "héllo".encode(), "int": 42, "negative": -7, "float": 1.5,
+                "flag": True, "off": False, "index": sent["applicationProperties"]["index"],
+            }  # fmt: skip
+            assert type(props["int"]) is int and type(props["float"]) is float
+        assert [body_bytes(m) for m in messages] == [
+            '{"kind":"single","n":0,"text":"héllo"}'.encode(),  # JSON.stringify of an object
+            b'"batch text"',  # a string body is JSON too
+            b"\x00\x01\x02\xfe\xff",  # a Buffer goes as it is
+            b"[1,2,3]",
+        ]
+        for message in messages:
+            receiver.complete_message(message)
+        assert nothing_more(receiver)
+    assert broker.count("q") == 0
+
+
+@pytest.mark.broker_config(make_config({"q": {}}))
+def test_python_sends_js_receives(js_node: str, broker: BrokerHandle) -> None:
+    """The other way round: what the Python SDK sent, as the JS SDK reads it."""
+    properties = {"text": "héllo", "int": 42, "negative": -7, "float": 1.5, "flag": True}
+    with broker.client() as client, client.get_queue_sender("q") as sender:
+        sender.send_messages([
+            ServiceBusMessage(
+                b'{"from": "python", "n": 1}', message_id="py-json", subject="py-subject",
+                content_type="application/json", correlation_id="py-corr",
+                application_properties=properties,
+            ),
+            ServiceBusMessage(b"\x00raw\xff", message_id="py-raw", subject="py-subject"),
+        ])  # fmt: skip
+    assert broker.count("q") == 2
+
+    result = run_js(js_node, "receive", broker, "--queue", "q", "--count", "2")
+    first, second = result["received"]
+    assert ids(result["received"]) == ["py-json", "py-raw"]
+    assert first["body"] == {"from": "python", "n": 1}  # the JS SDK JSON-parses data bodies
+    assert second["body"] == {"base64": "AHJhd/8="}  # ... and leaves the rest as a Buffer
+    assert first["subject"] == second["subject"] == "py-subject"
+    assert first["contentType"] == "application/json"
+    assert first["correlationId"] == "py-corr"
+    assert first["applicationProperties"] == properties
+    assert second["applicationProperties"] == {}
+    assert first["deliveryCount"] == second["deliveryCount"] == 0
+    assert first["hasLockToken"] and second["hasLockToken"]
+    assert int(second["sequenceNumber"]) > int(first["sequenceNumber"])
+    assert broker.count("q") == 0  # the JS client completed both
+
+
+@pytest.mark.broker_config(make_config({"q": {}}))
+@pytest.mark.xfail(
+    strict=True,
+    raises=AbandonNotCountedError,
+    reason=(
+        "broker fix needed in replication/broker/server.py Broker._on_settle: a Modified "
+        "outcome without delivery-failed (the JS SDK's and .NET SDK's abandon) must count the "
+        "delivery, as Service Bus does; today only Modified(delivery_failed=True) counts"
+    ),
+)
+def test_js_queue_round_trip(js_node: str, broker: BrokerHandle) -> None:
+    """Send one message and a batch, peek-lock them, complete / abandon / dead-letter, read
+    the dead-letter queue, receive-and-delete: all with the JS SDK."""
+    result = run_js(js_node, "queue", broker, "--queue", "q", expect_ok=False)
+    assert "error" not in result, result["error"]
+    problems = result["problems"]
+    assert set(problems) <= {ABANDON_NOT_COUNTED}, problems
+
+    received = result["received"]
+    assert [(e["step"], e["messageId"]) for e in received] == [
+        ("peekLock", "js-single"),
+        ("peekLock", "js-batch-0"),
+        ("peekLock", "js-batch-1"),
+        ("peekLock", "js-batch-2"),
+        ("redelivered", "js-batch-1"),
+        ("deadLetterQueue", "js-batch-2"),
+        ("receiveAndDelete", "js-receive-and-delete"),
+    ]
+    by_step = {(e["step"], e["messageId"]): e for e in received}
+    for index, entry in enumerate(e for e in received if e["step"] == "peekLock"):
+        assert entry["applicationProperties"] == js_properties(index)
+        assert entry["deliveryCount"] == 0
+        assert entry["hasLockToken"]
+    assert [e["body"] for e in received if e["step"] == "peekLock"] == [
+        {"kind": "single", "n": 0, "text": "héllo"}, "batch text",
+        {"base64": "AAEC/v8="}, [1, 2, 3],
+    ]  # fmt: skip
+    sequence_numbers = [int(e["sequenceNumber"]) for e in received if e["step"] == "peekLock"]
+    assert sequence_numbers == sorted(set(sequence_numbers))
+    again = by_step["redelivered", "js-batch-1"]
+    assert int(again["sequenceNumber"]) == sequence_numbers[2]
+    dead = by_step["deadLetterQueue", "js-batch-2"]
+    assert dead["deadLetterReason"] == "js-reason"
+    assert dead["deadLetterErrorDescription"] == "dead-lettered by the JS client"
+    assert dead["applicationProperties"] == js_properties(
+        3, DeadLetterReason="js-reason", DeadLetterErrorDescription="dead-lettered by the JS client"
+    )
+    deleted = by_step["receiveAndDelete", "js-receive-and-delete"]
+    assert not deleted["hasLockToken"]
+
+    # The broker's side: everything settled, nothing left anywhere.
+    assert broker.count("q") == 0
+    assert broker.count("q/$DeadLetterQueue") == 0
+    with broker.client() as client, client.get_queue_receiver("q") as receiver:
+        assert nothing_more(receiver)
+
+    if problems:
+        raise AbandonNotCountedError(f"{problems}; redelivered: {again}")
+    assert again["deliveryCount"] == 1
+
+
+# ---------------------------------------------------------------------------- sessions
+
+
+@pytest.mark.skip(reason="needs broker sessions/topics (issue 5)")
+@pytest.mark.broker_config(make_config({"sq": {"RequiresSession": True, "LockDuration": "PT30S"}}))
+def test_js_sessions(js_node: str, broker: BrokerHandle) -> None:
+    """acceptSession(queue, "s1") and acceptNextSession: FIFO inside each session, session
+    state set and read back (and read by the Python SDK), and acceptNextSession giving up
+    after its timeout when no session has messages."""
+    empty_timeout_ms = 3000
+    result = run_js(
+        js_node, "session", broker, "--queue", "sq", "--empty-timeout-ms", str(empty_timeout_ms)
+    )
+    received = result["received"]
+    assert [(e["step"], e["messageId"], e["sessionId"]) for e in received] == [
+        ("s1", "s1-0", "s1"), ("s1", "s1-1", "s1"), ("s1", "s1-2", "s1"),
+        ("s2", "s2-0", "s2"), ("s2", "s2-1", "s2"),
+    ]  # fmt: skip
+    for entry in received:
+        assert entry["deliveryCount"] == 0
+        assert entry["applicationProperties"] == {
+            "session": entry["sessionId"], "n": int(entry["messageId"][-1])
+        }  # fmt: skip
+    state = result["sessionState"]
+    assert state["s1Before"] is None and state["s2Before"] is None
+    assert state["s1"] == state["s1AfterReaccept"] == {"step": "s1 done", "count": 3}
+    assert state["s2"] == {"base64": "cmF3IHN0YXRlIG9mIHMy"}  # b"raw state of s2"
+
+    # No session has messages: the broker answers the next-session attach with
+    # com.microsoft:timeout (ServiceTimeout in JS) once the client's timeout is up.
+    empty = result["acceptNextSessionWhenEmpty"]
+    assert empty["code"] == "ServiceTimeout", empty
+    assert empty_timeout_ms - 500 <= empty["elapsedMs"] <= empty_timeout_ms + 2500, empty
+
+    assert broker.count("sq") == 0
+    # The JS SDK stores session state as JSON text (or a Buffer's bytes): the Python SDK
+    # reads the same bytes back.
+    with broker.client() as client:
+        with client.get_queue_receiver("sq", session_id="s1") as receiver:
+            assert receiver.session.get_state() == b'{"step":"s1 done","count":3}'
+        with client.get_queue_receiver("sq", session_id="s2") as receiver:
+            assert receiver.session.get_state() == b"raw state of s2"
+
+
+# ---------------------------------------------------------------------------- topics
+
+
+TOPIC_CONFIG: dict[str, Any] = {
+    "UserConfig": {
+        "Namespaces": [
+            {
+                "Name": NAMESPACE,
+                "Queues": [],
+                "Topics": [
+                    {
+                        "Name": "t",
+                        "Properties": {
+                            "DefaultMessageTimeToLive": "PT1H",
+                            "DuplicateDetectionHistoryTimeWindow": "PT20S",
+                            "RequiresDuplicateDetection": False,
+                        },
+                        "Subscriptions": [
+                            {
+                                "Name": "s",
+                                "Properties": {
+                                    "DeadLetteringOnMessageExpiration": False,
+                                    "LockDuration": "PT30S",
+                                    "MaxDeliveryCount": 10,
+                                    "RequiresSession": False,
+                                },
+                                "Rules": [],  # none: Service Bus's $Default (1=1)
+                            },
+                            {
+                                "Name": "red",
+                                "Properties": {"MaxDeliveryCount": 10},
+                                "Rules": [
+                                    {
+                                        "Name": "red-only",
+                                        "Properties": {
+                                            "FilterType": "Correlation",
+                                            "CorrelationFilter": {"Properties": {"color": "red"}},
+                                        },
+                                    }
+                                ],
+                            },
+                        ],
+                    }
+                ],
+            }
+        ],
+        "Logging": {"Type": "File"},
+    }
+}
+"""Topic ``t`` with subscription ``s`` (every message) and ``red`` (color = 'red' only)."""
+
+
+@pytest.mark.skip(reason="needs broker sessions/topics (issue 5)")
+@pytest.mark.broker_config(TOPIC_CONFIG)
+def test_js_topic(js_node: str, broker: BrokerHandle) -> None:
+    """Send to a topic and receive from a subscription with the JS SDK; the JS client's
+    application properties reach the broker's correlation filter intact."""
+    result = run_js(js_node, "topic", broker, "--topic", "t", "--subscription", "s")
+    received = result["received"]
+    assert ids(received) == ["topic-0", "topic-1", "topic-2"]
+    for n, entry in enumerate(received):
+        assert entry["body"] == {"topic": True, "n": n}
+        assert entry["applicationProperties"] == js_properties(n, color="red" if n == 1 else "blue")
+        assert entry["deliveryCount"] == 0
+    assert broker.count("t/Subscriptions/s") == 0  # the JS client completed them
+
+    with (
+        broker.client() as client,
+        client.get_subscription_receiver("t", "red") as receiver,
+    ):
+        (message,) = receive_n(receiver, 1)
+        assert message.message_id == "topic-1"
+        assert body_bytes(message) == b'{"topic":true,"n":1}'
+        receiver.complete_message(message)
+        assert nothing_more(receiver)
+    assert broker.count("t/Subscriptions/red") == 0

@@ -1,0 +1,239 @@
+"""Message sessions with the unmodified ``azure-servicebus`` SDK (sync, and async at the end).
+
+What the sessions guide promises: an exclusive lock per session, named and next-available
+receivers, FIFO inside a session, abandon puts the message back at the head, session state
+kept on disk, lock renewal, lock expiry counts a delivery and loses the session, closing a
+receiver does not count one; and a sessionless send to a session queue fails clearly.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusMessage
+from azure.servicebus.exceptions import (
+    OperationTimeoutError,
+    ServiceBusError,
+    SessionCannotBeLockedError,
+    SessionLockLostError,
+)
+
+from .conftest import BrokerHandle, make_config, receive_n
+
+pytestmark = pytest.mark.timeout(90)
+
+CONFIG = make_config({
+    "s": {"RequiresSession": True},
+    "short": {"RequiresSession": True, "LockDuration": "PT5S"},
+    "plain": {},
+})  # fmt: skip
+
+
+def send_sessions(broker: BrokerHandle, queue: str, plan: list[tuple[str, str]]) -> None:
+    """Sends (session, body) pairs in order, message-id = body."""
+    with broker.client() as client, client.get_queue_sender(queue) as sender:
+        sender.send_messages(
+            [ServiceBusMessage(body, session_id=session, message_id=body) for session, body in plan]
+        )
+
+
+@pytest.mark.broker_config(CONFIG)
+def test_named_sessions_are_fifo_and_separate(broker: BrokerHandle) -> None:
+    plan = [("a" if i % 3 else "b", f"m{i}") for i in range(30)]
+    send_sessions(broker, "s", plan)
+    with broker.client() as client:
+        for session in ("b", "a"):
+            with client.get_queue_receiver("s", session_id=session, prefetch_count=5) as receiver:
+                assert receiver.session.session_id == session
+                expected = [body for s, body in plan if s == session]
+                received = receive_n(receiver, len(expected))
+                assert [str(m) for m in received] == expected
+                assert {m.session_id for m in received} == {session}
+                for message in received:
+                    receiver.complete_message(message)
+                assert receiver.receive_messages(max_message_count=1, max_wait_time=0.5) == []
+    assert broker.count("s") == 0
+
+
+@pytest.mark.broker_config(CONFIG)
+def test_next_available_sessions_and_exclusive_lock(broker: BrokerHandle) -> None:
+    send_sessions(broker, "s", [("x", "x1"), ("y", "y1"), ("x", "x2")])
+    with broker.client(retry_total=0) as client:
+        first = client.get_queue_receiver("s", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=2)
+        second = client.get_queue_receiver("s", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=2)
+        with first, second:
+            # the session whose oldest message is oldest comes first
+            assert first.session.session_id == "x"
+            assert second.session.session_id == "y"
+            with pytest.raises(SessionCannotBeLockedError):
+                with client.get_queue_receiver("s", session_id="x") as third:
+                    third.receive_messages(max_wait_time=1)
+            with pytest.raises(OperationTimeoutError):
+                with client.get_queue_receiver(
+                    "s", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=1
+                ) as fourth:
+                    fourth.receive_messages(max_wait_time=1)
+            assert [str(m) for m in receive_n(first, 2)] == ["x1", "x2"]
+        # closing released both sessions: the named one can be locked again at once
+        with client.get_queue_receiver("s", session_id="x") as again:
+            assert [str(m) for m in receive_n(again, 2)] == ["x1", "x2"]
+
+
+@pytest.mark.broker_config(CONFIG)
+def test_next_available_waits_for_a_session_to_arrive(broker: BrokerHandle) -> None:
+    import threading
+
+    def send_later() -> None:
+        time.sleep(1.0)
+        send_sessions(broker, "s", [("late", "late1")])
+
+    sender = threading.Thread(target=send_later)
+    sender.start()
+    with broker.client() as client:
+        with client.get_queue_receiver(
+            "s", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=10
+        ) as receiver:
+            assert receiver.session.session_id == "late"
+            (message,) = receive_n(receiver, 1)
+            receiver.complete_message(message)
+    sender.join()
+
+
+@pytest.mark.broker_config(CONFIG)
+def test_locking_an_empty_named_session_succeeds(broker: BrokerHandle) -> None:
+    with broker.client() as client, client.get_queue_receiver("s", session_id="empty") as r:
+        assert r.session.locked_until_utc is not None
+        assert r.receive_messages(max_message_count=1, max_wait_time=0.5) == []
+        r.session.set_state(b"still mine")
+        assert r.session.get_state() == b"still mine"
+
+
+@pytest.mark.broker_config(CONFIG)
+def test_abandon_brings_the_same_message_next(broker: BrokerHandle) -> None:
+    send_sessions(broker, "s", [("q", "q1"), ("q", "q2")])
+    with broker.client() as client, client.get_queue_receiver("s", session_id="q") as receiver:
+        (q1,) = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+        receiver.abandon_message(q1)
+        (again,) = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+        assert (again.message_id, again.delivery_count) == ("q1", 1)
+        receiver.complete_message(again)
+        (q2,) = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+        assert q2.message_id == "q2"
+        receiver.complete_message(q2)
+
+
+@pytest.mark.broker_config(CONFIG)
+def test_session_state_is_kept_cleared_and_survives_restart(broker: BrokerHandle) -> None:
+    with broker.client() as client, client.get_queue_receiver("s", session_id="st") as r:
+        assert r.session.get_state() is None
+        r.session.set_state(b"step-1")
+        r.session.set_state("step-2")  # str is sent as UTF-8
+        assert r.session.get_state() == b"step-2"
+    broker.restart()
+    with broker.client() as client, client.get_queue_receiver("s", session_id="st") as r:
+        assert r.session.get_state() == b"step-2"
+        r.session.set_state(None)
+        assert r.session.get_state() is None
+
+
+@pytest.mark.broker_config(CONFIG)
+def test_session_state_size_limit(broker: BrokerHandle) -> None:
+    with broker.client(retry_total=0) as client, client.get_queue_receiver(
+        "s", session_id="big"
+    ) as r:
+        with pytest.raises(ServiceBusError, match="exceeds the limit"):
+            r.session.set_state(b"x" * (256 * 1024 + 1))
+        r.session.set_state(b"x" * 1000)
+        assert len(r.session.get_state()) == 1000
+
+
+@pytest.mark.broker_config(CONFIG)
+def test_renew_session_lock(broker: BrokerHandle) -> None:
+    send_sessions(broker, "short", [("r", "r1")])
+    with broker.client() as client, client.get_queue_receiver("short", session_id="r") as r:
+        before = r.session.locked_until_utc
+        (message,) = receive_n(r, 1)
+        time.sleep(3)
+        after = r.session.renew_lock()
+        assert after > before
+        time.sleep(3)  # past the first expiry: the renewed lock still holds the message
+        r.complete_message(message)
+    assert broker.count("short") == 0
+
+
+@pytest.mark.broker_config(CONFIG)
+def test_lock_expiry_loses_the_session_and_counts_a_delivery(broker: BrokerHandle) -> None:
+    send_sessions(broker, "short", [("e", "e1")])
+    with broker.client(retry_total=0) as client:
+        with client.get_queue_receiver("short", session_id="e") as r:
+            (message,) = receive_n(r, 1)
+            time.sleep(6)
+            with pytest.raises(SessionLockLostError):
+                r.complete_message(message)
+        with client.get_queue_receiver("short", session_id="e") as r:
+            (again,) = receive_n(r, 1)
+            assert (again.message_id, again.delivery_count) == ("e1", 1)
+            r.complete_message(again)
+
+
+@pytest.mark.broker_config(CONFIG)
+def test_closing_without_settling_does_not_count(broker: BrokerHandle) -> None:
+    send_sessions(broker, "s", [("c", "c1")])
+    with broker.client() as client:
+        with client.get_queue_receiver("s", session_id="c") as r:
+            receive_n(r, 1)
+        with client.get_queue_receiver("s", session_id="c") as r:
+            (again,) = receive_n(r, 1)
+            assert again.delivery_count == 0
+            r.complete_message(again)
+
+
+@pytest.mark.broker_config(CONFIG)
+def test_peek_and_defer_inside_a_session(broker: BrokerHandle) -> None:
+    send_sessions(broker, "s", [("p", "p1"), ("o", "o1"), ("p", "p2")])
+    with broker.client() as client, client.get_queue_receiver("s", session_id="p") as r:
+        assert [m.message_id for m in r.peek_messages(max_message_count=10)] == ["p1", "p2"]
+        p1, p2 = receive_n(r, 2)
+        r.defer_message(p1)
+        r.complete_message(p2)
+        (deferred,) = r.receive_deferred_messages([p1.sequence_number])
+        assert deferred.message_id == "p1"
+        r.complete_message(deferred)
+
+
+@pytest.mark.broker_config(CONFIG)
+def test_wrong_receiver_kind_and_sessionless_send_are_refused(broker: BrokerHandle) -> None:
+    with broker.client(retry_total=0) as client:
+        with client.get_queue_sender("s") as sender:
+            with pytest.raises(ServiceBusError, match="SessionId"):
+                sender.send_messages(ServiceBusMessage("no session"))
+            with pytest.raises(ServiceBusError, match="SessionId"):  # a batch: all or nothing
+                sender.send_messages(
+                    [ServiceBusMessage("ok", session_id="z"), ServiceBusMessage("no session")]
+                )
+        with pytest.raises(ServiceBusError, match="requires sessions"):
+            with client.get_queue_receiver("s") as receiver:
+                receiver.receive_messages(max_wait_time=1)
+        with pytest.raises(ServiceBusError, match="does not require sessions"):
+            with client.get_queue_receiver("plain", session_id="z") as receiver:
+                receiver.receive_messages(max_wait_time=1)
+    assert broker.count("s") == 0
+
+
+@pytest.mark.broker_config(CONFIG)
+async def test_async_session_receiver(broker: BrokerHandle) -> None:
+    send_sessions(broker, "s", [("aio", f"a{i}") for i in range(5)])
+    async with broker.aio_client() as client:
+        async with client.get_queue_receiver(
+            "s", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=5
+        ) as receiver:
+            assert receiver.session.session_id == "aio"
+            await receiver.session.set_state(b"async state")
+            received = []
+            while len(received) < 5:
+                received += await receiver.receive_messages(max_message_count=5, max_wait_time=2)
+            assert [str(m) for m in received] == [f"a{i}" for i in range(5)]
+            for message in received:
+                await receiver.complete_message(message)
+            assert await receiver.session.get_state() == b"async state"
