@@ -24,7 +24,7 @@ from ..amqp.connection import Connection
 from ..amqp.errors import AMQPError
 from ..amqp.link import Delivery, Link, LinkState
 from ..amqp.message import BodyType, Message, Properties, decode_message, encode_message
-from ..amqp.outcomes import Accepted, Modified, Rejected, Released
+from ..amqp.outcomes import Accepted, Coordinator, Modified, Rejected, Released, TransactionalState
 from ..amqp.performatives import SND_SETTLED, Error
 from ..amqp.sasl import ANONYMOUS, MSSBCBS, PLAIN, SaslCredentials, SaslServer
 from ..amqp.transport import ConnectionDriver, serve
@@ -33,6 +33,7 @@ from . import wire
 from .auth import AuthorizationError, Authorizer, Grant
 from .queue import DEAD_LETTER_SUFFIX, LockLostError, Queue, QueueSettings, now_ms
 from .store import MessageStore, StoredMessage
+from .transactions import TRANSFER_DESTINATION, TransactionCoordinator
 
 log = logging.getLogger("replication.broker")
 
@@ -143,6 +144,7 @@ class Broker:
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._last_ttl_sweep = 0.0
+        self.transactions = TransactionCoordinator(self, LINK_CREDIT)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -262,6 +264,9 @@ class Broker:
             ))  # fmt: skip
             return
         peer.links.add(id(link))
+        if link.is_receiver and isinstance(link.remote_target, Coordinator):  # transactions.py
+            self.transactions.attach_controller(peer, link)
+            return
         if link.is_receiver:  # the peer sends: requests or messages
             path = entity_path(getattr(link.remote_target, "address", None))
         else:
@@ -286,6 +291,9 @@ class Broker:
         problem = self._authorization_problem(peer, queue.name, right)
         if problem is not None:
             link.refuse(error("amqp:unauthorized-access", problem))
+            return
+        if link.is_receiver and TRANSFER_DESTINATION in (link.remote_properties or {}):
+            self.transactions.attach_send_via(peer, link)  # send-via (transactions.py)
             return
         peer.entity_links[id(link)] = (link, queue.name)
         if link.is_receiver:
@@ -319,6 +327,7 @@ class Broker:
         return last
 
     def _forget_link(self, peer: Peer, link: Link) -> None:
+        self.transactions.forget_link(link)  # a controller's transactions roll back
         peer.links.discard(id(link))
         peer.entity_links.pop(id(link), None)
         for name, reply in list(peer.reply_links.items()):
@@ -333,6 +342,7 @@ class Broker:
             self._commit_soon()
 
     def _forget_peer(self, peer: Peer) -> None:
+        self.transactions.forget_peer(peer)  # open transactions roll back
         for consumer in list(peer.consumers.values()):
             self._forget_link(peer, consumer.link)
         self.peers.pop(id(peer.driver), None)
@@ -342,6 +352,9 @@ class Broker:
     def _on_transfer(self, peer: Peer, link: Link, delivery: Delivery) -> None:
         if link.link_credit < LINK_CREDIT // 2:
             link.flow(LINK_CREDIT)
+        if self.transactions.is_controller(link):  # declare / discharge (transactions.py)
+            self.transactions.on_control(peer, link, delivery)
+            return
         path = entity_path(getattr(link.target, "address", None)).lower()
         if path == CBS_NODE:
             self._on_cbs_request(peer, delivery)
@@ -351,7 +364,7 @@ class Broker:
 
             handle_request(self, peer, path[: -len(MANAGEMENT_SUFFIX)], delivery)
             return
-        queue = self.queues[path]
+        queue = self.queues[self.transactions.destination(link, path)]  # send-via: destination
         problem = self._authorization_problem(peer, queue.name, "Send")
         if problem is not None:
             delivery.update(Rejected(error=error("amqp:unauthorized-access", problem)))
@@ -367,6 +380,9 @@ class Broker:
             messages = wire.parse_transfer(delivery.payload, delivery.message_format)
         except AMQPError as exc:
             delivery.update(Rejected(error=error("amqp:decode-error", exc.description)))
+            return
+        if isinstance(delivery.state, TransactionalState):  # stored at commit (transactions.py)
+            self.transactions.enlist_send(peer, delivery, queue, messages)
             return
         now = now_ms()
         for message in messages:
@@ -481,6 +497,9 @@ class Broker:
             self._pump(consumer)
 
     def _on_settle(self, consumer: Consumer, delivery: Delivery) -> None:
+        if isinstance(delivery.remote_state, TransactionalState):  # applied at commit
+            self.transactions.enlist_settle(consumer, delivery)  # (transactions.py)
+            return
         lock = consumer.locks.pop(id(delivery), None)
         state = delivery.remote_state
         if lock is None:
