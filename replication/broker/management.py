@@ -56,6 +56,7 @@ def operation(name: str) -> Callable[[Operation], Operation]:
 def handle_request(broker: Broker, peer: Peer, entity: str, delivery: Delivery) -> None:
     """Runs one request and replies on the peer's ``<entity>/$management`` receiver link."""
     request = decode_message(delivery.payload)
+    state = delivery.state  # the transfer's: a transactional-state enlists it (transactions.py)
     if not delivery.settled:
         delivery.update(Accepted())
     props = request.application_properties or {}
@@ -85,7 +86,8 @@ def handle_request(broker: Broker, peer: Peer, entity: str, delivery: Delivery) 
         if problem is not None:
             raise ManagementError(401, "amqp:unauthorized-access", problem)
         body = request.body if isinstance(request.body, dict) else {}
-        status, result = handler(broker, peer, target, body)
+        enlisted = broker.transactions.enlist_request(peer, state, name, target, body)
+        status, result = handler(broker, peer, target, body) if enlisted is None else enlisted
     except ManagementError as exc:
         broker._reply(peer, node, request, {
             "statusCode": exc.status, "statusDescription": exc.description,

@@ -25,7 +25,7 @@ from ..amqp.connection import Connection
 from ..amqp.errors import AMQPError
 from ..amqp.link import Delivery, Link, LinkState
 from ..amqp.message import BodyType, Message, Properties, decode_message, encode_message
-from ..amqp.outcomes import Accepted, Modified, Rejected, Released
+from ..amqp.outcomes import Accepted, Coordinator, Modified, Rejected, Released, TransactionalState
 from ..amqp.performatives import SND_SETTLED, Error
 from ..amqp.sasl import ANONYMOUS, MSSBCBS, PLAIN, SaslCredentials, SaslServer
 from ..amqp.transport import ConnectionDriver, serve
@@ -45,6 +45,7 @@ from .queue import (
 from .rules import RuleSet, RuleSpec, dump_rules, load_rules
 from .store import MessageStore, StoredMessage
 from .topic import SessionRequiredError, Subscription, Topic, TopicSettings
+from .transactions import TRANSFER_DESTINATION, TransactionCoordinator
 
 log = logging.getLogger("replication.broker")
 
@@ -203,6 +204,7 @@ class Broker:
         self._sweeper: asyncio.Task[None] | None = None
         self._last_ttl_sweep = 0.0
         self._last_dedupe_cleanup = time.monotonic()
+        self.transactions = TransactionCoordinator(self, LINK_CREDIT)
 
     def _add_queue(self, name: str, settings: QueueSettings) -> Queue:
         dlq = Queue(name + DEAD_LETTER_SUFFIX, self.store, QueueSettings(
@@ -376,6 +378,9 @@ class Broker:
             ))  # fmt: skip
             return
         peer.links.add(id(link))
+        if link.is_receiver and isinstance(link.remote_target, Coordinator):  # transactions.py
+            self.transactions.attach_controller(peer, link)
+            return
         if link.is_receiver:  # the peer sends: requests or messages
             path = entity_path(getattr(link.remote_target, "address", None))
         else:
@@ -408,6 +413,9 @@ class Broker:
         problem = self._authorization_problem(peer, entity.name, right)
         if problem is not None:
             link.refuse(error("amqp:unauthorized-access", problem))
+            return
+        if link.is_receiver and TRANSFER_DESTINATION in (link.remote_properties or {}):
+            self.transactions.attach_send_via(peer, link)  # send-via (transactions.py)
             return
         if link.is_receiver:
             peer.entity_links[id(link)] = (link, entity.name)
@@ -517,6 +525,7 @@ class Broker:
         return last
 
     def _forget_link(self, peer: Peer, link: Link) -> None:
+        self.transactions.forget_link(link)  # a controller's transactions roll back
         peer.links.discard(id(link))
         peer.entity_links.pop(id(link), None)
         for name, reply in list(peer.reply_links.items()):
@@ -531,6 +540,7 @@ class Broker:
             self._commit_soon()
 
     def _forget_peer(self, peer: Peer) -> None:
+        self.transactions.forget_peer(peer)  # open transactions roll back
         for consumer in list(peer.consumers.values()):
             self._forget_link(peer, consumer.link)
         self._session_waiters = [w for w in self._session_waiters if w.consumer.peer is not peer]
@@ -541,6 +551,9 @@ class Broker:
     def _on_transfer(self, peer: Peer, link: Link, delivery: Delivery) -> None:
         if link.link_credit < LINK_CREDIT // 2:
             link.flow(LINK_CREDIT)
+        if self.transactions.is_controller(link):  # declare / discharge (transactions.py)
+            self.transactions.on_control(peer, link, delivery)
+            return
         path = entity_path(getattr(link.target, "address", None)).lower()
         if path == CBS_NODE:
             self._on_cbs_request(peer, delivery)
@@ -550,7 +563,7 @@ class Broker:
 
             handle_request(self, peer, path[: -len(MANAGEMENT_SUFFIX)], delivery)
             return
-        entity = self.entities[path]
+        entity = self.entities[self.transactions.destination(link, path)]  # send-via: its target
         problem = self._authorization_problem(peer, entity.name, "Send")
         if problem is not None:
             delivery.update(Rejected(error=error("amqp:unauthorized-access", problem)))
@@ -566,6 +579,9 @@ class Broker:
             messages = wire.parse_transfer(delivery.payload, delivery.message_format)
         except AMQPError as exc:
             delivery.update(Rejected(error=error("amqp:decode-error", exc.description)))
+            return
+        if isinstance(delivery.state, TransactionalState):  # stored at commit (transactions.py)
+            self.transactions.enlist_send(peer, delivery, entity, messages)
             return
         try:
             self.send_messages(entity, messages)
@@ -710,6 +726,9 @@ class Broker:
             self._pump(consumer)
 
     def _on_settle(self, consumer: Consumer, delivery: Delivery) -> None:
+        if isinstance(delivery.remote_state, TransactionalState):  # applied at commit
+            self.transactions.enlist_settle(consumer, delivery)  # (transactions.py)
+            return
         lock = consumer.locks.pop(id(delivery), None)
         state = delivery.remote_state
         if lock is None:
@@ -731,7 +750,7 @@ class Broker:
                 queue.defer(lock.token, now)
                 reply = state
             elif isinstance(state, Modified):
-                queue.abandon(lock.token, now, count=bool(state.delivery_failed))
+                queue.abandon(lock.token, now)  # an abandon counts, delivery-failed or not
                 reply = state
             elif isinstance(state, Released):
                 queue.abandon(lock.token, now, count=False)
