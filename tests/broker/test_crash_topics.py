@@ -50,9 +50,11 @@ def test_kill_9_keeps_subscription_copies_session_order_and_state(
     run = uuid.uuid4().hex[:8]
     ids = [f"{run}-{i:05d}" for i in range(TOTAL)]
 
-    with client_for(proc) as client:  # session state before the stream
-        with client.get_subscription_receiver("events", "ordered", session_id="s3") as r:
-            r.session.set_state(b"checkpoint 42")
+    with (  # session state before the stream
+        client_for(proc) as client,
+        client.get_subscription_receiver("events", "ordered", session_id="s3") as r,
+    ):
+        r.session.set_state(b"checkpoint 42")
 
     attempted: list[str] = []
     acked: list[str] = []
@@ -120,7 +122,8 @@ def test_kill_9_keeps_subscription_copies_session_order_and_state(
             state = r.session.get_state()
 
     assert state == b"checkpoint 42"
-    for name, received in (("plain", plain), ("ordered", sum(by_session.values(), []))):
+    ordered = [message_id for received in by_session.values() for message_id in received]
+    for name, received in (("plain", plain), ("ordered", ordered)):
         counts = Counter(received)
         assert not {i for i, n in counts.items() if n > 1}, f"{name}: duplicates"
         assert not set(acked) - set(counts), f"{name}: acknowledged messages lost"

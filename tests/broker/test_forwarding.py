@@ -112,5 +112,6 @@ def test_forwarding_loops_are_refused_at_load() -> None:
         {"a": {"ForwardTo": "b"}, "b": {"ForwardTo": "t"}},
         topics={"t": {"Subscriptions": {"s": {"Properties": {"ForwardTo": "a"}}}}},
     )
-    with pytest.raises(ConfigError, match=r"forwarding loop: a -> b -> t -> t/Subscriptions/s -> a"):
+    loop = r"forwarding loop: a -> b -> t -> t/Subscriptions/s -> a"
+    with pytest.raises(ConfigError, match=loop):
         parse_config(config)

@@ -66,14 +66,15 @@ def test_next_available_sessions_and_exclusive_lock(broker: BrokerHandle) -> Non
             # the session whose oldest message is oldest comes first
             assert first.session.session_id == "x"
             assert second.session.session_id == "y"
-            with pytest.raises(SessionCannotBeLockedError):
-                with client.get_queue_receiver("s", session_id="x") as third:
-                    third.receive_messages(max_wait_time=1)
-            with pytest.raises(OperationTimeoutError):
-                with client.get_queue_receiver(
-                    "s", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=1
-                ) as fourth:
-                    fourth.receive_messages(max_wait_time=1)
+            with (
+                pytest.raises(SessionCannotBeLockedError),
+                client.get_queue_receiver("s", session_id="x") as third,
+            ):
+                third.receive_messages(max_wait_time=1)
+            with pytest.raises(OperationTimeoutError), client.get_queue_receiver(
+                "s", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=1
+            ) as fourth:
+                fourth.receive_messages(max_wait_time=1)
             assert [str(m) for m in receive_n(first, 2)] == ["x1", "x2"]
         # closing released both sessions: the named one can be locked again at once
         with client.get_queue_receiver("s", session_id="x") as again:
@@ -90,13 +91,12 @@ def test_next_available_waits_for_a_session_to_arrive(broker: BrokerHandle) -> N
 
     sender = threading.Thread(target=send_later)
     sender.start()
-    with broker.client() as client:
-        with client.get_queue_receiver(
-            "s", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=10
-        ) as receiver:
-            assert receiver.session.session_id == "late"
-            (message,) = receive_n(receiver, 1)
-            receiver.complete_message(message)
+    with broker.client() as client, client.get_queue_receiver(
+        "s", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=10
+    ) as receiver:
+        assert receiver.session.session_id == "late"
+        (message,) = receive_n(receiver, 1)
+        receiver.complete_message(message)
     sender.join()
 
 
@@ -212,28 +212,31 @@ def test_wrong_receiver_kind_and_sessionless_send_are_refused(broker: BrokerHand
                 sender.send_messages(
                     [ServiceBusMessage("ok", session_id="z"), ServiceBusMessage("no session")]
                 )
-        with pytest.raises(ServiceBusError, match="requires sessions"):
-            with client.get_queue_receiver("s") as receiver:
-                receiver.receive_messages(max_wait_time=1)
-        with pytest.raises(ServiceBusError, match="does not require sessions"):
-            with client.get_queue_receiver("plain", session_id="z") as receiver:
-                receiver.receive_messages(max_wait_time=1)
+        with (
+            pytest.raises(ServiceBusError, match="requires sessions"),
+            client.get_queue_receiver("s") as receiver,
+        ):
+            receiver.receive_messages(max_wait_time=1)
+        with (
+            pytest.raises(ServiceBusError, match="does not require sessions"),
+            client.get_queue_receiver("plain", session_id="z") as receiver,
+        ):
+            receiver.receive_messages(max_wait_time=1)
     assert broker.count("s") == 0
 
 
 @pytest.mark.broker_config(CONFIG)
 async def test_async_session_receiver(broker: BrokerHandle) -> None:
     send_sessions(broker, "s", [("aio", f"a{i}") for i in range(5)])
-    async with broker.aio_client() as client:
-        async with client.get_queue_receiver(
-            "s", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=5
-        ) as receiver:
-            assert receiver.session.session_id == "aio"
-            await receiver.session.set_state(b"async state")
-            received = []
-            while len(received) < 5:
-                received += await receiver.receive_messages(max_message_count=5, max_wait_time=2)
-            assert [str(m) for m in received] == [f"a{i}" for i in range(5)]
-            for message in received:
-                await receiver.complete_message(message)
-            assert await receiver.session.get_state() == b"async state"
+    async with broker.aio_client() as client, client.get_queue_receiver(
+        "s", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=5
+    ) as receiver:
+        assert receiver.session.session_id == "aio"
+        await receiver.session.set_state(b"async state")
+        received = []
+        while len(received) < 5:
+            received += await receiver.receive_messages(max_message_count=5, max_wait_time=2)
+        assert [str(m) for m in received] == [f"a{i}" for i in range(5)]
+        for message in received:
+            await receiver.complete_message(message)
+        assert await receiver.session.get_state() == b"async state"

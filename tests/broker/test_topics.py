@@ -59,6 +59,10 @@ TOPICS = {
 CONFIG = make_config({"plain": {}}, topics=TOPICS)
 
 
+def props_message(name: str, properties: dict[str, object]) -> ServiceBusMessage:
+    return ServiceBusMessage(name, message_id=name, application_properties=properties)
+
+
 def drain(broker: BrokerHandle, sub: str, *, topic: str = "orders", wait: float = 1.0) -> list:
     """Everything a subscription holds now, completed."""
     out = []
@@ -73,10 +77,10 @@ def drain(broker: BrokerHandle, sub: str, *, topic: str = "orders", wait: float 
 @pytest.mark.broker_config(CONFIG)
 def test_a_copy_per_matching_subscription(broker: BrokerHandle) -> None:
     messages = [
-        ServiceBusMessage("a", message_id="a", application_properties={"color": "red", "quantity": 11}),
-        ServiceBusMessage("b", message_id="b", application_properties={"color": "red", "quantity": 5}),
+        props_message("a", {"color": "red", "quantity": 11}),
+        props_message("b", {"color": "red", "quantity": 5}),
         ServiceBusMessage("c", message_id="c", subject="express"),
-        ServiceBusMessage("d", message_id="d", application_properties={"color": "blue", "quantity": 150}),
+        props_message("d", {"color": "blue", "quantity": 150}),
     ]  # fmt: skip
     with broker.client() as client, client.get_topic_sender("orders") as sender:
         sender.send_messages(messages)
@@ -204,15 +208,21 @@ def test_scheduled_message_on_a_topic_and_cancel(broker: BrokerHandle) -> None:
 @pytest.mark.broker_config(CONFIG)
 def test_wrong_directions_are_refused(broker: BrokerHandle) -> None:
     with broker.client(retry_total=0) as client:
-        with pytest.raises(ServiceBusError, match="receive from one of its subscriptions"):
-            with client.get_queue_receiver("orders") as receiver:
-                receiver.receive_messages(max_wait_time=1)
-        with pytest.raises(ServiceBusError, match="send to its queue or topic"):
-            with client.get_queue_sender("orders/Subscriptions/all") as sender:
-                sender.send_messages(ServiceBusMessage("x"))
-        with pytest.raises(ServiceBusError, match="could not be found"):
-            with client.get_subscription_receiver("orders", "nope") as receiver:
-                receiver.receive_messages(max_wait_time=1)
+        with (
+            pytest.raises(ServiceBusError, match="receive from one of its subscriptions"),
+            client.get_queue_receiver("orders") as receiver,
+        ):
+            receiver.receive_messages(max_wait_time=1)
+        with (
+            pytest.raises(ServiceBusError, match="send to its queue or topic"),
+            client.get_queue_sender("orders/Subscriptions/all") as sender,
+        ):
+            sender.send_messages(ServiceBusMessage("x"))
+        with (
+            pytest.raises(ServiceBusError, match="could not be found"),
+            client.get_subscription_receiver("orders", "nope") as receiver,
+        ):
+            receiver.receive_messages(max_wait_time=1)
 
 
 @pytest.mark.broker_config(CONFIG)
@@ -234,7 +244,9 @@ def test_sessionless_message_to_a_topic_with_a_session_subscription(
 def test_rules_survive_a_restart_and_config_changes_win(broker_factory) -> None:  # type: ignore[no-untyped-def]
     """Rules come from Config.json; after a restart with the same config the same rules
     apply, and a config whose rules changed replaces them."""
-    config = make_config({}, topics={"t": {"Subscriptions": {"s": {"Rules": [sql_rule("r", "n > 1")]}}}})
+    config = make_config(
+        {}, topics={"t": {"Subscriptions": {"s": {"Rules": [sql_rule("r", "n > 1")]}}}}
+    )
     broker = broker_factory(config)
 
     def numbers() -> list[int]:
