@@ -45,6 +45,7 @@ from pydantic import (
 from pydantic.alias_generators import to_pascal
 from pydantic_core import PydanticCustomError
 
+from .. import sqlfilter
 from .auth import EMULATOR_RULE, SharedAccessRule
 
 Loc = tuple[str | int, ...]
@@ -323,12 +324,23 @@ class CorrelationFilter(_Model):
         return self
 
 
+def _valid_filter(text: str) -> str:
+    """Parsed now, so a typo stops start-up naming the position, not the first message."""
+    sqlfilter.parse_filter(text)
+    return text
+
+
+def _valid_action(text: str) -> str:
+    sqlfilter.parse_action(text)
+    return text
+
+
 class SqlFilter(_Model):
-    sql_expression: Annotated[str, AfterValidator(_not_blank)]
+    sql_expression: Annotated[str, AfterValidator(_not_blank), AfterValidator(_valid_filter)]
 
 
 class SqlRuleAction(_Model):
-    sql_expression: Annotated[str, AfterValidator(_not_blank)]
+    sql_expression: Annotated[str, AfterValidator(_not_blank), AfterValidator(_valid_action)]
 
 
 class RuleProperties(_Model):

@@ -842,3 +842,44 @@ def test_keys_never_appear_in_error_messages(tmp_path: Path) -> None:
     ])  # fmt: skip
     _, error = load_error(tmp_path, data)
     assert "super-secret-value" not in str(error)
+
+
+def _rule_config(props: dict[str, Any]) -> dict[str, Any]:
+    return {"UserConfig": {"Namespaces": [{
+        "Name": "sbemulatorns", "Queues": [],
+        "Topics": [{"Name": "t", "Subscriptions": [
+            {"Name": "s", "Rules": [{"Name": "r", "Properties": props}]},
+        ]}],
+    }], "Logging": {"Type": "File"}}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("props", "where", "reason"),
+    [
+        (
+            {"FilterType": "Sql", "SqlFilter": {"SqlExpression": "color = 'red' AND (n > 1"}},
+            "Properties.SqlFilter.SqlExpression",
+            "line 1, column 25: expected ')' but found end of input",
+        ),
+        (
+            {"FilterType": "Sql", "SqlFilter": {"SqlExpression": "sys.Nope = 1"}},
+            "Properties.SqlFilter.SqlExpression",
+            "line 1, column 5",
+        ),
+        (
+            {
+                "FilterType": "Sql", "SqlFilter": {"SqlExpression": "1=1"},
+                "Action": {"SqlExpression": "SET sys.SequenceNumber = 3"},
+            },
+            "Properties.Action.SqlExpression",
+            "but found 'SequenceNumber'",
+        ),
+    ],
+)  # fmt: skip
+def test_sql_rules_are_parsed_at_load(props: dict[str, Any], where: str, reason: str) -> None:
+    """A SQL typo stops start-up with the rule's path and the position in the expression."""
+    with pytest.raises(ConfigError) as info:
+        parse_config(_rule_config(props))
+    message = str(info.value)
+    assert f"Topics[0].Subscriptions[0].Rules[0].{where}" in message
+    assert reason in message
