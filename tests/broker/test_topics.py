@@ -263,3 +263,24 @@ def test_rules_survive_a_restart_and_config_changes_win(broker_factory) -> None:
         {}, topics={"t": {"Subscriptions": {"s": {"Rules": [sql_rule("r", "n < 2")]}}}}
     ))  # fmt: skip
     assert numbers() == [0, 1]
+
+
+@pytest.mark.broker_config(CONFIG)
+async def test_async_topic_sender_and_subscription_receiver(broker: BrokerHandle) -> None:
+    async with broker.aio_client() as client:
+        async with client.get_topic_sender("orders") as sender:
+            await sender.send_messages([
+                props_message("r1", {"color": "red", "quantity": 50}),
+                props_message("b1", {"color": "blue", "quantity": 50}),
+            ])  # fmt: skip
+        async with client.get_subscription_receiver("orders", "red") as receiver:
+            received = await receiver.receive_messages(max_message_count=5, max_wait_time=2)
+            assert [m.message_id for m in received] == ["r1"]
+            await receiver.complete_message(received[0])
+        async with client.get_subscription_receiver("orders", "all") as receiver:
+            received = []
+            while len(received) < 2:
+                received += await receiver.receive_messages(max_message_count=5, max_wait_time=2)
+            for message in received:
+                await receiver.complete_message(message)
+    assert sorted(m.message_id for m in received) == ["b1", "r1"]
