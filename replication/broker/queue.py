@@ -37,6 +37,25 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+class DuplicateDetection(Protocol):
+    requires_duplicate_detection: bool
+    duplicate_detection_window: timedelta
+
+
+def is_duplicate(
+    store: MessageStore, entity: int, settings: DuplicateDetection, message_id: str | None,
+    now: int,
+) -> bool:
+    """Seen within the entity's window (and remembered now if not): Service Bus drops it."""
+    if not settings.requires_duplicate_detection or message_id is None:
+        return False
+    window = int(settings.duplicate_detection_window.total_seconds() * 1000)
+    if store.seen_message_id(entity, message_id, now - window):
+        return True
+    store.remember_message_id(entity, message_id, now)
+    return False
+
+
 @dataclass(slots=True)
 class QueueSettings:
     """The entity properties the queue logic needs (from Config.json)."""
@@ -134,13 +153,7 @@ class Queue:
     # ------------------------------------------------------------------ enqueue
 
     def is_duplicate(self, message_id: str | None, now: int) -> bool:
-        if not self.settings.requires_duplicate_detection or message_id is None:
-            return False
-        window = int(self.settings.duplicate_detection_window.total_seconds() * 1000)
-        if self.store.seen_message_id(self.entity, message_id, now - window):
-            return True
-        self.store.remember_message_id(self.entity, message_id, now)
-        return False
+        return is_duplicate(self.store, self.entity, self.settings, message_id, now)
 
     def enqueue(self, message: wire.IncomingMessage, now: int, hops: int = 0) -> int | None:
         """Stores (or forwards) a message; returns its sequence number here, or None when it

@@ -14,7 +14,7 @@ from datetime import timedelta
 
 from ..amqp.message import Header
 from . import wire
-from .queue import Queue, now_ms
+from .queue import Queue, is_duplicate, now_ms
 from .rules import FilterEvaluationError, RuleSet, message_facts
 from .store import STATE_SCHEDULED, MessageStore, StoredMessage
 
@@ -80,13 +80,7 @@ class Topic:
                 )
 
     def is_duplicate(self, message_id: str | None, now: int) -> bool:
-        if not self.settings.requires_duplicate_detection or message_id is None:
-            return False
-        window = int(self.settings.duplicate_detection_window.total_seconds() * 1000)
-        if self.store.seen_message_id(self.entity, message_id, now - window):
-            return True
-        self.store.remember_message_id(self.entity, message_id, now)
-        return False
+        return is_duplicate(self.store, self.entity, self.settings, message_id, now)
 
     def enqueue(self, message: wire.IncomingMessage, now: int, hops: int = 0) -> int | None:
         """Routes a message to the subscriptions (or holds it while scheduled); returns the

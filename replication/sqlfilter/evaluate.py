@@ -465,59 +465,42 @@ def _like(
 
 
 def _and(tests: tuple[Test, ...]) -> Test:
-    if len(tests) == 2:
-        first, second = tests
-
-        def and2(facts: MessageFacts) -> bool | None:
-            a = first(facts)
-            if a is False:
-                return False
-            b = second(facts)
-            if b is False:
-                return False
-            return True if a is True and b is True else None
-
-        return and2
-
-    def and_n(facts: MessageFacts) -> bool | None:
-        unknown = False
-        for test in tests:
-            result = test(facts)
-            if result is False:
-                return False
-            if result is None:
-                unknown = True
-        return None if unknown else True
-
-    return and_n
+    return _junction(tests, decisive=False)
 
 
 def _or(tests: tuple[Test, ...]) -> Test:
+    return _junction(tests, decisive=True)
+
+
+def _junction(tests: tuple[Test, ...], decisive: bool) -> Test:
+    """AND (``decisive`` False) or OR (True) in three-valued logic: the first operand equal
+    to ``decisive`` decides; otherwise any unknown makes the whole unknown."""
+    other = not decisive
     if len(tests) == 2:
         first, second = tests
 
-        def or2(facts: MessageFacts) -> bool | None:
+        def two(facts: MessageFacts) -> bool | None:
             a = first(facts)
-            if a is True:
-                return True
+            if a is decisive:
+                return decisive
             b = second(facts)
-            if b is True:
-                return True
-            return False if a is False and b is False else None
+            if b is decisive:
+                return decisive
+            return other if a is other and b is other else None
 
-        return or2
+        return two
 
-    def or_n(facts: MessageFacts) -> bool | None:
+    def many(facts: MessageFacts) -> bool | None:
         unknown = False
         for test in tests:
             result = test(facts)
-            if result is True:
-                return True
+            if result is decisive:
+                return decisive
             if result is None:
                 unknown = True
-        return None if unknown else False
+        return None if unknown else other
 
-    return or_n
+    return many
 
 
 # -- actions ---------------------------------------------------------------------------------
