@@ -1,0 +1,195 @@
+"""One message model for every runner: Functions triggers, the local host, Spark.
+
+A ``Message`` is what pipeline steps read and return. It carries everything a Service Bus
+message has that a replica must keep (identity, routing and user properties, body) plus the
+facts of the source delivery (enqueued time, sequence number, delivery count) that stamping
+and ordering need. Adapters convert losslessly from what a Functions trigger hands us
+(``azure.functions.ServiceBusMessage``) and from ``azure.servicebus.ServiceBusReceivedMessage``,
+and to ``azure.servicebus.ServiceBusMessage`` for sending.
+
+Application property keys are always ``str``; string values the SDK hands back as ``bytes``
+become ``str`` (the SDK sends ``bytes`` values as strings on the wire, so this is the value
+that was sent).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import azure.functions as func
+    from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage
+
+PropertyValue = str | int | float | bool | bytes | datetime | timedelta | uuid.UUID | None
+
+
+@dataclass(slots=True)
+class Message:
+    """A Service Bus message as the task library sees it."""
+
+    body: bytes = b""
+    message_id: str | None = None
+    session_id: str | None = None
+    partition_key: str | None = None
+    correlation_id: str | None = None
+    subject: str | None = None
+    content_type: str | None = None
+    reply_to: str | None = None
+    reply_to_session_id: str | None = None
+    to: str | None = None
+    time_to_live: timedelta | None = None
+    scheduled_enqueue_time: datetime | None = None
+    application_properties: dict[str, PropertyValue] = field(default_factory=dict)
+
+    # facts of the source delivery: read, never sent
+    enqueued_time: datetime | None = None
+    sequence_number: int | None = None
+    delivery_count: int | None = None
+    dead_letter_reason: str | None = None
+    dead_letter_description: str | None = None
+    dead_letter_source: str | None = None
+
+    target: str | None = None
+    """Where a router (or an error path) sends this output; None: the task's target."""
+    source: Any = field(default=None, repr=False, compare=False)
+    """The object the message was received as (for settling it), if any."""
+
+    def copy(self, **changes: Any) -> Message:
+        """A new message with the same content (properties copied) and some fields changed."""
+        changes.setdefault("application_properties", dict(self.application_properties))
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def order_key(self) -> tuple[str | None, str | None]:
+        """Messages with the same key must leave in the order they arrived."""
+        return self.session_id, self.partition_key
+
+    def text(self, encoding: str = "utf-8") -> str:
+        return self.body.decode(encoding)
+
+
+# ---------------------------------------------------------------------- adapters in
+
+
+def from_functions(message: func.ServiceBusMessage) -> Message:
+    """What an Azure Functions Service Bus trigger hands the function."""
+    props = dict(message.application_properties or {}) or dict(message.user_properties or {})
+    return Message(
+        body=message.get_body() or b"",
+        message_id=message.message_id,
+        session_id=message.session_id,
+        partition_key=message.partition_key,
+        correlation_id=message.correlation_id,
+        subject=message.subject or message.label,
+        content_type=message.content_type,
+        reply_to=message.reply_to,
+        reply_to_session_id=message.reply_to_session_id,
+        to=message.to,
+        time_to_live=message.time_to_live,
+        scheduled_enqueue_time=_utc(message.scheduled_enqueue_time_utc),
+        application_properties=_properties(props),
+        enqueued_time=_utc(message.enqueued_time_utc),
+        sequence_number=message.sequence_number,
+        delivery_count=message.delivery_count,
+        dead_letter_reason=message.dead_letter_reason,
+        dead_letter_description=message.dead_letter_error_description,
+        dead_letter_source=message.dead_letter_source,
+        source=message,
+    )
+
+
+def from_received(message: ServiceBusReceivedMessage) -> Message:
+    """A message received with ``azure-servicebus``."""
+    return Message(
+        body=_body_bytes(message),
+        message_id=_text(message.message_id),
+        session_id=_text(message.session_id),
+        partition_key=_text(message.partition_key),
+        correlation_id=_text(message.correlation_id),
+        subject=_text(message.subject),
+        content_type=_text(message.content_type),
+        reply_to=_text(message.reply_to),
+        reply_to_session_id=_text(message.reply_to_session_id),
+        to=_text(message.to),
+        time_to_live=message.time_to_live,
+        scheduled_enqueue_time=_utc(message.scheduled_enqueue_time_utc),
+        application_properties=_properties(message.application_properties or {}),
+        enqueued_time=_utc(message.enqueued_time_utc),
+        sequence_number=message.sequence_number,
+        delivery_count=message.delivery_count,
+        dead_letter_reason=message.dead_letter_reason,
+        dead_letter_description=message.dead_letter_error_description,
+        dead_letter_source=message.dead_letter_source,
+        source=message,
+    )
+
+
+# ---------------------------------------------------------------------- adapter out
+
+
+def to_sdk(message: Message) -> ServiceBusMessage:
+    """The message to send with ``azure-servicebus``: identity, routing and user properties
+    kept; source facts (sequence number, enqueued time, ...) are the target's to assign."""
+    from azure.servicebus import ServiceBusMessage
+
+    return ServiceBusMessage(
+        message.body,
+        message_id=message.message_id,
+        session_id=message.session_id,
+        partition_key=message.partition_key if message.session_id is None else None,
+        correlation_id=message.correlation_id,
+        subject=message.subject,
+        content_type=message.content_type,
+        reply_to=message.reply_to,
+        reply_to_session_id=message.reply_to_session_id,
+        to=message.to,
+        time_to_live=message.time_to_live,
+        scheduled_enqueue_time_utc=message.scheduled_enqueue_time,
+        application_properties=dict(message.application_properties) or None,
+    )
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("utf-8")
+    return str(value)
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _properties(props: Any) -> dict[str, PropertyValue]:
+    out: dict[str, PropertyValue] = {}
+    for key, value in dict(props).items():
+        name = key.decode("utf-8") if isinstance(key, bytes | bytearray) else str(key)
+        if isinstance(value, bytes | bytearray):
+            try:
+                value = bytes(value).decode("utf-8")
+            except UnicodeDecodeError:
+                value = bytes(value)
+        out[name] = value
+    return out
+
+
+def _body_bytes(message: ServiceBusReceivedMessage) -> bytes:
+    body = message.body
+    if isinstance(body, bytes | bytearray):
+        return bytes(body)
+    if isinstance(body, str):
+        return body.encode("utf-8")
+    try:
+        return b"".join(bytes(part) for part in body)
+    except TypeError:
+        return str(body).encode("utf-8")

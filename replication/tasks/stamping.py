@@ -1,0 +1,52 @@
+"""The replication stamp: where a replica came from, appended on every hop.
+
+``repl-enqueue-time`` is the source's enqueued time (ISO 8601 UTC with fraction and ``Z``)
+and ``repl-sequence`` the source's sequence number; a message that already carries them
+(it was replicated before) gets ``;`` and the new value appended, so the properties list
+every hop in order. Everything else (identity, routing, user properties) is kept as is.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from ..messages import Message
+
+ENQUEUE_TIME = "repl-enqueue-time"
+SEQUENCE = "repl-sequence"
+SEPARATOR = ";"
+
+
+def iso_utc(moment: datetime) -> str:
+    """``2026-11-23T10:15:30.1234560Z``: UTC, seven fraction digits as .NET writes them."""
+    moment = moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%f") + "0Z"
+
+
+def _append(current: object, value: str) -> str:
+    if current is None or current == "":
+        return value
+    return f"{current}{SEPARATOR}{value}"
+
+
+def stamp(message: Message, now: datetime | None = None) -> Message:
+    """The message with this hop's stamp appended (``now`` stands in for a missing
+    enqueued time, e.g. a message that was never on a broker)."""
+    enqueued = message.enqueued_time or now or datetime.now(UTC)
+    props = dict(message.application_properties)
+    props[ENQUEUE_TIME] = _append(props.get(ENQUEUE_TIME), iso_utc(enqueued))
+    sequence = "" if message.sequence_number is None else str(message.sequence_number)
+    props[SEQUENCE] = _append(props.get(SEQUENCE), sequence)
+    return message.copy(application_properties=props)
+
+
+def hops(message: Message) -> list[tuple[str, str]]:
+    """The (enqueue time, sequence) pairs of every hop so far, oldest first."""
+    times = str(message.application_properties.get(ENQUEUE_TIME) or "")
+    sequences = str(message.application_properties.get(SEQUENCE) or "")
+    if not times:
+        return []
+    time_list = times.split(SEPARATOR)
+    seq_list = sequences.split(SEPARATOR) if sequences else []
+    seq_list += [""] * (len(time_list) - len(seq_list))
+    return list(zip(time_list, seq_list, strict=False))
