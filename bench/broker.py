@@ -1,7 +1,9 @@
 """Benchmark: the embedded Service Bus broker end to end, from real clients in another process.
 
     python bench/broker.py [--messages 20000] [--size 256] [--in-flight 1000]
-                           [--rss-messages 1000000] [--skip-rss]
+                           [--fanout-messages 10000] [--skip-fanout]
+                           [--sessions 100] [--per-session 200] [--session-receivers 8]
+                           [--skip-sessions] [--rss-messages 1000000] [--skip-rss]
                            [--standin | --broker-cmd CMD] [--queue NAME]
 
 Starts the broker as a subprocess (a temporary Config.json and data directory, a free port on
@@ -18,13 +20,35 @@ Starts the broker as a subprocess (a temporary Config.json and data directory, a
    on a separate connection goes first, untimed.
 2. SDK e2e: azure-servicebus (sync), a sender thread sending batches of 100 and a receiver
    thread (prefetch 100) receiving up to 100 at a time and completing each message.
-3. RSS: ``--rss-messages`` messages of 1 KiB queued through proton (pre-settled, the last one
+3. fan-out: ``--fanout-messages`` durable messages of ``--size`` bytes sent with proton to
+   topic ``fan``, whose 5 subscriptions ``s0``..``s4`` have one SQL filter each
+   (``region = 'r<i>' OR priority > <8 - i>``), and received at the same time from all five
+   (``fan/Subscriptions/s<i>``, peek-lock, ``--in-flight`` credit each, accept each) on the
+   same connection. The application properties cycle so that a message matches 1 to 5
+   subscriptions, 2.2 on average; every subscription must get exactly its share. Prints sent
+   msgs/s and delivered copies/s, both over first send to last copy received.
+4. sessions: ``--sessions`` x ``--per-session`` durable messages sent with proton to queue
+   ``bench-sessions`` (``RequiresSession``), sessions interleaved, the session id in the AMQP
+   ``group-id``; then all received by ``--session-receivers`` next-available session
+   receivers at a time on one connection (source filter ``com.microsoft:session-filter`` =
+   null, attach property ``com.microsoft:timeout``; the broker names the locked session in its
+   attach), each accepting its session's messages and detaching after the last, a new one
+   attaching while sessions are left. The order within each session is checked (the body
+   carries session and sequence number); any message out of order fails the run. Two
+   figures: send (first send to last ``accepted``) and receive (first attach to last message).
+5. RSS: ``--rss-messages`` messages of 1 KiB queued through proton (pre-settled, the last one
    waited for so the broker has committed all of them), then the broker's VmRSS.
 
-Throughput is messages / wall time from the first send to the last receive. ``--standin``
-runs ``/tmp/bt/run_broker.py`` (queues ``queue.1`` and ``orders``; the queue defaults to
-``queue.1`` then). ``--broker-cmd`` takes a command line with ``{python}``, ``{config}``,
-``{host}``, ``{port}`` and ``{data_dir}`` placeholders; the broker counts as ready once it
+Throughput is messages / wall time from the first send to the last receive (3 and 4 say
+otherwise where they differ). Client and broker share the machine, so load from anything
+else moves the figures. On a 2-core box the broker's one event loop is busy for about all of
+the wall time in the proton runs (1-4), the proton client for a fifth of it (measured from
+/proc and getrusage), so the proton figures are close to the broker's single-core ceiling.
+
+``--standin`` runs ``/tmp/bt/run_broker.py`` (queues ``queue.1`` and ``orders``; the queue
+defaults to ``queue.1`` then; it has no topic or session queue, so fan-out and sessions are
+skipped). ``--broker-cmd`` takes a command line with ``{python}``, ``{config}``, ``{host}``,
+``{port}`` and ``{data_dir}`` placeholders; the broker counts as ready once it
 prints ``broker listening on`` or ``PORT <n>``.
 """
 
@@ -80,6 +104,18 @@ SDK_BATCH = 100
 RSS_SIZE = 1024
 START_TIMEOUT = 30.0
 WARM_UP = 1_000
+FANOUT_TOPIC = "fan"
+FANOUT_SUBSCRIPTIONS = 5
+FANOUT_VARIANTS = 50
+"""Messages k and k + 50 carry the same application properties (region ``r<k % 5>``,
+priority ``k // 5 % 10``): 50 encodings cover every combination."""
+SESSION_QUEUE = "bench-sessions"
+SESSION_FILTER = proton.symbol("com.microsoft:session-filter")
+TIMEOUT_PROPERTY = proton.symbol("com.microsoft:timeout")
+SESSION_WAIT_MS = 2_000
+SEQ_MARKER = b"BSQ:"
+"""Session bodies start ``BSQ:<session:05d>:<seq:06d>``; found with ``rfind`` in the raw
+message (the body is its last section), so checking FIFO order needs no decoding."""
 
 
 class BenchError(Exception):
@@ -95,18 +131,44 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def fanout_filter(index: int) -> str:
+    """Subscription ``s<index>``'s SQL filter: its own region, or a high enough priority."""
+    return f"region = 'r{index}' OR priority > {8 - index}"
+
+
+def fanout_matches(index: int, region: str, priority: int) -> bool:
+    """``fanout_filter(index)`` evaluated here, for the copies each subscription must get."""
+    return region == f"r{index}" or priority > 8 - index
+
+
 def write_config(path: Path, queue: str) -> None:
-    """A Config.json in the Service Bus emulator's schema with the one queue we use."""
+    """A Config.json in the Service Bus emulator's schema: the e2e queue, the fan-out topic
+    with its filtered subscriptions, and the session queue."""
+    properties = {"MaxDeliveryCount": 10, "LockDuration": "PT1M"}
+    subscriptions = [
+        {
+            "Name": f"s{index}",
+            "Properties": dict(properties),
+            "Rules": [{"Name": "r", "Properties": {
+                "FilterType": "Sql", "SqlFilter": {"SqlExpression": fanout_filter(index)},
+            }}],
+        }
+        for index in range(FANOUT_SUBSCRIPTIONS)
+    ]  # fmt: skip
     config = {
         "UserConfig": {
             "Namespaces": [
                 {
                     "Name": NAMESPACE,
                     "Queues": [
+                        {"Name": queue, "Properties": dict(properties)},
                         {
-                            "Name": queue,
-                            "Properties": {"MaxDeliveryCount": 10, "LockDuration": "PT1M"},
-                        }
+                            "Name": SESSION_QUEUE,
+                            "Properties": dict(properties, RequiresSession=True),
+                        },
+                    ],
+                    "Topics": [
+                        {"Name": FANOUT_TOPIC, "Properties": {}, "Subscriptions": subscriptions}
                     ],
                 }
             ],
@@ -352,6 +414,7 @@ class Engine:
 
     def _dispatch(self) -> None:
         collector, handler = self.collector._impl, self.handler
+        on_event = getattr(handler, "on_event", None)  # the handler's say on other events
         while event := _C.pn_collector_peek(collector):
             kind = _C.pn_event_type(event)
             if kind == _C.PN_DELIVERY:
@@ -359,12 +422,16 @@ class Engine:
             elif kind == _C.PN_LINK_FLOW:
                 handler.on_flow(_C.pn_event_link(event))
             elif not self.closing:
-                self._check(proton.Event.wrap(event))
+                wrapped = proton.Event.wrap(event)
+                if on_event is None or not on_event(wrapped):
+                    self._check(wrapped)
             _C.pn_collector_pop(collector)
 
     @staticmethod
     def _check(event: proton.Event) -> None:
         if event.type in _REMOTE_CLOSES:
+            if event.context.state & proton.Endpoint.LOCAL_CLOSED:
+                return  # the answer to our own close
             what, condition = event.clazz.removeprefix("pn_"), event.context.remote_condition
             raise BenchError(f"broker closed the {what}: {_describe(condition)}")
         if event.type == proton.Event.TRANSPORT_ERROR:
@@ -506,6 +573,47 @@ class EndToEnd:
             self.problems.append("first message came back not durable")
 
 
+def fanout(port: int, count: int, size: int, in_flight: int) -> None:
+    bench = FanOut(port, FANOUT_TOPIC, count, size, in_flight)
+    elapsed, sending = bench.run()
+    problems = bench.problems()
+    if problems:
+        raise BenchError("fan-out: " + "; ".join(problems))
+    print(
+        f"fan-out: {count / elapsed:,.0f} msgs/s sent, {bench.total / elapsed:,.0f} copies/s "
+        f"delivered ({count:,} x {size} B durable to 1 topic, {FANOUT_SUBSCRIPTIONS} SQL-"
+        f"filtered subscriptions, {bench.total / max(count, 1):.2f} copies/msg, {in_flight:,} in "
+        f"flight, peek-lock + accept; first send to last copy; sends all accepted after "
+        f"{sending:.2f} s of {elapsed:.2f} s)", flush=True,
+    )  # fmt: skip
+
+
+def sessions(port: int, args: argparse.Namespace, queue: str) -> None:
+    bench = Sessions(
+        port, queue, args.sessions, args.per_session, args.size, args.in_flight,
+        args.session_receivers,
+    )  # fmt: skip
+    sending, receiving = bench.run()
+    if bench.problems:
+        raise BenchError(
+            f"sessions: {len(bench.problems)} problem(s), first ones: "
+            + "; ".join(bench.problems[:5])
+        )
+    count = bench.count
+    print(
+        f"sessions send: {count / sending:,.0f} msgs/s ({args.sessions:,} sessions x "
+        f"{args.per_session:,} x {args.size} B durable, interleaved, {args.in_flight:,} in "
+        f"flight)", flush=True,
+    )  # fmt: skip
+    timeouts = f", {bench.timeouts} attach timeouts" if bench.timeouts else ""
+    print(
+        f"sessions receive: {count / receiving:,.0f} msgs/s (all {args.sessions:,} sessions, "
+        f"{args.session_receivers} next-available session receivers at a time on one "
+        f"connection, credit {bench.credit}, peek-lock + accept, FIFO per session checked"
+        f"{timeouts})", flush=True,
+    )  # fmt: skip
+
+
 def proton_e2e(port: int, queue: str, count: int, size: int, in_flight: int) -> float:
     EndToEnd(port, queue, min(count, WARM_UP), size, in_flight).run(stall=30.0)
     bench = EndToEnd(port, queue, count, size, in_flight)
@@ -565,6 +673,337 @@ class Loader:
             _C.pn_delivery_settle(delivery)
         elif state or _C.pn_delivery_settled(delivery):
             raise BenchError(f"the last message loaded was not accepted: {_outcome(delivery)}")
+
+
+# ---------------------------------------------------------------------- fan-out
+
+
+class FanOut:
+    """``count`` messages to a topic, received from its filtered subscriptions, concurrently.
+
+    One connection: a sender (at most ``in_flight`` unsettled, as in ``EndToEnd``) and a
+    peek-lock receiver per subscription, each granting ``in_flight`` credit and accepting every
+    copy. The application properties cycle through ``FANOUT_VARIANTS`` pre-encoded messages,
+    so the copies each subscription must get are known in advance and checked at the end.
+    """
+
+    def __init__(self, port: int, topic: str, count: int, size: int, in_flight: int) -> None:
+        self.count = count
+        self.in_flight = in_flight
+        data = body(size)
+        self.payloads: list[bytes] = []
+        per_variant: list[list[bool]] = []
+        for variant in range(FANOUT_VARIANTS):
+            region, priority = f"r{variant % FANOUT_SUBSCRIPTIONS}", variant // 5 % 10
+            properties = {"region": region, "priority": priority}
+            message = proton.Message(body=data, durable=True, properties=properties)
+            self.payloads.append(message.encode())
+            per_variant.append(
+                [fanout_matches(i, region, priority) for i in range(FANOUT_SUBSCRIPTIONS)]
+            )
+        self.expected = [0] * FANOUT_SUBSCRIPTIONS
+        for k in range(count):
+            for index, match in enumerate(per_variant[k % FANOUT_VARIANTS]):
+                self.expected[index] += match
+        self.total = sum(self.expected)
+        self.copies = [0] * FANOUT_SUBSCRIPTIONS
+        self.sent = self.accepted = self.received = 0
+        self.sends_done = 0.0
+        self.started = False
+        self.engine = Engine(port, self)
+        self.sender = self.engine.sender("bench-fan-sender", topic)
+        self.receivers = [
+            self.engine.receiver(f"bench-fan-s{i}", f"{topic}/Subscriptions/s{i}", in_flight)
+            for i in range(FANOUT_SUBSCRIPTIONS)
+        ]
+        self._snd = self.sender._impl
+        self._rcv = {link._impl: index for index, link in enumerate(self.receivers)}
+
+    def run(self, stall: float = 30.0) -> tuple[float, float]:
+        """Seconds from the first send to the last copy received, and to the last send's
+        ``accepted``."""
+        engine = self.engine
+        links = [self.sender, *self.receivers]
+        try:
+            engine.run_until(
+                lambda: all(map(_remote_active, links)) and self.sender.credit > 0,
+                "fan-out attach", lambda: 0, START_TIMEOUT,
+            )  # fmt: skip
+            self.start = start = time.perf_counter()
+            self.started = True
+            self.fill()
+            engine.run_until(
+                lambda: self.received >= self.total and self.accepted >= self.count,
+                "fan-out", self.progress, stall,
+            )  # fmt: skip
+            return time.perf_counter() - start, self.sends_done - start
+        finally:
+            engine.close()
+
+    def progress(self) -> str:
+        return f"{self.sent} sent, {self.accepted} accepted, copies {self.copies}"
+
+    def problems(self) -> list[str]:
+        return [
+            f"subscription s{i} got {got} copies, expected {want}"
+            for i, (got, want) in enumerate(zip(self.copies, self.expected, strict=True))
+            if got != want
+        ]
+
+    def fill(self) -> None:
+        link, payloads = self._snd, self.payloads
+        limit = min(self.count, self.accepted + self.in_flight)
+        while self.sent < limit and _C.pn_link_credit(link) > 0:
+            send(link, self.sent, payloads[self.sent % FANOUT_VARIANTS])
+            self.sent += 1
+
+    def on_flow(self, link: Any) -> None:
+        if self.started and link == self._snd:
+            self.fill()
+
+    def on_delivery(self, delivery: Any) -> None:
+        link = _C.pn_delivery_link(delivery)
+        if link == self._snd:
+            state = _C.pn_delivery_remote_state(delivery)
+            if state == _C.PN_ACCEPTED:
+                self.accepted += 1
+                _C.pn_delivery_settle(delivery)
+                if self.accepted == self.count:
+                    self.sends_done = time.perf_counter()
+                self.fill()
+            elif state or _C.pn_delivery_settled(delivery):
+                raise BenchError(f"a send to the topic was not accepted: {_outcome(delivery)}")
+            return
+        if not _C.pn_delivery_readable(delivery) or _C.pn_delivery_partial(delivery):
+            return
+        cproton.pn_link_recv(link, _C.pn_delivery_pending(delivery))
+        _C.pn_link_advance(link)
+        self.copies[self._rcv[link]] += 1
+        self.received += 1
+        _C.pn_delivery_update(delivery, _C.PN_ACCEPTED)
+        _C.pn_delivery_settle(delivery)
+        credit = _C.pn_link_credit(link)
+        if credit < self.in_flight // 2:
+            _C.pn_link_flow(link, self.in_flight - credit)
+
+
+# ---------------------------------------------------------------------- sessions
+
+
+class _SessionReceiver:
+    """One next-available session receiver: its link and the session the broker locked."""
+
+    __slots__ = ("link", "received", "session")
+
+    def __init__(self, link: proton.Receiver) -> None:
+        self.link = link
+        self.session: int | None = None  # the index in "session-<index>"
+        self.received = 0
+
+
+class Sessions:
+    """``sessions`` x ``per_session`` messages to a session queue, then all received back.
+
+    Send: one sender, the sessions interleaved (message ``k`` goes to session ``k %
+    sessions``; the session id is the AMQP ``group-id``), at most ``in_flight`` unsettled.
+    Receive: up to ``parallel`` next-available session receivers at a time on the same
+    connection (source filter ``com.microsoft:session-filter`` = null, attach property
+    ``com.microsoft:timeout``); each accepts its session's messages, checking that they come in
+    the order sent, and detaches after the last one, and a new receiver takes its place while
+    sessions are left.
+    """
+
+    def __init__(
+        self, port: int, queue: str, sessions: int, per_session: int, size: int,
+        in_flight: int, parallel: int,
+    ) -> None:  # fmt: skip
+        self.queue = queue
+        self.sessions, self.per_session = sessions, per_session
+        self.count = sessions * per_session
+        self.in_flight, self.parallel = in_flight, parallel
+        self.credit = max(1, min(in_flight, per_session))
+        filler = body(size)
+        templates = []
+        for index in range(sessions):
+            data = SEQ_MARKER + b"%05d:%06d" % (index, 0)
+            data += filler[len(data) :]
+            message = proton.Message(body=data, durable=True, group_id=f"session-{index}")
+            encoded = message.encode()
+            at = encoded.rfind(SEQ_MARKER) + len(SEQ_MARKER) + 6  # the seq digits
+            templates.append((encoded[:at], encoded[at + 6 :]))
+        self.payloads = [
+            b"%s%06d%s" % (head, seq, tail)
+            for seq in range(per_session)
+            for head, tail in templates
+        ]  # fmt: skip
+        self.sent = self.accepted = self.received = 0
+        self.next_seq = [0] * sessions
+        self.locked: set[int] = set()  # sessions a receiver got, ever
+        self.done = 0
+        self.receivers: dict[Any, _SessionReceiver] = {}  # by pn_link_t *
+        self.opened = self.timeouts = 0
+        self.problems: list[str] = []
+        self.sending = False
+        self.engine = Engine(port, self)
+        self.sender = self.engine.sender("bench-session-sender", queue)
+        self._snd = self.sender._impl
+
+    def run(self, stall: float = 30.0) -> tuple[float, float]:
+        """Seconds to send everything (first send to last ``accepted``), then to receive it
+        (first receiver attach to last message)."""
+        engine = self.engine
+        try:
+            engine.run_until(
+                lambda: _remote_active(self.sender) and self.sender.credit > 0,
+                "session sender attach", lambda: 0, START_TIMEOUT,
+            )  # fmt: skip
+            start = time.perf_counter()
+            self.sending = True
+            self.fill()
+            engine.run_until(
+                lambda: self.accepted >= self.count, "session send", self.progress, stall
+            )
+            sending = time.perf_counter() - start
+            start = time.perf_counter()
+            self.open_receivers()
+            engine.run_until(
+                lambda: self.received >= self.count, "session receive", self.progress, stall
+            )
+            receiving = time.perf_counter() - start
+            missing = [i for i, seq in enumerate(self.next_seq) if seq != self.per_session]
+            if missing:
+                self.problems.append(f"{len(missing)} sessions incomplete, first {missing[0]}")
+            return sending, receiving
+        finally:
+            engine.close()
+
+    def progress(self) -> str:
+        return (
+            f"{self.sent} sent, {self.accepted} accepted, {self.received} received, "
+            f"{self.done} sessions done, {len(self.receivers)} receivers"
+        )
+
+    # sending
+
+    def fill(self) -> None:
+        link, payloads = self._snd, self.payloads
+        limit = min(self.count, self.accepted + self.in_flight)
+        while self.sent < limit and _C.pn_link_credit(link) > 0:
+            send(link, self.sent, payloads[self.sent])
+            self.sent += 1
+
+    def on_flow(self, link: Any) -> None:
+        if self.sending and link == self._snd:
+            self.fill()
+
+    # receiving
+
+    def open_receivers(self) -> None:
+        """Attaches receivers while fewer than ``parallel`` are open and sessions are left
+        that no open receiver holds or will get."""
+        while len(self.receivers) < self.parallel and self.done + len(self.receivers) < (
+            self.sessions
+        ):
+            link = self.engine.session.receiver(f"bench-session-{self.opened}")
+            self.opened += 1
+            link.source.address = self.queue
+            link.source.filter.put_dict({SESSION_FILTER: None})
+            link.properties = {TIMEOUT_PROPERTY: proton.uint(SESSION_WAIT_MS)}
+            link.open()
+            link.flow(self.credit)
+            self.receivers[link._impl] = _SessionReceiver(link)
+
+    def on_event(self, event: proton.Event) -> bool:
+        """The broker's answers to session receivers' attaches, and its timeout detaches."""
+        if event.clazz != "pn_link":
+            return False
+        receiver = self.receivers.get(event.link._impl)
+        if receiver is None:
+            return False
+        link = receiver.link
+        if event.type == proton.Event.LINK_REMOTE_OPEN:
+            filters = _terminus_filter(link.remote_source)
+            session = filters.get(SESSION_FILTER) if filters else None
+            if session is None:
+                return True  # refused: its detach follows
+            if not str(session).startswith("session-"):
+                raise BenchError(f"the broker locked an unknown session {session!r}")
+            index = int(str(session).removeprefix("session-"))
+            if index in self.locked:
+                self.problems.append(f"session {session!r} locked a second time")
+            self.locked.add(index)
+            receiver.session = index
+            return True
+        if event.type in (proton.Event.LINK_REMOTE_CLOSE, proton.Event.LINK_REMOTE_DETACH):
+            condition = link.remote_condition
+            if condition is None or condition.name != "com.microsoft:timeout":
+                raise BenchError(
+                    f"the broker detached session receiver {link.name}: {_describe(condition)}"
+                )
+            self.timeouts += 1  # no session free for it: try again while sessions are left
+            del self.receivers[link._impl]
+            link.close()
+            self.open_receivers()
+            return True
+        return False
+
+    def on_delivery(self, delivery: Any) -> None:
+        link = _C.pn_delivery_link(delivery)
+        if link == self._snd:
+            state = _C.pn_delivery_remote_state(delivery)
+            if state == _C.PN_ACCEPTED:
+                self.accepted += 1
+                _C.pn_delivery_settle(delivery)
+                self.fill()
+            elif state or _C.pn_delivery_settled(delivery):
+                raise BenchError(f"a session send was not accepted: {_outcome(delivery)}")
+            return
+        if not _C.pn_delivery_readable(delivery) or _C.pn_delivery_partial(delivery):
+            return
+        _, data = cproton.pn_link_recv(link, _C.pn_delivery_pending(delivery))
+        _C.pn_link_advance(link)
+        receiver = self.receivers.get(link)
+        if receiver is None:  # a receiver we detached after its session's last message
+            self.problems.append("a message arrived after its session was complete")
+            _C.pn_delivery_update(delivery, _C.PN_RELEASED)
+            _C.pn_delivery_settle(delivery)
+            return
+        self.check_order(receiver, bytes(data))
+        self.received += 1
+        receiver.received += 1
+        _C.pn_delivery_update(delivery, _C.PN_ACCEPTED)
+        _C.pn_delivery_settle(delivery)
+        if receiver.received >= self.per_session:  # its session is done: the next one
+            del self.receivers[link]
+            receiver.link.close()
+            self.done += 1
+            self.open_receivers()
+            return
+        credit = _C.pn_link_credit(link)
+        if credit < self.credit // 2:
+            _C.pn_link_flow(link, self.credit - credit)
+
+    def check_order(self, receiver: _SessionReceiver, data: bytes) -> None:
+        at = data.rfind(SEQ_MARKER) + len(SEQ_MARKER)
+        index, seq = int(data[at : at + 5]), int(data[at + 6 : at + 12])
+        if index != receiver.session:
+            self.problems.append(
+                f"receiver of session-{receiver.session} got a message of session-{index}"
+            )
+        elif seq != self.next_seq[index]:
+            self.problems.append(
+                f"session-{index}: message {seq} came after {self.next_seq[index] - 1}"
+            )
+        self.next_seq[index] = max(self.next_seq[index], seq + 1)
+
+
+def _terminus_filter(terminus: proton.Terminus) -> dict[Any, Any] | None:
+    data = terminus.filter
+    data.rewind()
+    if not data.next():
+        return None
+    value = data.get_object()
+    return value if isinstance(value, dict) else None
 
 
 # ---------------------------------------------------------------------- azure-servicebus
@@ -647,6 +1086,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--in-flight", type=int, default=1_000, help="unsettled sends / credit")
     parser.add_argument("--rss-messages", type=int, default=1_000_000, help="1 KiB messages")
     parser.add_argument("--skip-rss", action="store_true", help="skip the memory measurement")
+    parser.add_argument(
+        "--fanout-messages", type=int, default=10_000, help="messages sent to the topic"
+    )
+    parser.add_argument("--skip-fanout", action="store_true", help="skip the fan-out run")
+    parser.add_argument("--sessions", type=int, default=100, help="sessions in the session run")
+    parser.add_argument("--per-session", type=int, default=200, help="messages per session")
+    parser.add_argument(
+        "--session-receivers", type=int, default=8, help="session receivers open at a time"
+    )
+    parser.add_argument("--skip-sessions", action="store_true", help="skip the session run")
     parser.add_argument("--queue", help=f"queue name (default {DEFAULT_QUEUE})")
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--broker-cmd", default=BROKER_CMD, help="broker command line template")
@@ -677,6 +1126,13 @@ def main(argv: list[str] | None = None) -> int:
             f"SDK e2e: {rate:,.0f} msgs/s ({args.messages:,} x {args.size} B, batches of "
             f"{SDK_BATCH}, prefetch {SDK_BATCH}, complete each)", flush=True,
         )  # fmt: skip
+        if args.standin and not (args.skip_fanout and args.skip_sessions):
+            print("fan-out, sessions: skipped (the stand-in has no topic or session queue)")
+        else:
+            if not args.skip_fanout:
+                fanout(broker.port, args.fanout_messages, args.size, args.in_flight)
+            if not args.skip_sessions:
+                sessions(broker.port, args, SESSION_QUEUE)
         if not args.skip_rss:
             before, _ = broker.memory_mb()
             elapsed = Loader(broker.port, queue, args.rss_messages, RSS_SIZE).run()
