@@ -4,16 +4,21 @@
 //
 //   node roundtrip.mjs <mode> [--connection-string CS] [--queue Q] [--topic T]
 //                             [--subscription S] [--count N] [--timeout-ms MS]
+//                             [--empty-timeout-ms MS]
 //
 // Modes:
 //   queue    send one message and a batch to --queue, receive them in peek-lock and check
 //            every field, complete / abandon (redelivered with deliveryCount 1) / dead-letter
 //            (read back from the dead-letter sub-queue), then one receive-and-delete.
 //   session  --queue requires sessions: two sessions, acceptSession(queue, "s1") and
-//            acceptNextSession, FIFO inside each session, session state set and read back.
-//   topic    send to --topic, receive from --topic/--subscription.
+//            acceptNextSession, FIFO inside each session, session state set and read back;
+//            then acceptNextSession on the drained queue, with a client timeout of
+//            --empty-timeout-ms (3000), must fail (reported: error code, time taken).
+//   topic    send to --topic, receive from --topic/--subscription (every message expected).
 //   send     only send the queue mode's messages to --queue (another client checks them).
 //   receive  receive --count messages from --queue in peek-lock, complete them, report them.
+//   management  peekMessages, scheduleMessages + cancelScheduledMessages, each on a fresh
+//            connection (only the $management token there), then renewMessageLock.
 //
 // The connection string may come from SERVICEBUS_CONNECTION_STRING, entity names from
 // SB_QUEUE, SB_TOPIC, SB_SUBSCRIPTION. Always one JSON line on stdout: {"ok": true, "mode",
@@ -27,8 +32,10 @@ import { isDeepStrictEqual, parseArgs } from "node:util";
 import { ServiceBusClient } from "@azure/service-bus";
 
 const USAGE =
-  "usage: node roundtrip.mjs <queue|session|topic|send|receive> [--connection-string CS] " +
-  "[--queue NAME] [--topic NAME] [--subscription NAME] [--count N] [--timeout-ms MS]";
+  "usage: node roundtrip.mjs <queue|session|topic|send|receive|management> " +
+  "[--connection-string CS] " +
+  "[--queue NAME] [--topic NAME] [--subscription NAME] [--count N] [--timeout-ms MS] " +
+  "[--empty-timeout-ms MS]";
 
 /** How long one receiveMessages call waits; loops retry until the step's deadline. */
 const WAIT_MS = 2000;
@@ -544,6 +551,82 @@ async function runTopic(client, args) {
   return { topic, subscription, sent: sent.map(sentSummary), received };
 }
 
+/**
+ * Management operations, each on a fresh client (its own connection) so that the token the
+ * SDK puts for `<entity>/$management` is the only one there: peekMessages, scheduleMessages
+ * and cancelScheduledMessages; then renewMessageLock on a received message.
+ */
+async function runManagement(client, args) {
+  const queue = required(args, "queue");
+  const fresh = () =>
+    new ServiceBusClient(connectionString, {
+      retryOptions: { timeoutInMs: stepTimeoutMs, maxRetries: 0 },
+    });
+  const sent = [0, 1].map((n) => ({
+    messageId: `mgmt-${n}`,
+    body: { management: true, n },
+    subject: "mgmt-subject",
+    contentType: "application/json",
+    correlationId: `corr-mgmt-${n}`,
+    applicationProperties: { ...APP_PROPERTIES, index: n },
+  }));
+  const sender = client.createSender(queue);
+  await sender.sendMessages(sent);
+  await sender.close();
+
+  // peek on a connection that has nothing but the management link
+  const peekClient = fresh();
+  let peeked;
+  try {
+    peeked = await peekClient.createReceiver(queue).peekMessages(10);
+  } finally {
+    await peekClient.close();
+  }
+  expectEqual(
+    peeked.map((m) => m.messageId),
+    sent.map((m) => m.messageId),
+    "peeked messages",
+  );
+  peeked.forEach((message, i) => checkMessage(message, sent[i], "peek"));
+
+  // schedule one for an hour from now, then cancel it, on another bare connection
+  const scheduleClient = fresh();
+  let sequenceNumbers;
+  try {
+    const scheduler = scheduleClient.createSender(queue);
+    const later = new Date(Date.now() + 3_600_000);
+    sequenceNumbers = await scheduler.scheduleMessages(
+      [{ messageId: "mgmt-scheduled", body: { scheduled: true } }],
+      later,
+    );
+    expectEqual(sequenceNumbers.length, 1, "scheduleMessages sequence numbers");
+    await scheduler.cancelScheduledMessages(sequenceNumbers);
+  } finally {
+    await scheduleClient.close();
+  }
+
+  // receive, renew a lock through $management, complete
+  const receiver = client.createReceiver(queue, { maxAutoLockRenewalDurationInMs: 0 });
+  const got = await receiveN(receiver, sent.length, "receive after peek");
+  const before = got[0].lockedUntilUtc;
+  const renewedUntil = await receiver.renewMessageLock(got[0]);
+  check(
+    renewedUntil instanceof Date && renewedUntil.getTime() >= before.getTime(),
+    `renewMessageLock: ${show(plain(renewedUntil))} is before ${show(plain(before))}`,
+  );
+  for (const message of got) await receiver.completeMessage(message);
+  await expectNothingMore(receiver, "after completing");
+  await receiver.close();
+  return {
+    queue,
+    sent: sent.map(sentSummary),
+    peeked: peeked.map(summary),
+    scheduled: sequenceNumbers.map(String),
+    renewedUntil: plain(renewedUntil),
+    received: got.map((m) => ({ step: "peekLock", ...summary(m) })),
+  };
+}
+
 // ------------------------------------------------------------------------------ main
 
 const MODES = {
@@ -552,6 +635,7 @@ const MODES = {
   topic: runTopic,
   send: runSend,
   receive: runReceive,
+  management: runManagement,
 };
 
 function required(args, name) {
@@ -590,7 +674,7 @@ if (parsed.positionals.length !== 1 || !(mode in MODES)) {
 const connectionString =
   args["connection-string"] ?? process.env.SERVICEBUS_CONNECTION_STRING ?? "";
 if (!connectionString) usageError("no --connection-string (or SERVICEBUS_CONNECTION_STRING)");
-/** Each step's (and each SDK operation's) time limit; the whole run gets a few of them. */
+/** Each step's (and each SDK operation's) time limit (10 s); the whole run gets six. */
 const stepTimeoutMs = Number(args["timeout-ms"] ?? 10_000);
 
 const overall = setTimeout(() => {

@@ -1,0 +1,119 @@
+"""A replication task: what to do with one received batch, from steps to settlement decisions.
+
+``ReplicationTask.plan`` runs a source message through the task's steps, drops outputs that
+would loop back into a namespace they came through (merge / active-active mirrors), adds the
+``repl-path`` marker and the replication stamp. ``process_batch`` plans a whole batch, sends
+every output with ``send_ordered`` and decides per source message: complete (all outputs
+accepted, or none to send), abandon (an output failed: redelivery keeps it at-least-once),
+or dead-letter (a step's error path said so). Settling happens in the caller, only after
+this returns, so a message is never completed before its copies are on the target.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import Enum
+from urllib.parse import urlparse
+
+from ..messages import Message
+from .sender import SenderFor, SendPolicy, send_ordered
+from .stamping import stamp
+from .steps import BoundStep, Outcome, run_chain
+
+log = logging.getLogger("replication.tasks")
+
+PATH = "repl-path"
+"""The namespaces a message was replicated from, ``;``-separated, oldest first."""
+
+
+def namespace_of(connection_string: str) -> str:
+    """A namespace's identity for loop detection: ``host[:port]`` of its Endpoint, lower case."""
+    for part in connection_string.split(";"):
+        key, _, value = part.partition("=")
+        if key.strip().lower() == "endpoint":
+            parsed = urlparse(value.strip())
+            return (parsed.netloc or parsed.path).strip("/").lower()
+    raise ValueError("connection string has no Endpoint")
+
+
+def passed_through(message: Message) -> list[str]:
+    path = str(message.application_properties.get(PATH) or "")
+    return [part for part in path.split(";") if part]
+
+
+class Decision(Enum):
+    COMPLETE = "complete"
+    ABANDON = "abandon"
+    DEAD_LETTER = "dead-letter"
+
+
+@dataclass(slots=True)
+class Settlement:
+    message: Message
+    decision: Decision
+    reason: str = ""
+    description: str = ""
+
+
+@dataclass(slots=True)
+class ReplicationTask:
+    """Replicate (one source, one target), merge (many sources, loop guard) or route (steps
+    set each output's ``target``): the same object, configured differently."""
+
+    name: str
+    steps: list[BoundStep] = field(default_factory=list)
+    source_namespace: str | None = None
+    target_namespaces: dict[str | None, str] = field(default_factory=dict)
+    """Target name (None: the default target) -> its namespace, for the loop guard."""
+    loop_guard: bool = False
+    """Drop outputs whose target namespace the message already came through (merge)."""
+    policy: SendPolicy = field(default_factory=SendPolicy)
+
+    def plan(self, message: Message, now: datetime | None = None) -> Outcome:
+        outcome = run_chain(message, self.steps)
+        outputs = []
+        for output in outcome.outputs:
+            path = passed_through(output)
+            target_ns = self.target_namespaces.get(output.target)
+            if self.loop_guard and target_ns is not None and target_ns in path:
+                log.debug("%s: %s already passed %s, not sent back", self.name,
+                          output.message_id, target_ns)  # fmt: skip
+                continue
+            if self.source_namespace is not None and (
+                not path or path[-1] != self.source_namespace
+            ):
+                props = dict(output.application_properties)
+                props[PATH] = ";".join([*path, self.source_namespace])
+                output = output.copy(application_properties=props)
+            outputs.append(stamp(output, now or datetime.now(UTC)))
+        outcome.outputs = outputs
+        return outcome
+
+
+async def process_batch(
+    task: ReplicationTask, messages: list[Message], sender_for: SenderFor
+) -> list[Settlement]:
+    """Plans, sends and decides; the caller settles each source message as decided."""
+    outcomes = [task.plan(message) for message in messages]
+    outputs: list[Message] = []
+    owners: list[int] = []
+    for index, outcome in enumerate(outcomes):
+        for output in outcome.outputs:
+            outputs.append(output)
+            owners.append(index)
+    result = await send_ordered(outputs, sender_for, task.policy)
+    failed = {owners[i]: result.errors[i] for i in result.failed()}
+    settlements = []
+    for index, (message, outcome) in enumerate(zip(messages, outcomes, strict=True)):
+        if outcome.dead_letter is not None:
+            reason, description = outcome.dead_letter
+            settlements.append(Settlement(message, Decision.DEAD_LETTER, reason, description))
+        elif index in failed:
+            settlements.append(
+                Settlement(message, Decision.ABANDON, "SendFailed", repr(failed[index]))
+            )
+        else:
+            settlements.append(Settlement(message, Decision.COMPLETE))
+    return settlements
