@@ -127,7 +127,7 @@ def build_step(
 
 
 def _load_builtin_steps() -> None:
-    from . import editors  # noqa: F401  (registers every built-in step)
+    from . import editors, router  # noqa: F401  (registers every built-in step)
 
 
 # ---------------------------------------------------------------------- running a chain
