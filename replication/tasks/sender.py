@@ -19,7 +19,7 @@ import logging
 import random
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from azure.servicebus import ServiceBusMessage
@@ -38,8 +38,6 @@ log = logging.getLogger("replication.tasks.sender")
 class AsyncSender(Protocol):
     """What we need of ``azure.servicebus.aio.ServiceBusSender``."""
 
-    async def create_message_batch(self, max_size_in_bytes: int | None = None) -> Any: ...
-
     async def send_messages(self, message: Any, **kwargs: Any) -> None: ...
 
 
@@ -47,11 +45,14 @@ SenderFor = Callable[[str | None], AbstractAsyncContextManager[AsyncSender]]
 """Lends a sender of a target (None: the task's default target) for one group's sends."""
 
 
+DEFAULT_MAX_BATCH_BYTES = 256 * 1024
+
+
 @dataclass(slots=True, frozen=True)
 class SendPolicy:
     max_batch_messages: int = 100
     max_batch_bytes: int | None = None
-    """None: the link's max message size, as ``create_message_batch`` reads it."""
+    """None: ``DEFAULT_MAX_BATCH_BYTES`` (Service Bus Standard: 256 KiB per batch)."""
     max_concurrent_groups: int = 16
     attempts: int = 5
     backoff_initial: float = 0.2
@@ -142,6 +143,9 @@ async def _send_in_order(
                 errors[index] = exc
             return
         error = await _send_with_retries(sender, batch, policy, group.target)
+        if isinstance(error, MessageSizeExceededError) and count > 1:
+            policy = replace(policy, max_batch_messages=max(1, count // 2))
+            continue  # the estimate was short: the same messages in smaller batches
         if error is not None:
             for index in pending:  # the rest would overtake what failed: not sent either
                 errors[index] = error
@@ -149,22 +153,41 @@ async def _send_in_order(
         pending = pending[count:]
 
 
+BATCH_OVERHEAD = 5 * 1024
+"""Room left in a batch for the envelope and each message's framing (estimated sizes)."""
+MESSAGE_OVERHEAD = 128
+
+
+def _estimated_size(message: Message) -> int:
+    props = message.application_properties
+    return (
+        len(message.body) + MESSAGE_OVERHEAD
+        + sum(len(str(k)) + len(str(v)) + 8 for k, v in props.items())
+        + sum(len(v) for v in (message.message_id, message.session_id, message.correlation_id,
+                               message.subject, message.content_type, message.to,
+                               message.reply_to, message.partition_key) if v)
+    )  # fmt: skip
+
+
 async def _fill_batch(
     sender: AsyncSender, messages: list[Message], policy: SendPolicy
 ) -> tuple[Any, int]:
-    """A batch with as many of ``messages`` (in order) as fit; at least one or an error."""
-    batch = await sender.create_message_batch(policy.max_batch_bytes)
-    count = 0
+    """The next batch: as many of ``messages`` (in order) as fit the count and an estimated
+    size limit (the SDK refuses the batch if the estimate was short; see ``_send_batch``).
+
+    A list, not ``create_message_batch``: that call waits on the connection every time it is
+    made (about 30 ms with azure-servicebus 7.15), which would cap a task near 3,000 msgs/s.
+    """
+    limit = (policy.max_batch_bytes or DEFAULT_MAX_BATCH_BYTES) - BATCH_OVERHEAD
+    batch: list[ServiceBusMessage] = []
+    size = 0
     for message in messages[: policy.max_batch_messages]:
-        sdk_message: ServiceBusMessage = to_sdk(message)
-        try:
-            batch.add_message(sdk_message)
-        except MessageSizeExceededError:
-            if count == 0:
-                raise
+        estimate = _estimated_size(message)
+        if batch and size + estimate > limit:
             break
-        count += 1
-    return batch, count
+        batch.append(to_sdk(message))
+        size += estimate
+    return batch, len(batch)
 
 
 async def _send_with_retries(

@@ -22,16 +22,19 @@ class Target:
 
 
 class SenderPool:
-    """``links_per_target`` senders per target, each used by one coroutine at a time: an SDK
-    sender is not safe to share between concurrent coroutines, and several links let
-    independent session groups go to the same target in parallel."""
+    """``links_per_target`` senders per target, each lent to one coroutine at a time (an SDK
+    sender is not safe to share between concurrent coroutines). One is the default: with
+    azure-servicebus 7.15 a send on a link that sat idle waits on its connection first, so
+    four links taking turns measured 2.6x slower than one link kept busy
+    (1,257 vs 3,325 msgs/s, 100-message batches); groups then take turns on the one link,
+    each keeping its order."""
 
     def __init__(
         self,
         targets: dict[str | None, Target],
         resolve: Callable[[str], str] | None = None,
         *,
-        links_per_target: int = 4,
+        links_per_target: int = 1,
         **client_options: object,
     ) -> None:
         self.targets = targets

@@ -63,7 +63,10 @@ def build_enrich(options: EnrichOptions, context: StepContext) -> Step:
     the target's consumers need but the source did not send."""
     properties: dict[str, Any] = dict(options.properties)
     properties.update(
-        {name: context.setting(setting) for name, setting in options.properties_from_settings.items()}
+        {
+            name: context.setting(setting)
+            for name, setting in options.properties_from_settings.items()
+        }
     )
     fields: dict[str, Any] = dict(options.body)
     fields.update(

@@ -29,8 +29,8 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from ...messages import Message
 from ..steps import Step, StepContext, StepFailed, StepOptions, step
-from .transform import MISSING, get_path, split_path
 from .transcode import parse_json
+from .transform import MISSING, get_path, split_path
 
 MAX_LENGTH = 128
 
@@ -116,9 +116,7 @@ def build_partition(options: PartitionOptions, context: StepContext) -> Step:
             found = "is missing" if raw is MISSING else f"is unusable ({raw!r:.60})"
             raise StepFailed(f"missing {what}", f"{source.describe()} {found}")
         if len(value) > MAX_LENGTH:
-            raise StepFailed(
-                f"{what} too long", f"{source.describe()} has {len(value)} characters"
-            )
+            raise StepFailed(f"{what} too long", f"{source.describe()} has {len(value)} characters")
         return value
 
     def run(message: Message) -> list[Message]:

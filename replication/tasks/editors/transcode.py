@@ -32,10 +32,10 @@ strings, unions are the plain value of the branch (the first branch the value fi
 ``decimal`` is a string (numbers are accepted when writing), ``uuid`` a string, ``date``,
 ``time-*`` and ``timestamp-*`` ISO 8601 strings (UTC timestamps end in ``Z``; integers in the
 logical type's unit are accepted when writing). A record field that is missing in the JSON
-takes its default; a field whose type is a union with ``null`` may be left out (null).
-Fields the schema does not name are ignored. An Avro container becomes a JSON array of its
-records; JSON becomes a container of the array's elements (or of the one value, if not an
-array).
+takes its default (written as the Avro spec writes defaults); a field whose type is a union
+with ``null`` may be left out (null). Fields the schema does not name are ignored. An Avro
+container becomes a JSON array of its records; JSON becomes a container of the array's
+elements (or of the one value, if not an array).
 """
 
 from __future__ import annotations
@@ -218,7 +218,9 @@ def _to_avro(value: Any, schema: Any, named: dict[str, Any], path: str) -> Any:
             name = item["name"]
             if name in value:
                 out[name] = _to_avro(value[name], item["type"], named, f"{path}.{name}")
-            elif "default" not in item and not _nullable(item["type"]):
+            elif "default" in item:
+                out[name] = _default(item["default"], item["type"], named)
+            elif not _nullable(item["type"]):
                 raise AvroMismatch(f"{path}.{name}", "required field is missing")
         return out
     if kind == "enum":
@@ -240,6 +242,36 @@ def _to_avro(value: Any, schema: Any, named: dict[str, Any], path: str) -> Any:
             raise AvroMismatch(path, f"fixed {schema['name']} needs {schema['size']} bytes")
         return data
     return _to_avro(value, kind, named, path)
+
+
+def _default(value: Any, schema: Any, named: dict[str, Any]) -> Any:
+    """A field default in the datum form: defaults are JSON as the Avro spec writes them
+    (bytes and fixed as strings of code points 0-255, a union's default for its first type)."""
+    if isinstance(schema, list):
+        return _default(value, schema[0], named) if schema else value
+    if isinstance(schema, str):
+        if schema in named:
+            return _default(value, named[schema], named)
+        return value.encode("latin-1") if schema == "bytes" and isinstance(value, str) else value
+    kind = schema.get("type")
+    if kind == "fixed" and isinstance(value, str):
+        return value.encode("latin-1")
+    if kind in ("record", "error") and isinstance(value, dict):
+        return {
+            f["name"]: _default(value.get(f["name"], f.get("default")), f["type"], named)
+            for f in schema["fields"]
+            if f["name"] in value or "default" in f
+        }
+    if kind == "array" and isinstance(value, list):
+        return [_default(v, schema["items"], named) for v in value]
+    if kind == "map" and isinstance(value, dict):
+        return {k: _default(v, schema["values"], named) for k, v in value.items()}
+    if isinstance(kind, str | list | dict) and kind not in _COMPLEX:
+        return _default(value, kind, named)
+    return value
+
+
+_COMPLEX = frozenset({"record", "error", "enum", "array", "map", "fixed"})
 
 
 def _nullable(schema: Any) -> bool:
@@ -595,9 +627,11 @@ class TranscodeOptions(StepOptions):
         if self.schema_ is not None and self.schema_file is not None:
             raise ValueError("give 'schema' or 'schema_file', not both")
         has_schema = self.schema_ is not None or self.schema_file is not None
-        needs = {self.from_, self.to} & {"avro-binary", "avro-single-object"}
-        if self.to == "avro-container" and self.from_ != "avro-container":
-            needs.add("avro-container")
+        # decoding raw Avro needs the schema; encoding Avro too, unless it comes from a
+        # container, whose writer schema is then used
+        needs = {self.from_} & {"avro-binary", "avro-single-object"}
+        if self.to is not None and self.to != "json" and self.from_ != "avro-container":
+            needs.add(self.to)
         if needs and not has_schema:
             raise ValueError(f"{', '.join(sorted(needs))} needs 'schema' or 'schema_file'")
         if self.content_type is not None and self.to is None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import fastavro.validation
 from jsonschema import exceptions as jsonschema_errors

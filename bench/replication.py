@@ -1,0 +1,162 @@
+"""Benchmark: the replication task code against a plain SDK send of the same messages.
+
+    python bench/replication.py [--messages 20000] [--size 256] [--batch 100] [--workers 1]
+
+Starts the embedded broker as a subprocess (queues ``src``, ``dst``, ``plain``), loads
+``--messages`` messages into ``src`` (untimed), then in the same run:
+
+1. reference: the asyncio azure-servicebus SDK sends the same messages to ``plain`` in
+   batches of ``--batch``, one batch after another (what a hand-written forwarder's send
+   side costs at best);
+2. replicate: the task library's pump moves ``src`` to ``dst``: receive (prefetch), steps
+   (none), stamping, session-ordered batched send, then complete every source message.
+
+Prints msgs/s for both and the ratio replicate / reference (target >= 0.5: replication also
+receives and settles every message, so it does about twice the broker round trips).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import azure.servicebus
+from azure.servicebus import ServiceBusMessage
+from azure.servicebus.aio import ServiceBusClient
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from replication.tasks.pump import PumpStats, Source, pump  # noqa: E402
+from replication.tasks.targets import SenderPool, Target  # noqa: E402
+from replication.tasks.task import ReplicationTask  # noqa: E402
+
+READY = re.compile(r"broker listening on \S+:(\d+)")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_broker(workdir: Path) -> tuple[subprocess.Popen[str], str]:
+    config = {"UserConfig": {"Namespaces": [{"Name": "sbemulatorns", "Queues": [
+        {"Name": name, "Properties": {}} for name in ("src", "dst", "plain")
+    ]}], "Logging": {"Type": "Console"}}}  # fmt: skip
+    (workdir / "Config.json").write_text(json.dumps(config))
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "replication", "broker", "--config", str(workdir / "Config.json"),
+         "--port", str(port), "--data-dir", str(workdir / "data")],
+        cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )  # fmt: skip
+    assert process.stderr is not None
+    for line in process.stderr:
+        if READY.search(line):
+            break
+    else:
+        raise RuntimeError("the broker did not start")
+    connection_string = (
+        f"Endpoint=sb://localhost:{port};SharedAccessKeyName=RootManageSharedAccessKey;"
+        "SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;"
+    )
+    return process, connection_string
+
+
+def messages(count: int, size: int) -> list[ServiceBusMessage]:
+    body = os.urandom(size // 2).hex().encode()[:size]
+    return [
+        ServiceBusMessage(body, message_id=f"m{i}", application_properties={"i": i})
+        for i in range(count)
+    ]
+
+
+async def send_all(connection_string: str, queue: str, items: list[ServiceBusMessage],
+                   batch: int) -> float:  # fmt: skip
+    """Seconds to send ``items`` in batches of ``batch``, one after another."""
+    async with ServiceBusClient.from_connection_string(connection_string) as client:
+        async with client.get_queue_sender(queue) as sender:
+            await sender.send_messages(items[:1])  # link up and authorised before the clock
+            started = time.perf_counter()
+            for start in range(1, len(items), batch):
+                await sender.send_messages(items[start : start + batch])
+            return time.perf_counter() - started
+
+
+async def replicate(connection_string: str, count: int, batch: int, workers: int) -> float:
+    """Seconds for the task pump to move ``count`` messages from src to dst."""
+    stop = asyncio.Event()
+    stats = PumpStats()
+    pool = SenderPool({None: Target(connection_string, "dst")})
+    clients = [ServiceBusClient.from_connection_string(connection_string) for _ in range(workers)]
+    task = ReplicationTask("bench")
+    started = time.perf_counter()
+    jobs = [
+        asyncio.create_task(pump(task, c, Source("src"), pool, stop, max_batch=batch, stats=stats))
+        for c in clients
+    ]
+    while stats.completed < count:
+        if any(job.done() for job in jobs):
+            for job in jobs:
+                if job.done():
+                    job.result()
+        await asyncio.sleep(0.01)
+    elapsed = time.perf_counter() - started
+    stop.set()
+    await asyncio.gather(*jobs)
+    await pool.close()
+    for client in clients:
+        await client.close()
+    if stats.abandoned or stats.dead_lettered:
+        print(f"  ! {stats.abandoned} abandoned, {stats.dead_lettered} dead-lettered")
+    return elapsed
+
+
+async def run(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(prefix="bench-replication-") as tmp:
+        process, connection_string = start_broker(Path(tmp))
+        try:
+            items = messages(args.messages, args.size)
+            await send_all(connection_string, "src", items, args.batch)  # load, untimed
+            reference = await send_all(connection_string, "plain", items, args.batch)
+            elapsed = await replicate(connection_string, args.messages, args.batch, args.workers)
+        finally:
+            process.terminate()
+            process.wait(20)
+    plain_rate = (args.messages - 1) / reference
+    rate = args.messages / elapsed
+    print(
+        f"azure-servicebus {azure.servicebus.__version__}, Python {platform.python_version()}, "
+        f"{os.cpu_count()} CPUs; {args.messages:,} x {args.size} B"
+    )
+    print(f"reference (SDK batch send, batches of {args.batch}): {plain_rate:,.0f} msgs/s")
+    print(
+        f"replicate (task pump: receive, stamp, ordered batch send, complete; {args.workers} "
+        f"worker(s)): {rate:,.0f} msgs/s"
+    )
+    print(f"ratio replicate / reference: {rate / plain_rate:.2f} (target >= 0.5)")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--size", type=int, default=256)
+    parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--workers", type=int, default=1, help="pumps (receivers) on src")
+    asyncio.run(run(parser.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main()
