@@ -27,6 +27,10 @@ DeadLetterSource; the stored size -> Size. Times as aware ``datetime`` (UTC), Ti
 ``timedelta``, ids as ``str``. ``user`` is the application-properties map, with AMQP
 timestamps turned into ``datetime`` (``types.timestamp`` is an ``int`` and would read as a
 long).
+
+Extensions, off unless asked for (Service Bus has neither): ``body.`` names for fields of a
+JSON body (``parse_filter(text, body_fields=True)``, the document in ``MessageFacts.body``),
+and value expressions on their own (``parse_expression``). ``SEMANTICS.md`` describes both.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from __future__ import annotations
 from .actions import RuleAction, SqlRuleAction, parse_action
 from .correlation import CorrelationFilter
 from .errors import SqlEvaluationError, SqlSyntaxError
+from .expressions import SqlExpression, parse_expression
 from .facts import SYSTEM_PROPERTIES, MessageFacts, SystemProperty, system_property
 from .filters import FalseFilter, Filter, SqlFilter, TrueFilter, parse_filter
 
@@ -55,12 +60,14 @@ __all__ = [
     "MessageFacts",
     "RuleAction",
     "SqlEvaluationError",
+    "SqlExpression",
     "SqlFilter",
     "SqlRuleAction",
     "SqlSyntaxError",
     "SystemProperty",
     "TrueFilter",
     "parse_action",
+    "parse_expression",
     "parse_filter",
     "system_property",
 ]

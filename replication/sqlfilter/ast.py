@@ -30,6 +30,8 @@ ARITHMETIC_OPERATORS = ("+", "-", "*", "/", "%")
 class Scope(enum.Enum):
     SYS = "sys"
     USER = "user"
+    BODY = "body"
+    """JSON body fields: an extension, only parsed when asked for (``body_fields=True``)."""
 
 
 # -- values ----------------------------------------------------------------------------------
@@ -65,7 +67,10 @@ class Parameter:
 class Property:
     scope: Scope
     name: str
-    """The canonical name for ``sys``; as written for ``user`` (looked up case-insensitively)."""
+    """The canonical name for ``sys``; as written for ``user`` (looked up case-insensitively);
+    for ``body``, the path segments joined with ``.`` (for messages only: ``path`` counts)."""
+    path: tuple[str, ...] = ()
+    """``body`` only: the field names (and array indexes, as decimal text) from the root."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +260,18 @@ def format_name(name: str) -> str:
     return "[" + name.replace("]", "]]") + "]"
 
 
+def format_segment(segment: str) -> str:
+    """A ``body.`` path segment: an array index (decimal digits) stays as it is."""
+    return segment if segment.isascii() and segment.isdecimal() else format_name(segment)
+
+
+def uses_body(node: Node | Statement) -> bool:
+    """Whether ``node`` reads a ``body.`` field anywhere (so the body must be parsed)."""
+    if isinstance(node, Property):
+        return node.scope is Scope.BODY
+    return any(uses_body(child) for child in children(node))
+
+
 def to_text(node: Node | Statement) -> str:
     """Canonical text: keywords upper case, minimal parentheses, single spaces."""
     match node:
@@ -264,6 +281,8 @@ def to_text(node: Node | Statement) -> str:
             return "@" + name
         case Property(scope=Scope.SYS, name=name):
             return "sys." + name
+        case Property(scope=Scope.BODY, path=path):
+            return "body." + ".".join(format_segment(segment) for segment in path)
         case Property(name=name):
             return format_name(name)
         case NewId():

@@ -250,6 +250,43 @@ def _user_getter(name: str) -> Getter:
     return get
 
 
+def body_field(document: Any, path: tuple[str, ...]) -> Any:
+    """The JSON value at ``path`` in ``document``, or ``_MISSING``.
+
+    Object keys match exactly first, then case-insensitively (like user property names); a
+    segment of decimal digits indexes an array. A JSON integer outside the range of a long is
+    read as a double.
+    """
+    value = document
+    for segment in path:
+        if isinstance(value, dict):
+            found = value.get(segment, _MISSING)
+            if found is _MISSING:
+                key = user_key(value, segment, segment.lower())
+                if key is None:
+                    return _MISSING
+                found = value[key]
+            value = found
+        elif isinstance(value, list) and segment.isascii() and segment.isdecimal():
+            index = int(segment)
+            if index >= len(value):
+                return _MISSING
+            value = value[index]
+        else:
+            return _MISSING
+    if type(value) is int and not LONG_MIN <= value <= LONG_MAX:
+        return float(value)
+    return value
+
+
+def _body_getter(path: tuple[str, ...]) -> Getter:
+    def get(facts: MessageFacts) -> Any:
+        value = body_field(facts.body, path)
+        return None if value is _MISSING else value
+
+    return get
+
+
 def lookup(facts: MessageFacts, name: str) -> Any:
     """``property(name)``: ``sys.X`` and ``user.X`` name a scope, anything else a user property."""
     folded = name.lower()
@@ -283,6 +320,8 @@ def compile_value(node: Node, parameters: Mapping[str, Any]) -> Getter:
     match node:
         case Property(scope=Scope.SYS, name=name):
             return lambda facts: facts.system.get(name)
+        case Property(scope=Scope.BODY, path=path):
+            return _body_getter(path)
         case Property(name=name):
             return _user_getter(name)
         case NewId():
@@ -322,6 +361,8 @@ def compile_predicate(node: Node, parameters: Mapping[str, Any]) -> Test:
             return _like(operand, pattern, escape, negated, parameters)
         case Exists(property=Property(scope=Scope.SYS, name=name)):
             return lambda facts: facts.system.get(name) is not None
+        case Exists(property=Property(scope=Scope.BODY, path=path)):
+            return lambda facts: body_field(facts.body, path) is not _MISSING
         case Exists(property=Property(name=name)):
             folded = name.lower()
             return lambda facts: user_key(facts.user, name, folded) is not None

@@ -75,10 +75,16 @@ class MessageFacts:
     ``system`` maps canonical names to values (leave a property out, or give None, when the
     message has none); ``user`` holds the application properties as sent. Aliases and other
     spellings of system names are rewritten to the canonical ones on construction.
+
+    ``body`` is the message body as a parsed JSON document (``json.loads``: dicts, lists, str,
+    int, float, bool, None) for filters that read ``body.`` fields (an extension, see
+    ``parse_filter(..., body_fields=True)``); None when there is none, or it is not JSON, so
+    every body field is missing. Actions never change it.
     """
 
     system: dict[str, Any] = field(default_factory=dict)
     user: dict[str, Any] = field(default_factory=dict)
+    body: Any = None
 
     def __post_init__(self) -> None:
         if not self.system.keys() <= _CANONICAL:
@@ -96,4 +102,4 @@ class MessageFacts:
 
     def copy(self) -> MessageFacts:
         """An independent copy (a rule with an action works on its own copy of the message)."""
-        return MessageFacts(dict(self.system), dict(self.user))
+        return MessageFacts(dict(self.system), dict(self.user), self.body)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from .ast import Predicate, to_text
+from .ast import Predicate, to_text, uses_body
 from .evaluate import compile_predicate
 from .facts import MessageFacts
 from .params import normalize_parameters
@@ -36,19 +36,28 @@ class SqlFilter:
     ``source`` is the text as given (Service Bus hands it back unchanged); ``expression`` the
     canonical text; ``ast`` the syntax tree. Raises ``SqlSyntaxError`` for text Service Bus
     refuses, ``TypeError`` / ``ValueError`` for unusable parameters.
+
+    ``body_fields=True`` admits ``body.a.b`` names (JSON body fields, an extension Service Bus
+    does not have: see ``SEMANTICS.md``); ``uses_body`` says whether the filter reads any, so
+    a caller parses a message body only for filters that need it.
     """
 
-    __slots__ = ("_expression", "_parameters", "_test", "ast", "parameters", "source")
+    __slots__ = (
+        "_expression", "_parameters", "_test", "ast", "parameters", "source", "uses_body"
+    )  # fmt: skip
 
-    def __init__(self, text: str, parameters: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, text: str, parameters: Mapping[str, Any] | None = None, *, body_fields: bool = False
+    ) -> None:
         if not isinstance(text, str):
             raise TypeError(f"a SQL filter is text, got {type(text).__name__}")
         self._parameters = normalize_parameters(parameters)
         self.source = text
         self.parameters: dict[str, Any] = dict(parameters or {})
-        self.ast: Predicate = parse_predicate(text, self._parameters)
+        self.ast: Predicate = parse_predicate(text, self._parameters, body_fields=body_fields)
         self._test = compile_predicate(self.ast, self._parameters)
         self._expression = to_text(self.ast)
+        self.uses_body: bool = uses_body(self.ast)
 
     @property
     def expression(self) -> str:
@@ -114,6 +123,9 @@ class FalseFilter(SqlFilter):
         return "FalseFilter()"
 
 
-def parse_filter(text: str, parameters: Mapping[str, Any] | None = None) -> SqlFilter:
-    """Parses and compiles a SQL filter; ``parameters`` give ``@name`` values (``@`` optional)."""
-    return SqlFilter(text, parameters)
+def parse_filter(
+    text: str, parameters: Mapping[str, Any] | None = None, *, body_fields: bool = False
+) -> SqlFilter:
+    """Parses and compiles a SQL filter; ``parameters`` give ``@name`` values (``@`` optional);
+    ``body_fields`` admits ``body.`` names (JSON body fields, an extension)."""
+    return SqlFilter(text, parameters, body_fields=body_fields)

@@ -9,6 +9,7 @@ the parser reads either and checks the kind where it is used.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
@@ -55,11 +56,16 @@ MAX_DEPTH = 128
 _PREDICATE_OPERATOR = "a comparison operator (=, <>, !=, <, <=, >, >=), IS, IN, LIKE or NOT"
 _SYSTEM_NAMES = ", ".join(p.name for p in SYSTEM_PROPERTIES)
 _COMPARISONS = frozenset((*COMPARISON_OPERATORS, "!="))
+_INDEXES = re.compile(r"[0-9]+(?:\.[0-9]+)*\.?")
+"""Number tokens that are array indexes in a body path: ``0.``, ``1.5`` (not ``1e3``)."""
 
 
-def parse_predicate(text: str, parameters: Mapping[str, Any] | None = None) -> Predicate:
-    """The predicate of a SQL filter; ``parameters`` are keyed by folded name without ``@``."""
-    parser = _Parser(text, parameters)
+def parse_predicate(
+    text: str, parameters: Mapping[str, Any] | None = None, *, body_fields: bool = False
+) -> Predicate:
+    """The predicate of a SQL filter; ``parameters`` are keyed by folded name without ``@``.
+    ``body_fields`` admits the ``body.`` scope (JSON body fields, an extension)."""
+    parser = _Parser(text, parameters, body_fields=body_fields)
     node = parser.disjunction()
     if not is_predicate(node):
         parser.fail(_PREDICATE_OPERATOR)
@@ -68,9 +74,11 @@ def parse_predicate(text: str, parameters: Mapping[str, Any] | None = None) -> P
     return node  # type: ignore[return-value]
 
 
-def parse_value(text: str, parameters: Mapping[str, Any] | None = None) -> Value:
+def parse_value(
+    text: str, parameters: Mapping[str, Any] | None = None, *, body_fields: bool = False
+) -> Value:
     """A value expression alone (``quantity / 2``): for tests and computed pipeline fields."""
-    parser = _Parser(text, parameters)
+    parser = _Parser(text, parameters, body_fields=body_fields)
     node = parser.value(parser.additive)
     if parser.tok.kind is not Kind.EOF:
         parser.fail("an arithmetic operator or end of input")
@@ -116,8 +124,11 @@ def _found(tok: Token) -> str:
 
 
 class _Parser:
-    def __init__(self, text: str, parameters: Mapping[str, Any] | None) -> None:
+    def __init__(
+        self, text: str, parameters: Mapping[str, Any] | None, *, body_fields: bool = False
+    ) -> None:
         self.text = text
+        self.body_fields = body_fields
         self.tokens = tokenize(text)
         self.index = 0
         self.tok = self.tokens[0]
@@ -400,8 +411,12 @@ class _Parser:
         if not self.is_op(self.tok, "."):
             return Property(Scope.USER, tok.value)
         scope = tok.value.lower()
+        if scope == "body" and self.body_fields:
+            self.advance()
+            return self.body_path()
         if scope not in ("sys", "user"):
-            self.fail("sys or user before '.'", tok)
+            scopes = "sys, user or body" if self.body_fields else "sys or user"
+            self.fail(f"{scopes} before '.'", tok)
         self.advance()
         name = self.tok
         if not self.is_name(name):
@@ -413,6 +428,31 @@ class _Parser:
         if prop is None:
             self.fail(f"a system property name ({_SYSTEM_NAMES})", name)
         return Property(Scope.SYS, prop.name)
+
+    def body_path(self) -> Property:
+        """The segments after ``body.``: names, or array indexes written as digits
+        (``body.items.0.sku``; the lexer reads ``0.`` and ``1.5`` as numbers, split here)."""
+        path: list[str] = []
+        while True:
+            tok = self.tok
+            if self.is_name(tok):
+                self.advance()
+                path.append(tok.value)
+            elif tok.kind is Kind.INTEGER:
+                self.advance()
+                path.append(tok.text)
+            elif tok.kind is Kind.DECIMAL and _INDEXES.fullmatch(tok.text):
+                self.advance()
+                path += tok.text.rstrip(".").split(".")
+                if tok.text.endswith("."):
+                    continue  # "0." took the dot before the next segment
+            else:
+                self.fail("a body field name or array index after '.'")
+            if len(path) > MAX_DEPTH:
+                self.fail(f"a body path of at most {MAX_DEPTH} segments", tok)
+            if not self.is_op(self.tok, "."):
+                return Property(Scope.BODY, ".".join(path), tuple(path))
+            self.advance()
 
     def settable_property(self) -> Property:
         target = self.property()

@@ -352,8 +352,8 @@ class KeyRing:
     def select(self, key_id: Any) -> Verifier:
         if key_id is None or key_id == "":
             if self.default is None:
-                raise StepFailed("UnknownKey", "the message names no key id and there is no "
-                                 "default key (key_setting)")  # fmt: skip
+                why = "the message names no key id and there is no default key (key_setting)"
+                raise StepFailed("UnknownKey", why)
             return self.default
         verifier = self.by_id.get(str(key_id))
         if verifier is None:
@@ -517,10 +517,8 @@ ATTEST_FIELDS = "repl-attest-fields"
 ATTEST_TIME = "repl-attest-time"
 ATTEST_CHANNEL = "repl-attest-channel"
 ATTEST_KEY_ID = "repl-attest-key-id"
-_ATTEST_PROPERTIES = (
-    ATTEST_HASH, ATTEST_SIGNATURE, ATTEST_ALG, ATTEST_FIELDS, ATTEST_TIME, ATTEST_CHANNEL,
-    ATTEST_KEY_ID,
-)  # fmt: skip
+_ATTEST_PROPERTIES = (ATTEST_HASH, ATTEST_SIGNATURE, ATTEST_ALG, ATTEST_FIELDS)
+_ATTEST_PROPERTIES += (ATTEST_TIME, ATTEST_CHANNEL, ATTEST_KEY_ID)
 
 
 class AttestOptions(_CoverageOptions):
@@ -575,8 +573,9 @@ def build_attest(
     listed = fields_text(fields)
 
     def attest(message: Message) -> list[Message]:
-        props = {k: v for k, v in message.application_properties.items()
-                 if k not in _ATTEST_PROPERTIES}  # fmt: skip
+        props = {
+            k: v for k, v in message.application_properties.items() if k not in _ATTEST_PROPERTIES
+        }
         props[ATTEST_TIME] = iso_utc(context.now())
         if options.channel is not None:
             props[ATTEST_CHANNEL] = options.channel
@@ -613,8 +612,8 @@ def verify_attestation(
     ``HashMismatch`` (content changed), ``UnknownKey``, ``BadSignature``.
     """
     props = message.application_properties
-    missing = [p for p in (ATTEST_FIELDS, ATTEST_HASH, ATTEST_ALG, ATTEST_SIGNATURE)
-               if props.get(p) is None]  # fmt: skip
+    required = (ATTEST_FIELDS, ATTEST_HASH, ATTEST_ALG, ATTEST_SIGNATURE)
+    missing = [p for p in required if props.get(p) is None]
     if missing:
         raise StepFailed("NotAttested", f"missing {', '.join(missing)}")
     try:
@@ -639,8 +638,8 @@ def verify_attestation(
             raise StepFailed("UnknownKey", f"no key for key id {key_id!r}")
         verifier = found
     if props[ATTEST_ALG] != verifier.name:
-        raise StepFailed("BadSignature", f"attested with {props[ATTEST_ALG]!r}, "
-                         f"expected {verifier.name}")  # fmt: skip
+        why = f"attested with {props[ATTEST_ALG]!r}, expected {verifier.name}"
+        raise StepFailed("BadSignature", why)
     if not verifier.verify(digest, _signature(props[ATTEST_SIGNATURE], ATTEST_SIGNATURE)):
         raise StepFailed("BadSignature", "the attestation signature does not match")
     return Attestation(
