@@ -207,3 +207,47 @@ async def test_failed_sends_abandon_until_dead_lettered(broker: BrokerHandle) ->
     (dead,) = receive_all(broker, "fragile", sub_queue=ServiceBusSubQueue.DEAD_LETTER)
     assert dead.message_id == "stuck"
     assert dead.dead_letter_reason == "MaxDeliveryCountExceeded"
+
+
+@pytest.mark.broker_config(CONFIG)
+async def test_editor_steps_end_to_end(broker: BrokerHandle) -> None:
+    """JSON -> Avro + gzip + AES-GCM on the way out, and back on a second hop; a message
+    whose body is not JSON is dead-lettered at the source with the step's reason."""
+    import base64
+    import json
+
+    from replication.tasks.steps import StepContext, build_step
+
+    schema = {"type": "record", "name": "Order", "fields": [
+        {"name": "id", "type": "int"}, {"name": "item", "type": "string"},
+    ]}  # fmt: skip
+    context = StepContext(settings={"KEY": base64.b64encode(bytes(range(32))).decode()})
+    out = [
+        build_step("transcode", {"from": "json", "to": "avro-binary", "schema": schema,
+                                 "compress": "gzip"}, context),
+        build_step("encrypt", {"key_setting": "KEY", "key_id": "k1"}, context),
+    ]  # fmt: skip
+    back = [
+        build_step("decrypt", {"keys": {"k1": "KEY"}}, context),
+        build_step("transcode", {"from": "avro-binary", "to": "json", "schema": schema,
+                                 "decompress": "gzip"}, context),
+    ]  # fmt: skip
+    orders = [{"id": i, "item": f"thing {i}"} for i in range(5)]
+    send(broker, "src", [
+        *(ServiceBusMessage(json.dumps(o), message_id=f"o{o['id']}") for o in orders),
+        ServiceBusMessage("not json", message_id="bad"),
+    ])  # fmt: skip
+    cs = broker.connection_string
+    async with (
+        running(ReplicationTask("out", steps=out), cs, Source("src"),
+                {None: Target(cs, "hop2")}) as a,
+        running(ReplicationTask("back", steps=back), cs, Source("hop2"),
+                {None: Target(cs, "hop3")}) as b,
+    ):  # fmt: skip
+        await wait_until(lambda: a.completed == 5 and a.dead_lettered == 1 and b.completed == 5)
+    arrived = receive_all(broker, "hop3")
+    assert [json.loads(b"".join(m.body)) for m in arrived] == orders
+    assert all(m.content_type == "application/json" for m in arrived)
+    (dead,) = receive_all(broker, "src", sub_queue=ServiceBusSubQueue.DEAD_LETTER)
+    assert dead.message_id == "bad"
+    assert dead.dead_letter_reason.startswith("transcode: invalid JSON body")
