@@ -142,17 +142,21 @@ def composite(code: int, name: str, *, trim: bool = True) -> Callable[[type[T]],
     return decorate
 
 
-_UNSIGNED = "type({v}) is bool or not isinstance({v}, int) or {v} < 0"
-_SIGNED = "type({v}) is bool or not isinstance({v}, int)"
+def _integer(low: int, high: int) -> str:
+    """Any integer encoding is taken, as long as the value fits the field's type (a peer's
+    uint in a ubyte field is harmless; 38,797,312 there would break our re-encoding)."""
+    return f"type({{v}}) is bool or not isinstance({{v}}, int) or not {low} <= {{v}} <= {high}"
+
+
 _TYPE_CHECKS: dict[str, str] = {
     "boolean": "type({v}) is not bool",
-    "ubyte": _UNSIGNED,
-    "ushort": _UNSIGNED,
-    "uint": _UNSIGNED,
-    "ulong": _UNSIGNED,
-    "int": _SIGNED,
-    "long": _SIGNED,
-    "timestamp": _SIGNED,
+    "ubyte": _integer(0, 0xFF),
+    "ushort": _integer(0, 0xFFFF),
+    "uint": _integer(0, 0xFFFFFFFF),
+    "ulong": _integer(0, 2**64 - 1),
+    "int": _integer(-(2**31), 2**31 - 1),
+    "long": _integer(-(2**63), 2**63 - 1),
+    "timestamp": _integer(-(2**63), 2**63 - 1),
     "binary": "not isinstance({v}, bytes)",
     "string": "not isinstance({v}, str)",
     "symbol": "not isinstance({v}, str)",

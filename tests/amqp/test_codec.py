@@ -1015,3 +1015,23 @@ def test_error_fields_must_hold_an_error() -> None:
     # detach(handle=0, closed=true, error="oops"): a string where an amqp:error:list belongs
     with pytest.raises(DecodeError, match=r"detach.error must be amqp:error:list, got str"):
         decode(encode(Described(ulong(0x16), [uint(0), True, "oops"])))
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [(3, types.uint(38_797_312)), (4, types.uint(256)), (1, types.ulong(2**32))],
+    ids=["snd-settle-mode", "rcv-settle-mode", "handle"],
+)
+def test_integer_fields_out_of_range_are_decode_errors(field: int, value: int) -> None:
+    """A peer's wider integer in a ubyte/uint field must fail to decode, not later when the
+    value is echoed back (found by the engine fuzz test: an attach echo that could not be
+    encoded)."""
+    from replication.amqp import types
+    from replication.amqp.performatives import Attach
+
+    fields: list[object] = ["link", types.uint(0), False, types.ubyte(0), types.ubyte(0)]
+    fields[field] = value
+    data = codec.encode(types.Described(types.ulong(0x12), fields))
+    assert isinstance(codec.decode(codec.encode(types.Described(types.ulong(0x12), fields[:3]))), Attach)
+    with pytest.raises(DecodeError):
+        codec.decode(data)
