@@ -25,6 +25,8 @@ from typing import Any, Protocol
 from azure.servicebus import ServiceBusMessage
 from azure.servicebus.exceptions import (
     MessageSizeExceededError,
+    MessagingEntityDisabledError,
+    MessagingEntityNotFoundError,
     ServiceBusAuthenticationError,
     ServiceBusAuthorizationError,
     ServiceBusError,
@@ -83,7 +85,8 @@ def retryable(error: BaseException) -> bool:
     """Transient errors are worth another try; a bad message or credential is not."""
     if isinstance(
         error, MessageSizeExceededError | ServiceBusAuthorizationError
-        | ServiceBusAuthenticationError | ValueError | TypeError,
+        | ServiceBusAuthenticationError | MessagingEntityNotFoundError
+        | MessagingEntityDisabledError | ValueError | TypeError | KeyError,
     ):  # fmt: skip
         return False
     if isinstance(error, ServiceBusError):

@@ -202,8 +202,8 @@ async def test_failed_sends_abandon_until_dead_lettered(broker: BrokerHandle) ->
     cs = broker.connection_string
     task = ReplicationTask("broken")
     async with running(task, cs, Source("fragile"), {None: Target(cs, "no-such-queue")}) as stats:
-        await wait_until(lambda: stats.abandoned >= 2, timeout=60)
-        assert stats.completed == 0
+        await wait_until(lambda: broker.count("fragile/$DeadLetterQueue") == 1, timeout=90)
+        assert stats.completed == 0 and stats.abandoned >= 1
     (dead,) = receive_all(broker, "fragile", sub_queue=ServiceBusSubQueue.DEAD_LETTER)
     assert dead.message_id == "stuck"
     assert dead.dead_letter_reason == "MaxDeliveryCountExceeded"
