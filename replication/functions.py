@@ -61,8 +61,10 @@ class PipelineRuntime:
         failed = [s for s in settlements if s.decision is Decision.ABANDON]
         if dead:
             failed += await self._to_error_target(dead)
-        done = len(settlements) - len(failed)
-        metrics.FORWARDED.labels(self.name).inc(done - len(dead))
+        complete = [s for s in settlements if s.decision is Decision.COMPLETE]
+        filtered = sum(1 for s in complete if s.outputs == 0)
+        metrics.FORWARDED.labels(self.name).inc(len(complete) - filtered)
+        metrics.FILTERED.labels(self.name).inc(filtered)
         metrics.DEAD_LETTERED.labels(self.name).inc(len(dead))
         if failed:
             metrics.FAILED.labels(self.name).inc()
@@ -130,6 +132,7 @@ def _handler(
         await runtime[0].handle([from_functions(m) for m in messages])
 
     handler.__name__ = handler.__qualname__ = name
+    handler.pipeline_name = pipeline.name  # type: ignore[attr-defined]  (the host's metrics)
     # the worker reads the annotation to pick the binding's data type; keep it a real type
     handler.__annotations__ = {"messages": typing.List[func.ServiceBusMessage], "return": None}  # noqa: UP006
     return handler

@@ -55,6 +55,8 @@ class Settlement:
     decision: Decision
     reason: str = ""
     description: str = ""
+    outputs: int = 0
+    """Copies sent for this message (0 on COMPLETE: the steps filtered it out)."""
 
 
 @dataclass(slots=True)
@@ -115,5 +117,7 @@ async def process_batch(
                 Settlement(message, Decision.ABANDON, "SendFailed", repr(failed[index]))
             )
         else:
-            settlements.append(Settlement(message, Decision.COMPLETE))
+            settlements.append(
+                Settlement(message, Decision.COMPLETE, outputs=len(outcome.outputs))
+            )
     return settlements

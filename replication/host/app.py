@@ -1,0 +1,211 @@
+"""``python -m replication start``: the local host, end to end.
+
+Loads the settings, starts embedded brokers for local emulator connections (with the
+entities the pipelines use), discovers ``function_app.py``'s Service Bus triggers, runs them
+(``trigger.TriggerRunner``), serves ``/metrics`` and ``/health``, and shows progress. Ctrl-C
+(or SIGTERM) stops receiving, lets every in-flight batch finish and settle, stops the
+brokers: nothing received is lost (unsettled messages would simply come back).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from .. import metrics
+from .discovery import ServiceBusTrigger, load_app, service_bus_triggers
+from .embedded import plan_brokers, start_brokers
+from .settings import load_settings
+from .trigger import HostOptions, TriggerRunner
+
+log = logging.getLogger("replication.host")
+
+
+@dataclass(slots=True)
+class HostConfig:
+    directory: Path = field(default_factory=Path.cwd)
+    settings_file: Path | None = None
+    metrics_port: int | None = 9464
+    """``/metrics`` (Prometheus) and ``/health``; None: no HTTP server."""
+    progress: bool = True
+    stop_when: Callable[[Host], bool] | None = None
+    """Ends the run when true (checked twice a second): the demo stops once it is done."""
+
+
+class Host:
+    """The running host (also what tests drive)."""
+
+    def __init__(self, config: HostConfig) -> None:
+        self.config = config
+        self.settings, self.settings_path = load_settings(config.directory, config.settings_file)
+        host_json = config.directory / "host.json"
+        data = json.loads(host_json.read_text()) if host_json.is_file() else {}
+        self.options = HostOptions.from_host_json(data)
+        self.triggers: list[ServiceBusTrigger] = []
+        self.runners: list[TriggerRunner] = []
+        self.brokers: list[Any] = []
+        self.stop = asyncio.Event()
+        self.started = time.monotonic()
+        self.healthy = False
+
+    async def run(self) -> int:
+        from ..pipeline import load_pipelines
+
+        pipelines_path = self.config.directory / self.settings.get(
+            "REPLICATION_PIPELINES", "pipelines.yaml"
+        )
+        pipelines = load_pipelines(pipelines_path, settings=self.settings)
+        plan = plan_brokers(pipelines.pipelines, self.settings)
+        self.brokers = await start_brokers(plan, self.config.directory / ".replication")
+        for broker in self.brokers:
+            log.info("embedded broker on localhost:%d (%d entities)", broker.port,
+                     len(broker.entities))  # fmt: skip
+        import os
+
+        os.environ.update(self.settings)  # the functions read app settings from the environment
+        app = load_app(self.config.directory / "function_app.py")
+        self.triggers = service_bus_triggers(app, self.settings)
+        if not self.triggers:
+            log.warning("function_app.py has no Service Bus triggers: nothing to run")
+        self.runners = [
+            TriggerRunner(t, self.settings[t.connection], self.options) for t in self.triggers
+        ]
+        server = self._serve_metrics()
+        self._install_signals()
+        self.healthy = True
+        jobs = [asyncio.create_task(runner.run(self.stop)) for runner in self.runners]
+        try:
+            await self._watch()
+        finally:
+            self.stop.set()
+            results = await asyncio.gather(*jobs, return_exceptions=True)
+            for result in results:
+                if isinstance(result, BaseException):
+                    log.error("trigger ended with %r", result)
+            for broker in self.brokers:
+                await broker.stop()
+            if server is not None:
+                server.shutdown()
+            self.healthy = False
+        return 0
+
+    async def _watch(self) -> None:
+        display = _Progress(self) if self.config.progress else None
+        try:
+            while not self.stop.is_set():
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self.stop.wait(), 0.5)
+                await self._update_backlog()
+                if display is not None:
+                    display.update()
+                if self.config.stop_when is not None and self.config.stop_when(self):
+                    return
+        finally:
+            if display is not None:
+                display.close()
+
+    async def _update_backlog(self) -> None:
+        for broker in self.brokers:
+            for trigger in self.triggers:
+                queue = broker.queues.get(trigger.entity.lower())
+                if queue is not None and broker.port == _port(self.settings[trigger.connection]):
+                    metrics.BACKLOG.labels(_pipeline(trigger)).set(
+                        len(queue.ready) + len(queue.locks)
+                    )
+
+    def _install_signals(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self.stop.set)
+
+    def _serve_metrics(self) -> ThreadingHTTPServer | None:
+        if self.config.metrics_port is None:
+            return None
+        host = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path.startswith("/metrics"):
+                    body, kind, code = generate_latest(metrics.REGISTRY), CONTENT_TYPE_LATEST, 200
+                elif self.path.startswith("/health"):
+                    ok = host.healthy
+                    body = json.dumps({"status": "ok" if ok else "starting"}).encode()
+                    kind, code = "application/json", 200 if ok else 503
+                else:
+                    body, kind, code = b"not found\n", "text/plain", 404
+                self.send_response(code)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", self.config.metrics_port), Handler)
+        self.config.metrics_port = server.server_address[1]
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        log.info("metrics on http://127.0.0.1:%d/metrics, health on /health",
+                 self.config.metrics_port)  # fmt: skip
+        return server
+
+
+def _port(connection_string: str) -> int | None:
+    from .embedded import emulator_port
+
+    return emulator_port(connection_string)
+
+
+def _pipeline(trigger: ServiceBusTrigger) -> str:
+    """The pipeline a generated function belongs to (its name without the source suffix)."""
+    return getattr(trigger.function, "pipeline_name", trigger.name)
+
+
+class _Progress:
+    """A live table per pipeline: received, forwarded, filtered, dead-lettered, msgs/s, backlog."""
+
+    def __init__(self, host: Host) -> None:
+        from rich.console import Console
+        from rich.live import Live
+
+        self.host = host
+        self.console = Console(stderr=True)
+        self.live = Live(console=self.console, refresh_per_second=4, transient=False)
+        self.live.start()
+        self.last: dict[str, tuple[float, float]] = {}
+
+    def update(self) -> None:
+        from rich.table import Table
+
+        table = Table(title="replication: local host", expand=False)
+        for column in ("pipeline", "received", "forwarded", "filtered", "dead-lettered",
+                       "msgs/s", "backlog"):  # fmt: skip
+            table.add_column(column, justify="right" if column != "pipeline" else "left")
+        now = time.monotonic()
+        for name in sorted({_pipeline(t) for t in self.host.triggers}):
+            c = metrics.counts(name)
+            before, at = self.last.get(name, (c["forwarded"], now))
+            rate = (c["forwarded"] - before) / (now - at) if now > at else 0.0
+            self.last[name] = (c["forwarded"], now)
+            table.add_row(
+                name, f"{c['received']:.0f}", f"{c['forwarded']:.0f}", f"{c['filtered']:.0f}",
+                f"{c['dead_lettered']:.0f}", f"{rate:,.0f}", f"{c['backlog']:.0f}",
+            )  # fmt: skip
+        self.live.update(table)
+
+    def close(self) -> None:
+        self.update()
+        self.live.stop()

@@ -1,0 +1,79 @@
+"""Finds the functions of a ``function_app.py`` the way the Python worker indexes them."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import azure.functions as func
+
+from .settings import resolve
+
+
+@dataclass(slots=True, frozen=True)
+class ServiceBusTrigger:
+    """One function with a Service Bus trigger, its binding resolved against the settings."""
+
+    name: str
+    function: Callable[..., Any]
+    arg_name: str
+    connection: str
+    """The app-setting name (the binding's ``connection``)."""
+    queue: str | None
+    topic: str | None
+    subscription: str | None
+    sessions: bool
+    many: bool
+
+    @property
+    def entity(self) -> str:
+        return self.queue or f"{self.topic}/Subscriptions/{self.subscription}"
+
+
+class DiscoveryError(ValueError):
+    pass
+
+
+def load_app(path: Path) -> func.FunctionApp:
+    """Imports ``function_app.py`` (its folder on sys.path, as the worker does)."""
+    if not path.is_file():
+        raise DiscoveryError(f"{path}: no such file")
+    sys.path.insert(0, str(path.parent.resolve()))
+    spec = importlib.util.spec_from_file_location("function_app", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["function_app"] = module
+    spec.loader.exec_module(module)
+    apps = [v for v in vars(module).values() if isinstance(v, func.FunctionApp)]
+    if len(apps) != 1:
+        raise DiscoveryError(f"{path}: expected one FunctionApp, found {len(apps)}")
+    return apps[0]
+
+
+def service_bus_triggers(
+    app: func.FunctionApp, settings: Mapping[str, str]
+) -> list[ServiceBusTrigger]:
+    triggers = []
+    for function in app.get_functions():
+        binding = function.get_trigger().get_dict_repr()
+        if binding.get("type") != "serviceBusTrigger":
+            continue  # other triggers are not ours to run
+
+        def value(key: str, binding: dict[str, Any] = binding) -> str | None:
+            raw = binding.get(key)
+            return None if raw is None else resolve(str(raw), settings)
+
+        cardinality = binding.get("cardinality")
+        triggers.append(ServiceBusTrigger(
+            name=function.get_function_name(), function=function.get_user_function(),
+            arg_name=str(binding["name"]), connection=str(binding["connection"]),
+            queue=value("queueName"), topic=value("topicName"),
+            subscription=value("subscriptionName"),
+            sessions=bool(binding.get("isSessionsEnabled")),
+            many=str(getattr(cardinality, "value", cardinality)) == "many",
+        ))  # fmt: skip
+    return triggers

@@ -1,0 +1,104 @@
+"""Starts the embedded broker for connections that point at this machine's emulator.
+
+A connection string with ``UseDevelopmentEmulator=true`` and an Endpoint on ``localhost``
+(or 127.0.0.1) names a namespace we can run ourselves: one broker per distinct port, its
+entities made from what the pipelines read and write there (queues, topics, subscriptions,
+sessions), its data under ``<project>/.replication/broker-<port>`` so it survives restarts.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from ..broker.config import parse_config
+from ..broker.main import build_broker
+from ..broker.server import Broker
+
+log = logging.getLogger("replication.host")
+LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}
+
+
+def emulator_port(connection_string: str) -> int | None:
+    """The port of a local emulator connection string, else None (a real namespace)."""
+    parts = {}
+    for part in connection_string.split(";"):
+        key, sep, value = part.partition("=")
+        if sep:
+            parts[key.strip().lower()] = value.strip()
+    if parts.get("usedevelopmentemulator", "").lower() != "true":
+        return None
+    endpoint = urlparse(parts.get("endpoint", ""))
+    if (endpoint.hostname or "").lower() not in LOCAL_HOSTS:
+        return None
+    return endpoint.port or 5672
+
+
+@dataclass(slots=True)
+class Entities:
+    """What one namespace must have: queue -> sessions, topic -> {subscription: sessions}."""
+
+    queues: dict[str, bool] = field(default_factory=dict)
+    topics: dict[str, dict[str, bool]] = field(default_factory=dict)
+
+    def add(self, endpoint: Any) -> None:
+        if getattr(endpoint, "queue", None):
+            self.queues[endpoint.queue] = self.queues.get(endpoint.queue, False) or bool(
+                getattr(endpoint, "sessions", False)
+            )
+        elif getattr(endpoint, "topic", None):
+            subs = self.topics.setdefault(endpoint.topic, {})
+            if getattr(endpoint, "subscription", None):
+                subs[endpoint.subscription] = bool(getattr(endpoint, "sessions", False))
+
+    def config(self) -> dict[str, Any]:
+        """An emulator-schema Config.json for these entities (duplicate detection on, so a
+        batch redelivered after a failure does not duplicate at the target)."""
+        dedupe = {
+            "RequiresDuplicateDetection": True, "DuplicateDetectionHistoryTimeWindow": "PT10M",
+        }  # fmt: skip
+        return {"UserConfig": {"Namespaces": [{
+            "Name": "sbemulatorns",
+            "Queues": [
+                {"Name": q, "Properties": {**dedupe, "RequiresSession": sessions}}
+                for q, sessions in sorted(self.queues.items())
+            ],
+            "Topics": [
+                {"Name": t, "Properties": dedupe, "Subscriptions": [
+                    {"Name": s, "Properties": {"RequiresSession": sessions}}
+                    for s, sessions in sorted(subs.items())
+                ]}
+                for t, subs in sorted(self.topics.items())
+            ],
+        }], "Logging": {"Type": "File"}}}  # fmt: skip
+
+
+def plan_brokers(
+    pipelines: Iterable[Any], settings: Mapping[str, str]
+) -> dict[int, Entities]:
+    """Port -> entities, for every pipeline endpoint whose connection is a local emulator."""
+    plan: dict[int, Entities] = {}
+    for pipeline in pipelines:
+        endpoints = list(pipeline.sources)
+        endpoints += [e for e in (pipeline.target, pipeline.default, pipeline.error_target) if e]
+        endpoints += [route.target for route in pipeline.routes or ()]
+        for endpoint in endpoints:
+            connection = settings.get(endpoint.connection)
+            port = emulator_port(connection) if connection else None
+            if port is not None:
+                plan.setdefault(port, Entities()).add(endpoint)
+    return plan
+
+
+async def start_brokers(plan: dict[int, Entities], data_root: Path) -> list[Broker]:
+    brokers = []
+    for port, entities in sorted(plan.items()):
+        config = parse_config(entities.config(), source=f"<entities for localhost:{port}>")
+        broker = build_broker(config, data_root / f"broker-{port}", "127.0.0.1", port)
+        await broker.start()
+        brokers.append(broker)
+    return brokers
