@@ -1,0 +1,69 @@
+"""``python -m replication peek <entity>``: what arrived at an entity, without taking it.
+
+Peeks with the SDK through the connection named by an app setting (default: the secondary
+namespace). When that connection is a local emulator that is not running, the embedded
+broker is started on its data directory for the peek and stopped again.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from azure.servicebus.aio import ServiceBusClient
+
+from ..messages import from_received
+from .embedded import emulator_port, plan_brokers, start_brokers
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+async def peek(
+    directory: Path, settings: Mapping[str, str], connection: str, entity: str, count: int
+) -> list[dict[str, Any]]:
+    if connection not in settings:
+        raise KeyError(f"no app setting {connection!r} in the local settings")
+    connection_string = settings[connection]
+    brokers = []
+    port = emulator_port(connection_string)
+    if port is not None and not _listening(port):
+        from ..pipeline import load_pipelines
+
+        pipelines = load_pipelines(
+            directory / settings.get("REPLICATION_PIPELINES", "pipelines.yaml"), settings=settings
+        )
+        plan = {p: e for p, e in plan_brokers(pipelines.pipelines, settings).items() if p == port}
+        brokers = await start_brokers(plan, directory / ".replication")
+    try:
+        async with ServiceBusClient.from_connection_string(connection_string) as client:
+            if "/subscriptions/" in entity.lower():
+                topic, _, subscription = entity.partition("/Subscriptions/")
+                receiver = client.get_subscription_receiver(topic, subscription)
+            else:
+                receiver = client.get_queue_receiver(entity)
+            async with receiver:
+                peeked = await receiver.peek_messages(max_message_count=count)
+        return [_describe(m) for m in peeked]
+    finally:
+        for broker in brokers:
+            await broker.stop()
+
+
+def _describe(received: Any) -> dict[str, Any]:
+    message = from_received(received)
+    try:
+        body: Any = message.body.decode("utf-8")
+    except UnicodeDecodeError:
+        body = message.body.hex()
+    return {
+        "sequence_number": message.sequence_number, "message_id": message.message_id,
+        "session_id": message.session_id, "content_type": message.content_type,
+        "properties": {k: str(v) for k, v in message.application_properties.items()},
+        "body": body,
+    }  # fmt: skip
