@@ -91,7 +91,7 @@ def from_functions(message: func.ServiceBusMessage) -> Message:
         to=message.to,
         time_to_live=message.time_to_live,
         scheduled_enqueue_time=_utc(message.scheduled_enqueue_time_utc),
-        application_properties=_properties(props),
+        application_properties=properties_from_amqp(props),
         enqueued_time=_utc(message.enqueued_time_utc),
         sequence_number=message.sequence_number,
         delivery_count=message.delivery_count,
@@ -105,7 +105,7 @@ def from_functions(message: func.ServiceBusMessage) -> Message:
 def from_received(message: ServiceBusReceivedMessage) -> Message:
     """A message received with ``azure-servicebus``."""
     return Message(
-        body=_body_bytes(message),
+        body=body_bytes(message),
         message_id=_text(message.message_id),
         session_id=_text(message.session_id),
         partition_key=_text(message.partition_key),
@@ -117,7 +117,7 @@ def from_received(message: ServiceBusReceivedMessage) -> Message:
         to=_text(message.to),
         time_to_live=message.time_to_live,
         scheduled_enqueue_time=_utc(message.scheduled_enqueue_time_utc),
-        application_properties=_properties(message.application_properties or {}),
+        application_properties=properties_from_amqp(message.application_properties or {}),
         enqueued_time=_utc(message.enqueued_time_utc),
         sequence_number=message.sequence_number,
         delivery_count=message.delivery_count,
@@ -170,7 +170,7 @@ def _utc(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def _properties(props: Any) -> dict[str, PropertyValue]:
+def properties_from_amqp(props: Any) -> dict[str, PropertyValue]:
     out: dict[str, PropertyValue] = {}
     for key, value in dict(props).items():
         name = key.decode("utf-8") if isinstance(key, bytes | bytearray) else str(key)
@@ -183,7 +183,7 @@ def _properties(props: Any) -> dict[str, PropertyValue]:
     return out
 
 
-def _body_bytes(message: ServiceBusReceivedMessage) -> bytes:
+def body_bytes(message: ServiceBusReceivedMessage) -> bytes:
     body = message.body
     if isinstance(body, bytes | bytearray):
         return bytes(body)

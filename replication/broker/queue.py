@@ -37,6 +37,14 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def effective_ttl(ttl_ms: int | None, default: timedelta | None) -> int | None:
+    """A message's TTL cannot exceed its entity's default: Service Bus lowers it to that."""
+    if default is None:
+        return ttl_ms
+    default_ms = int(default.total_seconds() * 1000)
+    return default_ms if ttl_ms is None else min(ttl_ms, default_ms)
+
+
 class DuplicateDetection(Protocol):
     requires_duplicate_detection: bool
     duplicate_detection_window: timedelta
@@ -172,11 +180,7 @@ class Queue:
             return self.dead_letter_new(message, now, SESSION_ID_IS_NULL, (
                 "Messages with a null session id are not allowed in a session-enabled entity."
             ))  # fmt: skip
-        ttl = message.ttl_ms
-        if self.settings.default_ttl is not None:
-            # A message's TTL cannot exceed the entity's default: Service Bus lowers it.
-            default_ttl = int(self.settings.default_ttl.total_seconds() * 1000)
-            ttl = default_ttl if ttl is None else min(ttl, default_ttl)
+        ttl = effective_ttl(message.ttl_ms, self.settings.default_ttl)
         scheduled = message.scheduled_ms
         state = STATE_SCHEDULED if scheduled is not None and scheduled > now else STATE_ACTIVE
         seq = self.store.next_sequence(self.entity)

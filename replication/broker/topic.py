@@ -14,7 +14,7 @@ from datetime import timedelta
 
 from ..amqp.message import Header
 from . import wire
-from .queue import Queue, is_duplicate, now_ms
+from .queue import Queue, effective_ttl, is_duplicate, now_ms
 from .rules import FilterEvaluationError, RuleSet, message_facts
 from .store import STATE_SCHEDULED, MessageStore, StoredMessage
 
@@ -104,11 +104,7 @@ class Topic:
         return None
 
     def _ttl(self, message: wire.IncomingMessage) -> int | None:
-        ttl = message.ttl_ms
-        if self.settings.default_ttl is not None:
-            default_ttl = int(self.settings.default_ttl.total_seconds() * 1000)
-            ttl = default_ttl if ttl is None else min(ttl, default_ttl)
-        return ttl
+        return effective_ttl(message.ttl_ms, self.settings.default_ttl)
 
     def _fan_out(self, message: wire.IncomingMessage, now: int, hops: int) -> None:
         ttl = self._ttl(message)

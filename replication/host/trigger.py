@@ -25,7 +25,7 @@ from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusReceivedMessage
 from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
 from azure.servicebus.exceptions import OperationTimeoutError, ServiceBusError
 
-from ..messages import _body_bytes, _properties
+from ..messages import body_bytes, properties_from_amqp
 from .discovery import ServiceBusTrigger
 
 log = logging.getLogger("replication.host")
@@ -68,13 +68,13 @@ class TriggerStats:
 
 def to_functions_message(message: ServiceBusReceivedMessage) -> func.ServiceBusMessage:
     """What the Python worker builds from the trigger's metadata, built from the SDK's message."""
-    props = _properties(message.application_properties or {})
+    props = properties_from_amqp(message.application_properties or {})
 
     def text(value: Any) -> str | None:
         return value.decode() if isinstance(value, bytes) else value
 
     return FunctionsMessage(
-        body=_body_bytes(message), trigger_metadata=None, application_properties=props,
+        body=body_bytes(message), trigger_metadata=None, application_properties=props,
         content_type=text(message.content_type), correlation_id=text(message.correlation_id),
         dead_letter_error_description=message.dead_letter_error_description,
         dead_letter_reason=message.dead_letter_reason,
