@@ -105,9 +105,13 @@ def _telemetry(schema: dict[str, Any], i: int) -> dict[str, Any]:
     """A record for the sample schema: fills the fields it declares by their types."""
     record: dict[str, Any] = {}
     for field in schema.get("fields", []):
-        kind = field["type"] if isinstance(field["type"], str) else "string"
+        kind = field["type"]
+        if isinstance(kind, list):  # a union: its first non-null branch
+            kind = next((k for k in kind if k != "null"), "null")
+        if not isinstance(kind, str):
+            kind = "string"
         record[field["name"]] = {
             "int": i, "long": 1_700_000_000_000 + i, "double": 20.0 + i / 10, "float": 1.5,
-            "boolean": i % 2 == 0, "string": f"sensor-{i % 5}",
+            "boolean": i % 2 == 0, "string": f"sensor-{i % 5}", "null": None,
         }.get(kind, f"value-{i}")  # fmt: skip
     return record

@@ -45,15 +45,13 @@ class Entities:
     queues: dict[str, bool] = field(default_factory=dict)
     topics: dict[str, dict[str, bool]] = field(default_factory=dict)
 
-    def add(self, endpoint: Any) -> None:
+    def add(self, endpoint: Any, sessions: bool) -> None:
         if getattr(endpoint, "queue", None):
-            self.queues[endpoint.queue] = self.queues.get(endpoint.queue, False) or bool(
-                getattr(endpoint, "sessions", False)
-            )
+            self.queues[endpoint.queue] = self.queues.get(endpoint.queue, False) or sessions
         elif getattr(endpoint, "topic", None):
             subs = self.topics.setdefault(endpoint.topic, {})
             if getattr(endpoint, "subscription", None):
-                subs[endpoint.subscription] = bool(getattr(endpoint, "sessions", False))
+                subs[endpoint.subscription] = sessions
 
     def config(self) -> dict[str, Any]:
         """An emulator-schema Config.json for these entities (duplicate detection on, so a
@@ -83,14 +81,19 @@ def plan_brokers(
     """Port -> entities, for every pipeline endpoint whose connection is a local emulator."""
     plan: dict[int, Entities] = {}
     for pipeline in pipelines:
-        endpoints = list(pipeline.sources)
-        endpoints += [e for e in (pipeline.target, pipeline.default, pipeline.error_target) if e]
-        endpoints += [route.target for route in pipeline.routes or ()]
-        for endpoint in endpoints:
+        sessions = any(source.sessions for source in pipeline.sources)
+        targets = [e for e in (pipeline.target, pipeline.default) if e]
+        targets += [route.target for route in pipeline.routes or ()]
+        endpoints = [(e, e.sessions) for e in pipeline.sources]
+        # a replica of a session entity is a session entity (its messages keep their ids)
+        endpoints += [(e, sessions or bool(getattr(e, "sessions", False))) for e in targets]
+        if pipeline.error_target:
+            endpoints.append((pipeline.error_target, False))
+        for endpoint, needs_sessions in endpoints:
             connection = settings.get(endpoint.connection)
             port = emulator_port(connection) if connection else None
             if port is not None:
-                plan.setdefault(port, Entities()).add(endpoint)
+                plan.setdefault(port, Entities()).add(endpoint, needs_sessions)
     return plan
 
 
