@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from . import __version__
 
@@ -18,6 +19,109 @@ def _broker(args: argparse.Namespace, rest: list[str]) -> int:
     from .broker.main import run
 
     return run(args)
+
+
+def _read_settings(args: argparse.Namespace) -> dict[str, str] | None:
+    """``--settings FILE`` (local.settings.json's ``Values``, or a flat JSON mapping) and/or
+    ``--env`` (the environment); None when neither was given (settings are not checked)."""
+    import json
+    import os
+
+    if args.settings is None and not args.env:
+        return None
+    settings: dict[str, str] = dict(os.environ) if args.env else {}
+    if args.settings is not None:
+        document = json.loads(Path(args.settings).read_text(encoding="utf-8-sig"))
+        values = document.get("Values", document) if isinstance(document, dict) else None
+        if not isinstance(values, dict):
+            raise ValueError(f"{args.settings}: expected a JSON object (with 'Values')")
+        settings.update({str(k): str(v) for k, v in values.items() if v is not None})
+    return settings
+
+
+def _importable(path: Path) -> None:
+    """Steps may name Python callables next to the pipeline file (as in function_app.py)."""
+    folder = str(path.resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+
+
+def _validate(args: argparse.Namespace, rest: list[str]) -> int:
+    from .pipeline import PipelineConfigError, load_pipelines
+
+    path = Path(args.file)
+    _importable(path)
+    try:
+        settings = _read_settings(args)
+        loaded = load_pipelines(path, settings=settings)
+    except PipelineConfigError as exc:
+        print(exc, file=sys.stderr)
+        count = len(exc.problems)
+        print(f"{path}: {count} problem{'s' if count != 1 else ''}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as exc:
+        print(f"cannot read the settings: {exc}", file=sys.stderr)
+        return 1
+    for pipeline in loaded.pipelines:
+        functions = ", ".join(pipeline.function_names())
+        print(f"{pipeline.describe()} [function {functions}]")
+    count = len(loaded.pipelines)
+    print(f"{path}: {count} pipeline{'s' if count != 1 else ''} OK")
+    return 0
+
+
+def _schema(args: argparse.Namespace, rest: list[str]) -> int:
+    import json
+
+    from .pipeline import json_schema
+
+    text = json.dumps(json_schema(), indent=2) + "\n"
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _test(args: argparse.Namespace, rest: list[str]) -> int:
+    from .pipeline import PipelineConfigError
+    from .pipeline.testing import find_test_files, run_test_file
+
+    files = [f for path in (args.paths or ["."]) for f in find_test_files(path)]
+    if not files:
+        where = ", ".join(args.paths or ["."])
+        print(f"no test files (*_test.yaml, *_test.yml, *_test.json) in {where}", file=sys.stderr)
+        return 1
+    passed = failed = broken = 0
+    for file in files:
+        _importable(file)
+        try:
+            suite = run_test_file(file)
+        except PipelineConfigError as exc:
+            print(exc, file=sys.stderr)
+            broken += 1
+            continue
+        print(f"{file} (pipelines: {suite.pipelines_file})")
+        for case in suite.cases:
+            where = f"{file}:{case.line}" if case.line else str(file)
+            if case.passed:
+                passed += 1
+                if args.verbose:
+                    print(f"  PASS  {case.name}")
+                continue
+            failed += 1
+            print(f"  FAIL  {case.name} ({where}, pipeline {case.pipeline})")
+            for line in case.diff.splitlines():
+                print(f"        {line}")
+            for note in case.notes:
+                print(f"        note: {note}")
+        if not args.verbose and suite.passed:
+            print(f"  {len(suite.cases)} passed")
+    summary = f"{passed} passed, {failed} failed"
+    if broken:
+        summary += f", {broken} file{'s' if broken != 1 else ''} with problems"
+    print(summary)
+    return 0 if failed == 0 and broken == 0 else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,6 +147,40 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_arguments(broker)
     broker.set_defaults(handler=_broker)
+
+    validate = commands.add_parser(
+        "validate",
+        help="check a pipeline file (pipelines.yaml)",
+        description="Validates a pipeline file; prints one line per pipeline, or the problems "
+        "(file:line: path: reason) and exits 1.",
+    )
+    validate.add_argument("file", nargs="?", default="pipelines.yaml", help="the pipeline file")
+    validate.add_argument(
+        "--settings", metavar="FILE",
+        help="also check connection and key settings against this local.settings.json",
+    )  # fmt: skip
+    validate.add_argument(
+        "--env", action="store_true", help="also check settings against the environment"
+    )
+    validate.set_defaults(handler=_validate)
+
+    schema = commands.add_parser(
+        "schema",
+        help="print the JSON Schema of pipeline files",
+        description="Prints the JSON Schema of pipeline files (step options included).",
+    )
+    schema.add_argument("-o", "--output", metavar="FILE", help="write it to FILE")
+    schema.set_defaults(handler=_schema)
+
+    test = commands.add_parser(
+        "test",
+        help="run pipeline config tests (*_test.yaml)",
+        description="Runs config tests in-process: a directory's *_test.yaml files (default: "
+        "the current directory), a test file, or a pipeline file's <name>_test.yaml.",
+    )
+    test.add_argument("paths", nargs="*", metavar="PATH", help="test files or directories")
+    test.add_argument("-v", "--verbose", action="store_true", help="list passing cases too")
+    test.set_defaults(handler=_test)
     return parser
 
 
