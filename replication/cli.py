@@ -10,9 +10,15 @@ from . import __version__
 
 
 def _start(args: argparse.Namespace, rest: list[str]) -> int:
-    from .demo import main as demo_main
+    from .host.main import run_start
 
-    return demo_main(rest)
+    return run_start(args)
+
+
+def _peek(args: argparse.Namespace, rest: list[str]) -> int:
+    from .host.main import run_peek
+
+    return run_peek(args)
 
 
 def _broker(args: argparse.Namespace, rest: list[str]) -> int:
@@ -131,13 +137,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"replication {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    from .host.main import add_peek_arguments, add_start_arguments
+
     start = commands.add_parser(
         "start",
-        help="run the quick-start job (like `func start`)",
-        add_help=False,
-        description="Runs the quick-start job; see `start --help`.",
+        help="run function_app.py's functions locally (like `func start`)",
+        description="The local Functions host: starts the embedded broker for local emulator "
+        "connections, runs the Service Bus triggers of function_app.py, serves /metrics.",
     )
+    add_start_arguments(start)
     start.set_defaults(handler=_start)
+    peek = commands.add_parser(
+        "peek", help="show the messages at an entity", description="Peeks at an entity.",
+    )
+    add_peek_arguments(peek)
+    peek.set_defaults(handler=_peek)
     broker = commands.add_parser(
         "broker",
         help="run the embedded Service Bus broker",

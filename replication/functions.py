@@ -49,14 +49,16 @@ class PipelineRuntime:
 
         self.name: str = pipeline.name
         built = pipeline.build(settings)
+        self.tasks = built.tasks
+        """One per source (each knows its source namespace for the loop guard)."""
         self.task = built.task
         self.targets = built.targets
         self._pool = SenderPool(self.targets)
 
-    async def handle(self, messages: list[Message]) -> None:
+    async def handle(self, messages: list[Message], source: int = 0) -> None:
         """Processes one trigger batch; raises ``BatchFailedError`` to have it abandoned."""
         metrics.RECEIVED.labels(self.name).inc(len(messages))
-        settlements = await process_batch(self.task, messages, self._pool)
+        settlements = await process_batch(self.tasks[source], messages, self._pool)
         dead = [s for s in settlements if s.decision is Decision.DEAD_LETTER]
         failed = [s for s in settlements if s.decision is Decision.ABANDON]
         if dead:
@@ -102,8 +104,10 @@ def register_pipelines(
     for pipeline in pipelines.pipelines:
         runtime: list[PipelineRuntime] = []  # built on first call: settings exist by then
 
-        for source, name in zip(pipeline.sources, pipeline.function_names(), strict=True):
-            handler = _handler(pipeline, runtime, settings, name)
+        for index, (source, name) in enumerate(
+            zip(pipeline.sources, pipeline.function_names(), strict=True)
+        ):
+            handler = _handler(pipeline, runtime, settings, name, index)
             if source.is_subscription:
                 trigger = app.service_bus_topic_trigger(
                     arg_name="messages", topic_name=source.topic,
@@ -121,7 +125,8 @@ def register_pipelines(
 
 
 def _handler(
-    pipeline: Any, runtime: list[PipelineRuntime], settings: Mapping[str, str], name: str
+    pipeline: Any, runtime: list[PipelineRuntime], settings: Mapping[str, str], name: str,
+    source: int,
 ) -> Any:
     lock = asyncio.Lock()
 
@@ -129,7 +134,7 @@ def _handler(
         async with lock:
             if not runtime:
                 runtime.append(PipelineRuntime(pipeline, settings))
-        await runtime[0].handle([from_functions(m) for m in messages])
+        await runtime[0].handle([from_functions(m) for m in messages], source)
 
     handler.__name__ = handler.__qualname__ = name
     handler.pipeline_name = pipeline.name  # type: ignore[attr-defined]  (the host's metrics)

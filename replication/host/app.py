@@ -16,7 +16,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -42,6 +42,8 @@ class HostConfig:
     progress: bool = True
     stop_when: Callable[[Host], bool] | None = None
     """Ends the run when true (checked twice a second): the demo stops once it is done."""
+    before_stop: Callable[[Host], Awaitable[None]] | None = None
+    """Awaited after the triggers stopped, while the brokers still run (the demo's report)."""
 
 
 class Host:
@@ -90,10 +92,14 @@ class Host:
             await self._watch()
         finally:
             self.stop.set()
+            log.info("stopping: in-flight batches finish and settle")
             results = await asyncio.gather(*jobs, return_exceptions=True)
+            log.info("triggers stopped")
             for result in results:
                 if isinstance(result, BaseException):
                     log.error("trigger ended with %r", result)
+            if self.config.before_stop is not None:
+                await self.config.before_stop(self)
             for broker in self.brokers:
                 await broker.stop()
             if server is not None:

@@ -25,7 +25,8 @@ def _listening(port: int) -> bool:
 
 
 async def peek(
-    directory: Path, settings: Mapping[str, str], connection: str, entity: str, count: int
+    directory: Path, settings: Mapping[str, str], connection: str, entity: str, count: int,
+    session: str | None = None,
 ) -> list[dict[str, Any]]:
     if connection not in settings:
         raise KeyError(f"no app setting {connection!r} in the local settings")
@@ -42,11 +43,12 @@ async def peek(
         brokers = await start_brokers(plan, directory / ".replication")
     try:
         async with ServiceBusClient.from_connection_string(connection_string) as client:
+            options: dict[str, Any] = {"session_id": session} if session else {}
             if "/subscriptions/" in entity.lower():
                 topic, _, subscription = entity.partition("/Subscriptions/")
-                receiver = client.get_subscription_receiver(topic, subscription)
+                receiver = client.get_subscription_receiver(topic, subscription, **options)
             else:
-                receiver = client.get_queue_receiver(entity)
+                receiver = client.get_queue_receiver(entity, **options)
             async with receiver:
                 peeked = await receiver.peek_messages(max_message_count=count)
         return [_describe(m) for m in peeked]

@@ -111,7 +111,13 @@ class TriggerRunner:
         self.stats = TriggerStats()
 
     async def run(self, stop: asyncio.Event) -> None:
-        async with ServiceBusClient.from_connection_string(self.connection_string) as client:
+        # Session triggers: no SDK retries. Waiting for a free session ends in a timeout
+        # that the SDK would retry 3 times with backoff (half a minute before Ctrl-C is
+        # noticed); our worker loop tries again itself, checking ``stop`` in between.
+        options = {"retry_total": 0} if self.trigger.sessions else {}
+        async with ServiceBusClient.from_connection_string(
+            self.connection_string, **options
+        ) as client:
             workers = (
                 self.options.max_concurrent_sessions if self.trigger.sessions
                 else self.options.max_concurrent_calls
