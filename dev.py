@@ -3,7 +3,7 @@
 Only the standard library is used, so a bare ``python3.11 dev.py start`` works before anything
 is installed. Re-running skips the install while pyproject.toml is unchanged.
 
-    python3.11 dev.py start [args]   # the quick-start job (python -m replication start)
+    python3.11 dev.py start [args]   # the quick-start demo (python -m replication start --demo)
     python3.11 dev.py test [args]    # ruff, then pytest
     python3.11 dev.py lint           # ruff only
 """
@@ -60,8 +60,8 @@ def main(argv: list[str]) -> int:
     except subprocess.CalledProcessError as exc:
         say(f"installation failed (exit {exc.returncode}); see pip's output above")
         return 1
-    if action == "start":
-        return run([python, "-m", "replication", "start", *rest])
+    if action == "start":  # no arguments: the demo (sample pipelines fed and shown)
+        return run([python, "-m", "replication", "start", *(rest or ["--demo"])])
     lint = run([python, "-m", "ruff", "check", "."])
     if action == "lint" or lint != 0:
         return lint
