@@ -10,13 +10,3 @@ def test_version_is_printed() -> None:
     )
     assert result.returncode == 0
     assert __version__ in result.stdout
-
-
-def test_start_runs_the_demo_moving_real_messages() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "replication", "start", "--count", "50"],
-        capture_output=True, text=True, timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
-    assert "received 50/50" in result.stdout
-    assert "50 messages sent, accepted, received and settled" in result.stdout

@@ -1,0 +1,1 @@
+"""Host tests start their own brokers through ``python -m replication start``."""
