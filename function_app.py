@@ -11,9 +11,9 @@ import os
 from pathlib import Path
 
 import azure.functions as func
-from replication.pipeline import load_pipelines
 
 from replication.functions import register_pipelines
+from replication.pipeline import load_pipelines
 
 PIPELINES = os.environ.get("REPLICATION_PIPELINES") or str(
     Path(__file__).with_name("pipelines.yaml")
