@@ -1,6 +1,7 @@
 """A small asyncio AMQP client on our engine: connect, send with outcome, receive and settle.
 
-It exists for the demo, the tests and tools that need a plain AMQP peer; Service Bus clients
+It exists for the demo, the tests and tools that need a plain AMQP peer, and for the task
+pump's AMQP-native source (``replication.tasks.amqp_source``); Service Bus clients otherwise
 use the azure-servicebus SDK.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +20,7 @@ from .errors import AMQPError, ConnectionClosedError
 from .link import Delivery, Link
 from .message import Message, decode_message, encode_message
 from .outcomes import Accepted, Modified, Rejected, Released
-from .performatives import Error
+from .performatives import RCV_FIRST, SND_MIXED, Error
 from .sasl import SaslClient
 from .session import Session
 from .terminus import Source, Target
@@ -31,7 +33,8 @@ class LinkDetachedError(AMQPError):
 
 @dataclass(slots=True)
 class ReceivedMessage:
-    """A message and the delivery that settles it."""
+    """A message and the delivery that settles it (``message`` is what the receiver's
+    ``decode`` made of the payload: a ``Message`` unless the receiver was given another)."""
 
     message: Message
     delivery: Delivery
@@ -73,6 +76,9 @@ class _LinkEndpoint:
 
     async def close(self) -> None:
         if not self.detached.done():
+            # settlements still queued must reach the peer before the detach does (after it,
+            # the peer has forgotten the deliveries and gives them to someone else)
+            self.link.session._flush_dispositions()
             self.link.detach()
             self.client.driver.wake()
             await asyncio.wait({self.detached}, timeout=5)
@@ -113,9 +119,26 @@ class Sender(_LinkEndpoint):
 
 
 class Receiver(_LinkEndpoint):
-    def __init__(self, client: Client, link: Link, credit: int) -> None:
+    """Messages arrive into ``queue``; credit is granted as ``credit`` says.
+
+    By default the credit is topped up as deliveries arrive (a stream that never stops). With
+    ``credit_on_take`` it is topped up as messages are taken with ``receive`` or
+    ``receive_batch``, so at most ``credit`` messages wait unread: a prefetch buffer, which is
+    what a peek-lock consumer wants (a message's lock runs from its arrival).
+
+    ``decode`` turns each payload into the ``message`` of a ``ReceivedMessage`` as it arrives
+    (default ``decode_message``); None leaves that to the reader (``message`` is None, the
+    bytes are ``delivery.payload``), who can then decode straight into its own model.
+    """
+
+    def __init__(
+        self, client: Client, link: Link, credit: int, *, credit_on_take: bool = False,
+        decode: Callable[[bytes], Any] | None = decode_message,
+    ) -> None:  # fmt: skip
         super().__init__(client, link)
         self.credit = credit
+        self.credit_on_take = credit_on_take
+        self.decode = decode
         self.queue: asyncio.Queue[ReceivedMessage] = asyncio.Queue()
 
     async def receive(self, timeout: float | None = None) -> ReceivedMessage:
@@ -126,19 +149,66 @@ class Receiver(_LinkEndpoint):
             {getter, self.detached}, timeout=timeout, return_when="FIRST_COMPLETED"
         )
         if getter in done:
+            self._taken()
             return getter.result()
         getter.cancel()
         self._check()
         raise TimeoutError(f"no message within {timeout} s")
 
+    async def receive_batch(
+        self, max_count: int, timeout: float | None = None
+    ) -> list[ReceivedMessage]:
+        """Up to ``max_count`` messages: waits up to ``timeout`` seconds for the first, then
+        takes what has already arrived; ``[]`` when nothing came in time."""
+        if max_count <= 0:
+            return []
+        try:
+            items = [await self.receive(timeout)]
+        except TimeoutError:
+            return []
+        queue = self.queue
+        while len(items) < max_count and not queue.empty():
+            items.append(queue.get_nowait())
+        self._taken()
+        return items
+
+    def release_unread(self) -> int:
+        """Releases every message that arrived but was not taken (before closing the link:
+        the sender may give them to someone else without counting a delivery attempt)."""
+        count = 0
+        while not self.queue.empty():
+            self.queue.get_nowait().release()
+            count += 1
+        return count
+
+    def _taken(self) -> None:
+        link = self.link
+        if not self.credit_on_take or link.drain or not link.is_open:
+            return
+        unread = self.queue.qsize()
+        if link.link_credit + unread <= self.credit // 2:
+            link.flow(max(0, self.credit - unread))
+            self.client.driver.wake()
+
     def _on_delivery(self, delivery: Delivery) -> None:
-        message = decode_message(delivery.payload)
-        self.queue.put_nowait(ReceivedMessage(message, delivery, self))
-        if self.link.link_credit <= self.credit // 2 and not self.link.drain:
+        message = self.decode(delivery.payload) if self.decode is not None else None
+        self.queue.put_nowait(ReceivedMessage(message, delivery, self))  # type: ignore[arg-type]
+        if (
+            not self.credit_on_take
+            and self.link.link_credit <= self.credit // 2
+            and not self.link.drain
+        ):
             self.link.flow(self.credit)
 
     def _settle(self, delivery: Delivery, outcome: Any) -> None:
         delivery.update(outcome)
+        self.client.driver.wake()
+
+    def settle(self, received: list[ReceivedMessage], outcome: Any) -> None:
+        """Settles many deliveries with one outcome. They go out together, and the session
+        writes one disposition frame per run of consecutive delivery ids."""
+        for item in received:
+            item.delivery.update(outcome)
         self.client.driver.wake()
 
 
@@ -207,13 +277,20 @@ class Client:
 
     async def receiver(
         self, address: str, *, credit: int = 100, name: str | None = None, timeout: float = 10,
-        filter: dict[Any, Any] | None = None,
+        filter: dict[Any, Any] | None = None, properties: dict[Any, Any] | None = None,
+        target: str | None = None, snd_settle_mode: int = SND_MIXED,
+        rcv_settle_mode: int = RCV_FIRST, credit_on_take: bool = False,
+        decode: Callable[[bytes], Any] | None = decode_message,
     ) -> Receiver:  # fmt: skip
+        """Attaches a receiving link from ``address``; ``filter`` goes on the source,
+        ``properties`` on the attach (e.g. Service Bus's ``com.microsoft:timeout``). The
+        peer's attach (``receiver.link.remote_source`` etc.) is there once this returns."""
         link = self.session.attach_receiver(
             name or f"receiver-{uuid.uuid4()}", Source(address=address, filter=filter),
-            target=Target(), credit=credit,
+            target=Target(address=target), credit=credit, properties=properties,
+            snd_settle_mode=snd_settle_mode, rcv_settle_mode=rcv_settle_mode,
         )  # fmt: skip
-        receiver = Receiver(self, link, credit)
+        receiver = Receiver(self, link, credit, credit_on_take=credit_on_take, decode=decode)
         self._endpoints[id(link)] = receiver
         await self._attach(link, timeout)
         return receiver

@@ -1,4 +1,4 @@
-"""Runs a task against a live source with the asyncio SDK: receive, process, settle, repeat.
+"""Runs a task against a live source: receive, process, settle, repeat.
 
 This is the trigger loop of the local host (and of tests and benchmarks): what the Functions
 Service Bus trigger does for a function, minus the function. Plain sources are read by one
@@ -6,6 +6,12 @@ peek-lock receiver with prefetch; session sources by ``session_workers`` receive
 take the next available session and keep it until it runs dry, so a session's messages are
 processed by one worker, in order. Settlement follows ``process_batch``'s decisions: complete
 only after the target accepted, abandon on failure, dead-letter when a step says so.
+
+Two receive backends, the same semantics: ``"amqp"`` reads over our own AMQP stack
+(``amqp_source``: a message decoded once, a batch's completes in one ranged disposition),
+``"sdk"`` with the asyncio azure-servicebus receiver. ``"auto"`` (the default) takes
+``"amqp"`` whenever the client's endpoint and credential allow it (plain AMQP or TLS, a SAS
+key or token, or an Entra ID credential), else the SDK. Sending is the SDK's either way.
 """
 
 from __future__ import annotations
@@ -15,16 +21,22 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from azure.servicebus import NEXT_AVAILABLE_SESSION
 from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
 from azure.servicebus.exceptions import OperationTimeoutError, ServiceBusError
 
 from ..messages import from_received
+from .amqp_source import AmqpReceiver, AmqpSource, Endpoint, NoSessionAvailable, SourceError
 from .sender import SenderFor
 from .task import Decision, ReplicationTask, Settlement, process_batch
 
 log = logging.getLogger("replication.tasks.pump")
+
+Backend = Literal["auto", "amqp", "sdk"]
+RETRY_PAUSE = 1.0
+"""Seconds before a source that failed (connection lost, no session) is tried again."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -51,9 +63,7 @@ class PumpStats:
 
 def _receiver(client: ServiceBusClient, source: Source, **kwargs: object) -> ServiceBusReceiver:
     if source.subscription is not None:
-        receiver = client.get_subscription_receiver(
-            source.entity, source.subscription, **kwargs
-        )
+        receiver = client.get_subscription_receiver(source.entity, source.subscription, **kwargs)
     else:
         receiver = client.get_queue_receiver(source.entity, **kwargs)
     if hasattr(receiver, "_await_settlement_outcome"):
@@ -92,7 +102,7 @@ async def _settle_one(receiver: ServiceBusReceiver, item: Settlement, stats: Pum
 
 async def pump(
     task: ReplicationTask,
-    client: ServiceBusClient,
+    client: ServiceBusClient | str,
     source: Source,
     sender_for: SenderFor,
     stop: asyncio.Event,
@@ -102,17 +112,66 @@ async def pump(
     session_workers: int = 4,
     stats: PumpStats | None = None,
     on_batch: Callable[[PumpStats], None] | None = None,
+    backend: Backend = "auto",
+    prefetch: int | None = None,
 ) -> PumpStats:
-    """Moves messages until ``stop`` is set; returns the counts."""
+    """Moves messages until ``stop`` is set; returns the counts.
+
+    ``client`` is the source namespace: an asyncio ``ServiceBusClient`` or a connection
+    string. ``prefetch`` (default ``2 * max_batch`` for ``"amqp"``, ``max_batch`` for the SDK)
+    is how many messages may wait, locked, ahead of the batch being processed.
+    """
     stats = stats or PumpStats()
+    endpoint = _amqp_endpoint(client, backend)
+    if endpoint is not None:
+        await _pump_amqp(task, endpoint, source, sender_for, stop, max_batch, max_wait,
+                         session_workers, stats, on_batch, prefetch or 2 * max_batch)  # fmt: skip
+        return stats
+    options = (max_batch, max_wait, session_workers, stats, on_batch, prefetch or max_batch)
+    if isinstance(client, str):
+        async with ServiceBusClient.from_connection_string(client) as own:
+            return await _pump_sdk(task, own, source, sender_for, stop, *options)
+    return await _pump_sdk(task, client, source, sender_for, stop, *options)
+
+
+def _amqp_endpoint(client: ServiceBusClient | str, backend: Backend) -> Endpoint | None:
+    """The endpoint to read with our AMQP stack, or None for the SDK."""
+    if backend == "sdk":
+        return None
+    if backend not in ("auto", "amqp"):
+        raise ValueError(f"unknown backend {backend!r}: 'auto', 'amqp' or 'sdk'")
+    try:
+        if isinstance(client, str):
+            return Endpoint.from_connection_string(client)
+        return Endpoint.from_client(client)
+    except ValueError as exc:
+        if backend == "amqp":
+            raise
+        log.info("receiving with the SDK: %s", exc)
+        return None
+
+
+async def _pump_sdk(
+    task: ReplicationTask,
+    client: ServiceBusClient,
+    source: Source,
+    sender_for: SenderFor,
+    stop: asyncio.Event,
+    max_batch: int,
+    max_wait: float,
+    session_workers: int,
+    stats: PumpStats,
+    on_batch: Callable[[PumpStats], None] | None,
+    prefetch: int,
+) -> PumpStats:
     if source.sessions:
         await asyncio.gather(*(
             _session_worker(task, client, source, sender_for, stop, max_batch, max_wait,
-                            stats, on_batch)
+                            stats, on_batch, prefetch)
             for _ in range(session_workers)
         ))  # fmt: skip
         return stats
-    async with _receiver(client, source, prefetch_count=max_batch) as receiver:
+    async with _receiver(client, source, prefetch_count=prefetch) as receiver:
         await _drain(task, receiver, sender_for, stop, max_batch, max_wait, stats, on_batch, False)
     return stats
 
@@ -153,12 +212,13 @@ async def _session_worker(
     max_wait: float,
     stats: PumpStats,
     on_batch: Callable[[PumpStats], None] | None,
+    prefetch: int,
 ) -> None:
     while not stop.is_set():
         try:
             receiver = _receiver(
                 client, source, session_id=NEXT_AVAILABLE_SESSION, max_wait_time=max_wait,
-                prefetch_count=max_batch,
+                prefetch_count=prefetch,
             )  # fmt: skip
             async with receiver:
                 await _drain(task, receiver, sender_for, stop, max_batch, max_wait, stats,
@@ -169,3 +229,124 @@ async def _session_worker(
             log.warning("session receiver on %s failed: %r", source, exc)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), 1.0)
+
+
+# ---------------------------------------------------------------------- the AMQP backend
+
+
+async def _pump_amqp(
+    task: ReplicationTask,
+    endpoint: Endpoint,
+    source: Source,
+    sender_for: SenderFor,
+    stop: asyncio.Event,
+    max_batch: int,
+    max_wait: float,
+    session_workers: int,
+    stats: PumpStats,
+    on_batch: Callable[[PumpStats], None] | None,
+    prefetch: int,
+) -> None:
+    """One connection for the pump (session workers share it); a lost connection or link is
+    reopened after a pause; a source that cannot work (wrong key, no such entity) raises."""
+    path = str(source)
+    async with AmqpSource(endpoint) as namespace:
+        if not source.sessions:
+            while not stop.is_set():
+                try:
+                    receiver = await namespace.receiver(path, prefetch=prefetch)
+                    try:
+                        await _drain_amqp(task, receiver, sender_for, stop, max_batch, max_wait,
+                                          stats, on_batch, False)  # fmt: skip
+                    finally:
+                        await receiver.close()
+                except SourceError as exc:
+                    if not exc.retryable:
+                        raise
+                    log.warning("receiver on %s failed (reconnecting): %s", source, exc)
+                    await _pause(stop, RETRY_PAUSE)
+            return
+        async with asyncio.TaskGroup() as workers:
+            for _ in range(session_workers):
+                workers.create_task(_amqp_session_worker(
+                    task, namespace, path, sender_for, stop, max_batch, max_wait, stats,
+                    on_batch, prefetch,
+                ))  # fmt: skip
+
+
+async def _amqp_session_worker(
+    task: ReplicationTask,
+    namespace: AmqpSource,
+    path: str,
+    sender_for: SenderFor,
+    stop: asyncio.Event,
+    max_batch: int,
+    max_wait: float,
+    stats: PumpStats,
+    on_batch: Callable[[PumpStats], None] | None,
+    prefetch: int,
+) -> None:
+    while not stop.is_set():
+        try:
+            receiver = await namespace.receiver(
+                path, prefetch=prefetch, session=True, wait=max_wait
+            )
+        except NoSessionAvailable:
+            continue  # no session free right now
+        except SourceError as exc:
+            if not exc.retryable:
+                raise
+            log.warning("session receiver on %s failed: %s", path, exc)
+            await _pause(stop, RETRY_PAUSE)
+            continue
+        try:
+            await _drain_amqp(task, receiver, sender_for, stop, max_batch, max_wait, stats,
+                              on_batch, True)  # fmt: skip
+        except SourceError as exc:  # e.g. the session lock was lost: another worker takes it
+            log.warning("session %r of %s failed: %s", receiver.session_id, path, exc)
+        finally:
+            await receiver.close()
+
+
+async def _drain_amqp(
+    task: ReplicationTask,
+    receiver: AmqpReceiver,
+    sender_for: SenderFor,
+    stop: asyncio.Event,
+    max_batch: int,
+    max_wait: float,
+    stats: PumpStats,
+    on_batch: Callable[[PumpStats], None] | None,
+    until_empty: bool,
+) -> None:
+    while not stop.is_set():
+        batch = await receiver.receive(max_batch, max_wait)
+        if not batch:
+            if until_empty:
+                return
+            continue
+        stats.received += len(batch)
+        settlements = await process_batch(task, batch, sender_for)
+        settle_amqp(receiver, settlements, stats)
+        if on_batch is not None:
+            on_batch(stats)
+        if until_empty and any(s.decision is Decision.ABANDON for s in settlements):
+            return  # give the session back: its abandoned head comes first for whoever is next
+
+
+def settle_amqp(receiver: AmqpReceiver, settlements: list[Settlement], stats: PumpStats) -> None:
+    """All completes of the batch at once (ranged dispositions), then each other outcome.
+    Sent settled, without waiting: a lost complete means a redelivery (at-least-once)."""
+    completes = [s.message for s in settlements if s.decision is Decision.COMPLETE]
+    stats.completed += receiver.complete(completes)
+    for item in settlements:
+        if item.decision is Decision.DEAD_LETTER:
+            stats.dead_lettered += receiver.dead_letter(item.message, item.reason,
+                                                        item.description)  # fmt: skip
+        elif item.decision is Decision.ABANDON:
+            stats.abandoned += receiver.abandon([item.message])
+
+
+async def _pause(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)

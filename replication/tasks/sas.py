@@ -1,0 +1,47 @@
+"""Shared access signatures for the task library's own AMQP connections (the CBS put-token).
+
+The same minting as ``replication.broker.auth.generate_sas_token`` and every Service Bus SDK,
+kept here so that tasks need not import the broker: the signed string is
+``quote_plus(uri) + "\\n" + expiry`` and the HMAC-SHA256 key is the key's UTF-8 bytes (not its
+base64 decoding).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import time
+from urllib.parse import quote_plus
+
+TOKEN_TYPE = "SharedAccessSignature"
+DEFAULT_LIFETIME = 3600
+"""Seconds a minted token lasts (what the SDKs use)."""
+
+
+def generate_sas_token(uri: str, key_name: str, key: str, expiry_unix: int) -> str:
+    """``SharedAccessSignature sr=...&sig=...&se=...&skn=...`` for ``uri`` until ``expiry_unix``."""
+    encoded_uri = quote_plus(uri)
+    expiry = str(int(expiry_unix))
+    signature = hmac.new(
+        key.encode("utf-8"), f"{encoded_uri}\n{expiry}".encode(), hashlib.sha256
+    ).digest()
+    return (
+        f"{TOKEN_TYPE} sr={encoded_uri}&sig={quote_plus(base64.b64encode(signature).decode())}"
+        f"&se={expiry}&skn={quote_plus(key_name)}"
+    )
+
+
+def token_expiry(token: str) -> int | None:
+    """The ``se=`` of a SharedAccessSignature (Unix seconds), None when it has none."""
+    for part in token.partition(" ")[2].split("&"):
+        name, _, value = part.partition("=")
+        if name.strip().lower() == "se" and value.strip().isdigit():
+            return int(value)
+    return None
+
+
+def mint(uri: str, key_name: str, key: str, lifetime: float = DEFAULT_LIFETIME) -> tuple[str, int]:
+    """A fresh token for ``uri`` and its expiry (Unix seconds)."""
+    expiry = int(time.time() + lifetime)
+    return generate_sas_token(uri, key_name, key, expiry), expiry

@@ -1,0 +1,100 @@
+"""function_app.py generates one Service Bus trigger per pipeline source, as configured."""
+
+from __future__ import annotations
+
+import asyncio
+
+import azure.functions as func
+import pytest
+
+from replication.functions import BatchFailedError, PipelineRuntime, register_pipelines
+from replication.host.discovery import load_app, service_bus_triggers
+from replication.messages import Message
+from replication.pipeline import load_pipelines, parse_pipelines
+from tests.broker.conftest import REPO_ROOT, BrokerHandle, make_config
+
+SETTINGS = {"PrimaryServiceBus": "x", "SecondaryServiceBus": "y"}
+
+
+def test_sample_functions_match_the_pipelines() -> None:
+    app = load_app(REPO_ROOT / "function_app.py")
+    triggers = {t.name: t for t in service_bus_triggers(app, SETTINGS)}
+    pipelines = load_pipelines(REPO_ROOT / "pipelines.yaml")
+    expected = {
+        name: (pipeline, source)
+        for pipeline in pipelines.pipelines
+        for name, source in zip(pipeline.function_names(), pipeline.sources, strict=True)
+    }
+    assert set(triggers) == set(expected)
+    for name, (pipeline, source) in expected.items():
+        trigger = triggers[name]
+        assert trigger.connection == source.connection
+        assert (trigger.queue, trigger.topic, trigger.subscription) == (
+            source.queue, source.topic, source.subscription,
+        )  # fmt: skip
+        assert trigger.sessions == source.sessions and trigger.many
+        assert trigger.function.pipeline_name == pipeline.name  # type: ignore[attr-defined]
+    assert triggers["orders_to_secondary"].sessions is True
+    assert triggers["events_router"].topic == "events"
+
+
+def test_names_are_stable_and_unique_for_merges() -> None:
+    text = """\
+pipelines:
+  - name: merge-all
+    sources:
+      - {connection: A, queue: one}
+      - {connection: B, topic: t, subscription: s, sessions: true}
+    target: {connection: C, queue: merged}
+"""
+    app = func.FunctionApp()
+    names = register_pipelines(app, parse_pipelines(text), settings={})
+    assert names == ["merge_all_1", "merge_all_2"]
+    again = register_pipelines(func.FunctionApp(), parse_pipelines(text), settings={})
+    assert again == names
+    bindings = {
+        f.get_function_name(): f.get_trigger().get_dict_repr() for f in app.get_functions()
+    }
+    assert bindings["merge_all_1"]["queueName"] == "one"
+    assert bindings["merge_all_2"]["topicName"] == "t"
+    assert bindings["merge_all_2"]["subscriptionName"] == "s"
+    assert bindings["merge_all_2"]["isSessionsEnabled"] is True
+
+
+def test_a_failed_send_raises_so_the_host_abandons(broker_factory: object) -> None:
+    broker: BrokerHandle = broker_factory(make_config({"in": {}}))  # type: ignore[operator]
+    text = """\
+pipelines:
+  - name: nowhere
+    source: {connection: Source, queue: in}
+    target: {connection: Target, queue: missing-queue}
+"""
+    settings = {"Source": broker.connection_string, "Target": broker.connection_string}
+    runtime = PipelineRuntime(parse_pipelines(text).pipelines[0], settings)
+    with pytest.raises(BatchFailedError, match="not delivered"):
+        asyncio.run(runtime.handle([Message(b"x", message_id="m1")]))
+
+
+def test_dead_letter_decisions_go_to_the_error_target(broker_factory: object) -> None:
+    broker: BrokerHandle = broker_factory(make_config({"in": {}, "out": {}, "errors": {}}))  # type: ignore[operator]
+    text = """\
+pipelines:
+  - name: strict
+    source: {connection: Bus, queue: in}
+    steps:
+      - transcode: {from: json, to: json}
+    target: {connection: Bus, queue: out}
+    error_target: {connection: Bus, queue: errors}
+"""
+    runtime = PipelineRuntime(
+        parse_pipelines(text).pipelines[0], {"Bus": broker.connection_string}
+    )
+    asyncio.run(runtime.handle([
+        Message(b'{"ok": 1}', message_id="good"), Message(b"not json", message_id="bad"),
+    ]))  # fmt: skip
+    with broker.client() as client, client.get_queue_receiver("errors") as receiver:
+        (error,) = receiver.receive_messages(max_message_count=5, max_wait_time=3)
+        receiver.complete_message(error)
+    assert error.message_id == "bad"
+    assert error.application_properties[b"DeadLetterReason"].startswith(b"transcode:")
+    assert broker.count("out") == 1
