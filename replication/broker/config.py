@@ -46,6 +46,7 @@ from pydantic.alias_generators import to_pascal
 from pydantic_core import PydanticCustomError
 
 from .. import sqlfilter
+from ..jsonlocations import json_locations, line_column
 from .auth import EMULATOR_RULE, SharedAccessRule
 
 Loc = tuple[str | int, ...]
@@ -864,16 +865,11 @@ def _model_in(annotation: object) -> type[BaseModel] | None:
     return None
 
 
-_WHITESPACE = re.compile(r"[ \t\n\r]*")
-
-
 @dataclass(slots=True)
 class _SourceMap:
     """Where each property name and array item of a JSON document starts, by path.
 
-    The standard library's parser keeps no positions; a small walk over text that has
-    already parsed cleanly recovers them (and the duplicate property names ``json``
-    silently collapses), so errors can carry line numbers.
+    Offsets come from ``replication.jsonlocations`` (shared with the pipeline files).
     """
 
     text: str = ""
@@ -889,52 +885,9 @@ class _SourceMap:
         return None, None
 
     def line_column(self, offset: int) -> tuple[int, int]:
-        line = self.text.count("\n", 0, offset) + 1
-        return line, offset - (self.text.rfind("\n", 0, offset) + 1) + 1
+        return line_column(self.text, offset)
 
     @classmethod
     def of(cls, text: str) -> _SourceMap:
-        result = cls(text)
-        decoder = json.JSONDecoder()
-        scanstring = json.decoder.scanstring  # type: ignore[attr-defined]
-
-        def skip(i: int) -> int:
-            match = _WHITESPACE.match(text, i)
-            return match.end() if match else i
-
-        def value(i: int, loc: Loc) -> int:
-            i = skip(i)
-            result.offsets.setdefault(loc, i)
-            if text[i] == "{":
-                i = skip(i + 1)
-                if text[i] == "}":
-                    return i + 1
-                seen: set[str] = set()
-                while True:
-                    i = skip(i)
-                    key, end = scanstring(text, i + 1)
-                    member = (*loc, key)
-                    if key in seen:
-                        result.duplicates.append((member, i))
-                    else:
-                        result.offsets[member] = i
-                    seen.add(key)
-                    i = skip(value(skip(end) + 1, member))  # past the ':'
-                    if text[i] == "}":
-                        return i + 1
-                    i += 1  # ','
-            if text[i] == "[":
-                i = skip(i + 1)
-                if text[i] == "]":
-                    return i + 1
-                index = 0
-                while True:
-                    i = skip(value(i, (*loc, index)))
-                    index += 1
-                    if text[i] == "]":
-                        return i + 1
-                    i += 1  # ','
-            return decoder.raw_decode(text, i)[1]
-
-        value(0, ())
-        return result
+        found = json_locations(text)
+        return cls(text, found.offsets, found.duplicates)

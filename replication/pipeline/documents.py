@@ -9,13 +9,12 @@ positions. Both report duplicate property names, which the parsers would silentl
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
+from ..jsonlocations import json_locations, line_column
 from .errors import Loc, PipelineConfigError, PipelineProblem, format_loc
 
 
@@ -139,7 +138,6 @@ def _walk_yaml(node: yaml.Node, loc: Loc, document: Document, active: set[int]) 
 
 # ---------------------------------------------------------------------- JSON
 
-_WHITESPACE = re.compile(r"[ \t\n\r]*")
 
 
 def _parse_json(text: str, source: str) -> Document:
@@ -158,49 +156,10 @@ def _parse_json(text: str, source: str) -> Document:
 
 
 def _walk_json(text: str, document: Document) -> None:
-    decoder = json.JSONDecoder()
-    scanstring: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
+    found = json_locations(text)
     marks = document.positions.marks
-
-    def at(offset: int) -> tuple[int, int]:
-        line = text.count("\n", 0, offset) + 1
-        return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
-
-    def skip(i: int) -> int:
-        match = _WHITESPACE.match(text, i)
-        return match.end() if match else i
-
-    def value(i: int, loc: Loc) -> int:
-        i = skip(i)
-        marks.setdefault(loc, at(i))
-        if text[i] == "{":
-            i = skip(i + 1)
-            if text[i] == "}":
-                return i + 1
-            seen: set[str] = set()
-            while True:
-                i = skip(i)
-                key, end = scanstring(text, i + 1)
-                member = (*loc, key)
-                if key in seen:
-                    document.duplicates.append(member)
-                marks[member] = at(i)
-                seen.add(key)
-                i = skip(value(skip(end) + 1, member))  # past the ':'
-                if text[i] == "}":
-                    return i + 1
-                i += 1  # ','
-        if text[i] == "[":
-            i = skip(i + 1)
-            if text[i] == "]":
-                return i + 1
-            index = 0
-            while True:
-                i = skip(value(i, (*loc, index)))
-                index += 1
-                if text[i] == "]":
-                    return i + 1
-                i += 1  # ','
-        return decoder.raw_decode(text, i)[1]
-
-    value(0, ())
+    for loc, offset in found.offsets.items():
+        marks[loc] = line_column(text, offset)
+    for loc, offset in found.duplicates:
+        document.duplicates.append(loc)
+        marks[loc] = line_column(text, offset)  # the later one: what json kept
