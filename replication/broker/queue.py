@@ -480,11 +480,7 @@ class Queue:
         ]  # fmt: skip
 
     def cancel_scheduled(self, seqs: list[int]) -> None:
-        rows = self.store.load(self.entity, seqs)
-        for seq in seqs:
-            row = rows.get(seq)
-            if row is not None and row.state == STATE_SCHEDULED:
-                self.store.delete(self.entity, seq)
+        self.store.delete_scheduled(self.entity, seqs)
 
     def activate_scheduled(self, seq: int) -> None:
         row = self.store.load(self.entity, [seq]).get(seq)

@@ -183,6 +183,14 @@ class MessageStore:
         self._begin()
         self._db.execute("DELETE FROM message WHERE id = ?", (_key(entity, seq),))
 
+    def delete_scheduled(self, entity: int, seqs: list[int]) -> None:
+        """Cancels scheduled messages; other states and unknown numbers are left alone."""
+        self._begin()
+        self._db.executemany(
+            "DELETE FROM message WHERE id = ? AND state = ?",
+            [(_key(entity, seq), STATE_SCHEDULED) for seq in seqs],
+        )
+
     def set_delivery_count(self, entity: int, seq: int, count: int) -> None:
         self._begin()
         self._db.execute(

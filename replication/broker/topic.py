@@ -143,8 +143,4 @@ class Topic:
         self._fan_out(message, now, 0)
 
     def cancel_scheduled(self, seqs: list[int]) -> None:
-        rows = self.store.load(self.entity, seqs)
-        for seq in seqs:
-            row = rows.get(seq)
-            if row is not None and row.state == STATE_SCHEDULED:
-                self.store.delete(self.entity, seq)
+        self.store.delete_scheduled(self.entity, seqs)
