@@ -26,6 +26,7 @@ from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
 from azure.servicebus.exceptions import OperationTimeoutError, ServiceBusError
 
 from ..messages import body_bytes, properties_from_amqp
+from ..tasks.pump import sdk_receiver
 from .discovery import ServiceBusTrigger
 
 log = logging.getLogger("replication.host")
@@ -127,13 +128,8 @@ class TriggerRunner:
     def _receiver(self, client: ServiceBusClient, **kwargs: Any) -> ServiceBusReceiver:
         t = self.trigger
         kwargs.setdefault("prefetch_count", self.options.prefetch_count)
-        if t.queue is not None:
-            receiver = client.get_queue_receiver(t.queue, **kwargs)
-        else:
-            receiver = client.get_subscription_receiver(t.topic, t.subscription, **kwargs)
-        if hasattr(receiver, "_await_settlement_outcome"):
-            receiver._await_settlement_outcome = False  # see replication/tasks/pump.py
-        return receiver
+        entity = t.queue if t.queue is not None else str(t.topic)
+        return sdk_receiver(client, entity, t.subscription if t.queue is None else None, **kwargs)
 
     async def _worker(self, client: ServiceBusClient, stop: asyncio.Event) -> None:
         while not stop.is_set():
