@@ -163,3 +163,59 @@ def test_bad_settings_fail_clearly(tmp_path: Path) -> None:
     output, _ = process.communicate(timeout=60)
     assert process.returncode == 2
     assert "local.settings.json:1: not valid JSON" in output
+
+
+METERED = """\
+pipelines:
+  - name: metered
+    source: {connection: PrimaryServiceBus, queue: work}
+    steps:
+      - filter: {condition: "keep = 1"}
+    target: {connection: SecondaryServiceBus, queue: work}
+"""
+
+
+async def test_metrics_count_what_moved(tmp_path: Path) -> None:
+    """In-process host: 300 messages, a third filtered out; /metrics says exactly that, and
+    the target holds exactly the forwarded ones."""
+    import asyncio
+
+    from azure.servicebus.aio import ServiceBusClient as AsyncClient
+
+    from replication import metrics
+    from replication.host.app import Host, HostConfig
+
+    directory, settings = project(tmp_path, METERED)
+    total = 300
+    host = Host(HostConfig(directory=directory, metrics_port=0, progress=False))
+    host.config.stop_when = lambda h: metrics.counts("metered")["received"] >= total and (
+        metrics.counts("metered")["backlog"] == 0
+    )
+    run = asyncio.create_task(host.run())
+    while not host.healthy:
+        assert not run.done(), run.result()
+        await asyncio.sleep(0.05)
+    async with (
+        AsyncClient.from_connection_string(settings["PrimaryServiceBus"]) as client,
+        client.get_queue_sender("work") as sender,
+    ):
+        await sender.send_messages([
+            ServiceBusMessage(f"m{i}", message_id=f"m{i}",
+                              application_properties={"keep": int(i % 3 != 0)})
+            for i in range(total)
+        ])  # fmt: skip
+    body = await asyncio.to_thread(
+        lambda: urllib.request.urlopen(
+            f"http://127.0.0.1:{host.config.metrics_port}/metrics", timeout=5
+        ).read().decode()
+    )
+    assert await asyncio.wait_for(run, 120) == 0
+    counts = metrics.counts("metered")
+    assert (counts["received"], counts["forwarded"], counts["filtered"]) == (300, 200, 100)
+    assert "replication_received_messages_total" in body
+    # what moved: the target has the 200 kept messages (read through a fresh host broker)
+    from replication.host.peek import peek
+
+    peeked = await peek(directory, settings, "SecondaryServiceBus", "work", 500)
+    assert len(peeked) == 200
+    assert {p["message_id"] for p in peeked} == {f"m{i}" for i in range(total) if i % 3}
