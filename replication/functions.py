@@ -138,6 +138,9 @@ def _handler(
 
     handler.__name__ = handler.__qualname__ = name
     handler.pipeline_name = pipeline.name  # type: ignore[attr-defined]  (the host's metrics)
+    # per-pipeline trigger settings: host.json-wide in Azure, applied per function locally
+    handler.batch_size = pipeline.batch_size  # type: ignore[attr-defined]
+    handler.concurrency = pipeline.concurrency  # type: ignore[attr-defined]
     # the worker reads the annotation to pick the binding's data type; keep it a real type
     handler.__annotations__ = {"messages": typing.List[func.ServiceBusMessage], "return": None}  # noqa: UP006
     return handler

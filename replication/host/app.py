@@ -82,7 +82,8 @@ class Host:
         if not self.triggers:
             log.warning("function_app.py has no Service Bus triggers: nothing to run")
         self.runners = [
-            TriggerRunner(t, self.settings[t.connection], self.options) for t in self.triggers
+            TriggerRunner(t, self.settings[t.connection], self.options.for_function(t.function))
+            for t in self.triggers
         ]
         server = self._serve_metrics()
         self._install_signals()

@@ -44,6 +44,22 @@ class HostOptions:
     session_idle_timeout: float = 1.0
     auto_complete_messages: bool = True
 
+    def for_function(self, function: Any) -> HostOptions:
+        """These options with a pipeline's own batch size and concurrency (set by
+        ``replication.functions`` on the functions it generates), when it has them."""
+        from dataclasses import replace
+
+        changes: dict[str, int] = {}
+        batch = getattr(function, "batch_size", None)
+        if batch:
+            changes["max_message_batch_size"] = int(batch)
+            changes["prefetch_count"] = max(self.prefetch_count, int(batch))
+        concurrency = getattr(function, "concurrency", None)
+        if concurrency:
+            changes["max_concurrent_sessions"] = int(concurrency)
+            changes["max_concurrent_calls"] = min(int(concurrency), 4)
+        return replace(self, **changes)
+
     @classmethod
     def from_host_json(cls, data: dict[str, Any]) -> HostOptions:
         sb = (data.get("extensions") or {}).get("serviceBus") or {}

@@ -98,3 +98,28 @@ pipelines:
     assert error.message_id == "bad"
     assert error.application_properties[b"DeadLetterReason"].startswith(b"transcode:")
     assert broker.count("out") == 1
+
+
+def test_pipeline_batch_size_and_concurrency_reach_the_local_host() -> None:
+    from replication.host.trigger import HostOptions
+
+    text = """\
+pipelines:
+  - name: tuned
+    source: {connection: A, queue: q, sessions: true}
+    target: {connection: B, queue: q}
+    batch_size: 25
+    concurrency: 3
+  - name: plain
+    source: {connection: A, queue: r}
+    target: {connection: B, queue: r}
+"""
+    app = func.FunctionApp()
+    register_pipelines(app, parse_pipelines(text), settings={})
+    functions = {f.get_function_name(): f.get_user_function() for f in app.get_functions()}
+    base = HostOptions(prefetch_count=100, max_message_batch_size=100, max_concurrent_sessions=8)
+    tuned = base.for_function(functions["tuned"])
+    assert (tuned.max_message_batch_size, tuned.max_concurrent_sessions) == (25, 3)
+    plain = base.for_function(functions["plain"])
+    assert plain.max_message_batch_size == 100  # the pipeline default
+    assert plain.max_concurrent_sessions == 8  # no concurrency given: host.json's
