@@ -191,11 +191,24 @@ class _Progress:
         self.host = host
         self.console = Console(stderr=True)
         self.live = Live(console=self.console, refresh_per_second=4, transient=False)
-        self.live.start()
+        self.terminal = self.console.is_terminal
+        if self.terminal:
+            self.live.start()
         self.last: dict[str, tuple[float, float]] = {}
+        self.logged = 0.0
 
     def update(self) -> None:
         from rich.table import Table
+
+        if not self.terminal:  # a log line every few seconds instead of a live table
+            if time.monotonic() - self.logged >= 3.0:
+                self.logged = time.monotonic()
+                for name in sorted({_pipeline(t) for t in self.host.triggers}):
+                    c = metrics.counts(name)
+                    log.info("%s: received %d, forwarded %d, filtered %d, dead-lettered %d, "
+                             "backlog %d", name, c["received"], c["forwarded"], c["filtered"],
+                             c["dead_lettered"], c["backlog"])  # fmt: skip
+            return
 
         table = Table(title="replication: local host", expand=False)
         for column in ("pipeline", "received", "forwarded", "filtered", "dead-lettered",
@@ -214,5 +227,6 @@ class _Progress:
         self.live.update(table)
 
     def close(self) -> None:
-        self.update()
-        self.live.stop()
+        if self.terminal:
+            self.update()
+            self.live.stop()

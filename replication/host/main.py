@@ -35,7 +35,7 @@ def run_start(args: argparse.Namespace) -> int:
     logging.getLogger("azure").setLevel(logging.WARNING)
     config = HostConfig(
         directory=args.dir, settings_file=args.settings, metrics_port=args.metrics_port,
-        progress=not args.no_progress and sys.stderr.isatty(),
+        progress=not args.no_progress,
     )  # fmt: skip
     try:
         host = Host(config)
