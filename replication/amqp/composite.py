@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from . import codec
 from .errors import DecodeError, EncodeError
-from .types import Array
+from .types import Array, symbol
 
 T = TypeVar("T")
 
@@ -111,6 +111,10 @@ def composite(code: int, name: str, *, trim: bool = True) -> Callable[[type[T]],
                     f"        raise DecodeError('{label}.{_dashed(field.name)} must be "
                     f"{expected}, got ' + type({arg}).__name__)"
                 )
+            if amqp_type == "symbol":  # a peer's string here reads (and re-encodes) as a symbol
+                namespace["symbol"] = symbol
+                dec.append(f"    if type({arg}) is str:")
+                dec.append(f"        {arg} = symbol({arg})")
             if mandatory:
                 dec.append(f"    if {arg} is None:")
                 dec.append(
