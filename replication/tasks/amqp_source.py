@@ -348,17 +348,7 @@ def to_message(amqp: AmqpMessage, source: Any = None) -> Message:
     else:
         message_id = session_id = correlation_id = subject = content_type = None
         reply_to = reply_to_session_id = to = None
-    dead_letter_reason = dead_letter_description = None
-    if app:
-        properties = _properties(app)
-        reason = app.get("DeadLetterReason")
-        if type(reason) is str:
-            dead_letter_reason = reason
-        description = app.get("DeadLetterErrorDescription")
-        if type(description) is str:
-            dead_letter_description = description
-    else:
-        properties = {}
+    properties, dead_letter_reason, dead_letter_description = _application_facts(app)
     return Message(
         body=bytes(body),
         message_id=message_id,
@@ -519,17 +509,7 @@ def _fast_decode(payload: bytes, source: Any) -> Message:
     else:
         message_id = session_id = correlation_id = subject = content_type = None
         reply_to = reply_to_session_id = to = None
-    dead_letter_reason = dead_letter_description = None
-    if app:
-        properties = _properties(app)
-        reason = app.get("DeadLetterReason")
-        if type(reason) is str:
-            dead_letter_reason = reason
-        description = app.get("DeadLetterErrorDescription")
-        if type(description) is str:
-            dead_letter_description = description
-    else:
-        properties = {}
+    properties, dead_letter_reason, dead_letter_description = _application_facts(app)
     ttl = delivery_count = None
     if header is not None:
         ttl = header[2]
@@ -609,6 +589,19 @@ def _string_map(data: bytes, pos: int) -> tuple[dict[Any, Any], int]:
     if item != stop or count % 2:
         raise _Unusual
     return out, stop
+
+
+def _application_facts(app: Any) -> tuple[dict[str, Any], str | None, str | None]:
+    """Application properties (str keys) and the dead-letter reason and description in them."""
+    if not app:
+        return {}, None, None
+    reason = app.get("DeadLetterReason")
+    description = app.get("DeadLetterErrorDescription")
+    return (
+        _properties(app),
+        reason if type(reason) is str else None,
+        description if type(description) is str else None,
+    )
 
 
 def _text(value: Any) -> str | None:
