@@ -42,7 +42,11 @@ def run_start(args: argparse.Namespace) -> int:
     except (SettingsError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    return asyncio.run(_start(host, args.demo))
+    try:
+        return asyncio.run(_start(host, args.demo))
+    except OSError as exc:  # typically a broker port in use (another emulator running?)
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
 
 
 async def _start(host: object, demo: bool) -> int:
