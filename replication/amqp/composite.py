@@ -111,10 +111,16 @@ def composite(code: int, name: str, *, trim: bool = True) -> Callable[[type[T]],
                     f"        raise DecodeError('{label}.{_dashed(field.name)} must be "
                     f"{expected}, got ' + type({arg}).__name__)"
                 )
-            if amqp_type == "symbol":  # a peer's string here reads (and re-encodes) as a symbol
+            # a peer's string in a symbol field reads as a symbol, and a symbol in a string
+            # field as a string: what we decode re-encodes to the same value
+            if amqp_type == "symbol":
                 namespace["symbol"] = symbol
                 dec.append(f"    if type({arg}) is str:")
                 dec.append(f"        {arg} = symbol({arg})")
+            elif amqp_type == "string":
+                namespace["symbol"] = symbol
+                dec.append(f"    if type({arg}) is symbol:")
+                dec.append(f"        {arg} = str({arg})")
             if mandatory:
                 dec.append(f"    if {arg} is None:")
                 dec.append(

@@ -1046,3 +1046,14 @@ def test_a_string_in_a_symbol_field_reads_as_a_symbol() -> None:
     assert isinstance(error, Error)
     assert type(error.condition) is types.symbol
     assert codec.decode(codec.encode(error)) == error
+
+
+def test_a_symbol_in_a_string_field_reads_as_a_string() -> None:
+    """The other direction (codec fuzz): an open's container-id sent as a symbol."""
+    from replication.amqp.performatives import Open
+
+    data = b"\x00S\x10\xc0\x0d\x01\xa3\x0acontainer1"
+    opened = codec.decode(data)
+    assert isinstance(opened, Open)
+    assert type(opened.container_id) is str
+    assert codec.decode(codec.encode(opened)) == opened
