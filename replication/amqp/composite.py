@@ -18,7 +18,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from . import codec
+from . import codec, types
 from .errors import DecodeError, EncodeError
 from .types import Array, symbol
 
@@ -121,6 +121,11 @@ def composite(code: int, name: str, *, trim: bool = True) -> Callable[[type[T]],
                 namespace["symbol"] = symbol
                 dec.append(f"    if type({arg}) is symbol:")
                 dec.append(f"        {arg} = str({arg})")
+            elif amqp_type in _INTEGER_CLASSES:  # any integer encoding that fits: as declared
+                cls_name = f"c{index}"
+                namespace[cls_name] = _INTEGER_CLASSES[amqp_type]
+                dec.append(f"    if {arg} is not None and type({arg}) is not {cls_name}:")
+                dec.append(f"        {arg} = {cls_name}({arg})")
             if mandatory:
                 dec.append(f"    if {arg} is None:")
                 dec.append(
@@ -157,6 +162,12 @@ def _integer(low: int, high: int) -> str:
     uint in a ubyte field is harmless; 38,797,312 there would break our re-encoding)."""
     return f"type({{v}}) is bool or not isinstance({{v}}, int) or not {low} <= {{v}} <= {high}"
 
+
+_INTEGER_CLASSES: dict[str, type] = {
+    "ubyte": types.ubyte, "ushort": types.ushort, "uint": types.uint, "ulong": types.ulong,
+    "int": types.int32, "long": int, "timestamp": types.timestamp,
+}  # fmt: skip
+"""The Python class the codec decodes each integer type to."""
 
 _TYPE_CHECKS: dict[str, str] = {
     "boolean": "type({v}) is not bool",
