@@ -305,6 +305,16 @@ class MessageStore:
             ).fetchone()[0]
         )
 
+    def message_ids(self, entity: int) -> list[str | None]:
+        """The message-id of every stored message (any state), in sequence order."""
+        return [
+            row[0]
+            for row in self._db.execute(
+                "SELECT message_id FROM message WHERE id >= ? AND id <= ? ORDER BY id",
+                (_key(entity, 0), _key(entity, _SEQ_MASK)),
+            )
+        ]
+
     # ------------------------------------------------------------------ sessions
 
     def session_state(self, entity: int, session_id: str) -> bytes | None:

@@ -82,9 +82,12 @@ class Host:
         if not self.triggers:
             log.warning("function_app.py has no Service Bus triggers: nothing to run")
         self.runners = [
-            TriggerRunner(t, self.settings[t.connection], self.options.for_function(t.function))
+            TriggerRunner(
+                t, self.settings[t.connection], self.options.for_function(t.function),
+                failover=source_failover(pipelines, t, self.settings),
+            )
             for t in self.triggers
-        ]
+        ]  # fmt: skip
         server = self._serve_metrics()
         self._install_signals()
         self.healthy = True
@@ -125,9 +128,10 @@ class Host:
 
     async def _update_backlog(self) -> None:
         for broker in self.brokers:
-            for trigger in self.triggers:
+            for runner in self.runners:
+                trigger = runner.trigger
                 queue = broker.queues.get(trigger.entity.lower())
-                if queue is not None and broker.port == _port(self.settings[trigger.connection]):
+                if queue is not None and broker.port == _port(runner.connection_string):
                     metrics.BACKLOG.labels(_pipeline(trigger)).set(
                         len(queue.ready) + len(queue.locks)
                     )
@@ -168,6 +172,27 @@ class Host:
         log.info("metrics on http://127.0.0.1:%d/metrics, health on /health",
                  self.config.metrics_port)  # fmt: skip
         return server
+
+
+def source_failover(pipelines: Any, trigger: ServiceBusTrigger,
+                    settings: dict[str, str]) -> Any:  # fmt: skip
+    """The ``Failover`` of the pipeline source a generated function reads, if it has one
+    (what the Functions host cannot do in Azure, our host does: read where it resolves)."""
+    name = getattr(trigger.function, "pipeline_name", None)
+    index = getattr(trigger.function, "source_index", None)
+    if name is None or index is None:
+        return None
+    try:
+        pipeline = pipelines.get(name)
+    except KeyError:
+        return None
+    endpoint = pipeline.sources[index]
+    if endpoint.failover is None:
+        return None
+    role = "source" if len(pipeline.sources) == 1 else f"sources[{index}]"
+    return endpoint.failover.build(
+        f"{name}/{role}", settings[trigger.connection], settings, pipeline.base_dir
+    )
 
 
 def _port(connection_string: str) -> int | None:

@@ -78,7 +78,11 @@ class Entities:
 def plan_brokers(
     pipelines: Iterable[Any], settings: Mapping[str, str]
 ) -> dict[int, Entities]:
-    """Port -> entities, for every pipeline endpoint whose connection is a local emulator."""
+    """Port -> entities, for every pipeline endpoint whose connection is a local emulator
+    (or, with failover, may resolve to a local broker of ``REPLICATION_FAILOVER_HOSTS``)."""
+    from ..failover import HOST_MAP_SETTING, parse_host_map
+
+    hosts = parse_host_map(settings.get(HOST_MAP_SETTING))
     plan: dict[int, Entities] = {}
     for pipeline in pipelines:
         sessions = any(source.sessions for source in pipeline.sources)
@@ -91,10 +95,23 @@ def plan_brokers(
             endpoints.append((pipeline.error_target, False))
         for endpoint, needs_sessions in endpoints:
             connection = settings.get(endpoint.connection)
-            port = emulator_port(connection) if connection else None
-            if port is not None:
-                plan.setdefault(port, Entities()).add(endpoint, needs_sessions)
+            for candidate in _namespaces(endpoint, connection, hosts):
+                port = emulator_port(candidate)
+                if port is not None:
+                    plan.setdefault(port, Entities()).add(endpoint, needs_sessions)
     return plan
+
+
+def _namespaces(endpoint: Any, connection: str | None, hosts: Mapping[str, str]) -> list[str]:
+    """The connection strings an endpoint may use: its own, and with failover each namespace
+    of the host map (a failover set's namespaces have the same entities)."""
+    if not connection:
+        return []
+    if getattr(endpoint, "failover", None) is None:
+        return [connection]
+    from ..failover import connection_for
+
+    return [connection, *(connection_for(connection, host, hosts) for host in hosts)]
 
 
 async def start_brokers(plan: dict[int, Entities], data_root: Path) -> list[Broker]:

@@ -17,7 +17,7 @@ import inspect
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import azure.functions as func
 from azure.functions.servicebus import ServiceBusMessage as FunctionsMessage
@@ -28,6 +28,9 @@ from azure.servicebus.exceptions import OperationTimeoutError, ServiceBusError
 from ..messages import body_bytes, properties_from_amqp
 from ..tasks.pump import sdk_receiver
 from .discovery import ServiceBusTrigger
+
+if TYPE_CHECKING:
+    from ..failover import Failover
 
 log = logging.getLogger("replication.host")
 
@@ -120,21 +123,35 @@ class TriggerRunner:
         connection_string: str,
         options: HostOptions,
         on_batch: Callable[[ServiceBusTrigger, int, bool], None] | None = None,
+        failover: Failover | None = None,
     ) -> None:
         self.trigger = trigger
         self.connection_string = connection_string
+        """The namespace read now (with ``failover``: the one it resolved to last)."""
         self.options = options
         self.on_batch = on_batch
+        self.failover = failover
         self.stats = TriggerStats()
 
     async def run(self, stop: asyncio.Event) -> None:
+        """Receives until ``stop``; with ``failover``, wherever it resolves (on a switch the
+        batches in flight finish and settle, then receiving goes on at the new namespace)."""
+        if self.failover is None:
+            await self._run_on(self.connection_string, stop)
+            return
+        from ..failover import run_switching
+
+        await run_switching(self.failover, stop, self._run_on)
+
+    async def _run_on(self, connection_string: str, stop: asyncio.Event) -> None:
+        self.connection_string = connection_string
         # Session triggers: no SDK retries. Waiting for a free session ends in a timeout
         # that the SDK would retry 3 times with backoff (half a minute before Ctrl-C is
-        # noticed); our worker loop tries again itself, checking ``stop`` in between.
-        options = {"retry_total": 0} if self.trigger.sessions else {}
-        async with ServiceBusClient.from_connection_string(
-            self.connection_string, **options
-        ) as client:
+        # noticed); our worker loop tries again itself, checking ``stop`` in between. With
+        # failover, a dead namespace must show quickly too.
+        retry = self.trigger.sessions or self.failover is not None
+        options = {"retry_total": 0} if retry else {}
+        async with ServiceBusClient.from_connection_string(connection_string, **options) as client:
             workers = (
                 self.options.max_concurrent_sessions if self.trigger.sessions
                 else self.options.max_concurrent_calls
@@ -162,6 +179,8 @@ class TriggerRunner:
             except OperationTimeoutError:
                 continue  # no session free right now
             except ServiceBusError as exc:
+                if self.failover is not None and await self.failover.report_failure(exc):
+                    return  # switched: ``run`` starts again on the new namespace
                 log.warning("%s: receiver failed: %r; retrying", self.trigger.name, exc)
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(stop.wait(), 1.0)
@@ -176,6 +195,8 @@ class TriggerRunner:
                     return  # the session went idle: let it go
                 continue
             self.stats.received += len(batch)
+            if self.failover is not None:
+                self.failover.report_success()
             ok = await self._call(batch)
             for message in batch:
                 try:

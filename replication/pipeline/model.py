@@ -33,6 +33,7 @@ from pydantic import (
     ValidationError,
 )
 
+from ..failover import Failover, FailoverSpec
 from ..tasks.facts import compile_condition
 from ..tasks.steps import (
     STEPS,
@@ -173,6 +174,10 @@ class Endpoint(BaseModel):
     sessions: bool = Field(
         False, description="Sources only: the entity requires sessions (session trigger)."
     )
+    failover: FailoverSpec | None = Field(
+        None, description="Resolve the namespace at run time (DNS alias, file or URL) and "
+        "switch when it changes; the connection's keys are used on every namespace.",
+    )  # fmt: skip
 
     @property
     def entity(self) -> str:
@@ -192,6 +197,8 @@ class Endpoint(BaseModel):
             if self.subscription:
                 what += f" subscription {self.subscription}"
         flags = ", sessions" if self.sessions else ""
+        if self.failover is not None:
+            flags += f", failover {self.failover.describe()}"
         return f"{what} ({self.connection}{flags})"
 
 
@@ -245,9 +252,6 @@ class PipelineSpec(_Spec):
     concurrency: int | None = Field(
         None, ge=1, description="maxConcurrentCalls (maxConcurrentSessions with sessions)."
     )
-    failover: dict[str, Any] = Field(
-        default_factory=dict, description="Reserved for failover settings."
-    )
 
 
 class FileSpec(_Spec):
@@ -294,8 +298,9 @@ class Pipeline:
     loop_guard: bool = False
     batch_size: int = 100
     concurrency: int | None = None
-    failover: dict[str, Any] = field(default_factory=dict)
     description: str | None = None
+    base_dir: Path | None = None
+    """The pipeline file's folder: relative paths in it (``*_file``, failover files) start here."""
     _origin: _Origin | None = field(default=None, repr=False)
 
     def function_names(self) -> list[str]:
@@ -355,16 +360,25 @@ class Pipeline:
         for key, (endpoint, loc) in self._target_locs().items():
             resolved = _connection(settings, endpoint.connection, role="target")
             if isinstance(resolved, str) and not resolved.startswith("!"):
-                targets[key] = Target(resolved, endpoint.entity)
+                failover = self._failover(endpoint, resolved, settings, key or "target")
+                targets[key] = Target(resolved, endpoint.entity, failover)
                 target_namespaces[key] = namespace_of(resolved)
             else:
                 problems.append(((*loc, "connection"), _missing(resolved, endpoint, settings)))
         source_namespaces: list[str | None] = []
+        source_failovers: list[Failover | None] = []
         for index, endpoint in enumerate(self.sources):
             loc = self._source_loc(index)
             resolved = _connection(settings, endpoint.connection, role="source")
-            if isinstance(resolved, str) and not resolved.startswith("!"):
+            if resolved == "fqns" and endpoint.failover is not None:
+                problems.append(((*loc, "failover"), (
+                    f"failover needs a connection string in {endpoint.connection!r} (its keys "
+                    "are used on every namespace); an identity-based connection has none"
+                )))  # fmt: skip
+            elif isinstance(resolved, str) and not resolved.startswith("!"):
                 source_namespaces.append(_namespace(settings, endpoint.connection))
+                role = "source" if len(self.sources) == 1 else f"sources[{index}]"
+                source_failovers.append(self._failover(endpoint, resolved, settings, role))
             else:
                 problems.append(((*loc, "connection"), _missing(resolved, endpoint, settings)))
         context = context or StepContext(settings=settings)
@@ -389,7 +403,14 @@ class Pipeline:
             )
             for function, namespace in zip(self.function_names(), source_namespaces, strict=True)
         ]
-        return BuiltPipeline(self, tasks, targets, list(self.sources))
+        return BuiltPipeline(self, tasks, targets, list(self.sources), source_failovers)
+
+    def _failover(
+        self, endpoint: Endpoint, connection: str, settings: Mapping[str, str], role: str
+    ) -> Failover | None:
+        if endpoint.failover is None or connection == "fqns":
+            return None
+        return endpoint.failover.build(f"{self.name}/{role}", connection, settings, self.base_dir)
 
     def _positions(self) -> Positions:
         return self._origin.positions if self._origin else Positions("<pipelines>")
@@ -435,6 +456,8 @@ class BuiltPipeline:
     built steps, so stateful steps (dedupe, chain) see the merged stream."""
     targets: dict[str | None, Target]
     sources: list[Endpoint]
+    source_failovers: list[Failover | None] = field(default_factory=list)
+    """Per source: where it is read now, when its endpoint has ``failover`` (else None)."""
 
     @property
     def task(self) -> ReplicationTask:
@@ -633,6 +656,13 @@ class _Checker:
             self.add(loc, f"expected a pipeline (a mapping with 'name'), got {show(item)}")
             return None
         before = len(self.problems)
+        if "failover" in item:
+            self.add((*loc, "failover"), (
+                "'failover' goes on an endpoint: give it under 'source' (or each of 'sources') "
+                "and/or 'target', e.g. target: {connection: ..., queue: ..., failover: {dns: "
+                "{alias: ...}}}"
+            ))  # fmt: skip
+            item = {k: v for k, v in item.items() if k != "failover"}
         try:
             spec = PipelineSpec.model_validate(item)
         except ValidationError as exc:
@@ -664,8 +694,8 @@ class _Checker:
             loop_guard=spec.loop_guard,
             batch_size=spec.batch_size,
             concurrency=spec.concurrency,
-            failover=dict(spec.failover),
             description=spec.description,
+            base_dir=self.base_dir,
             _origin=_Origin(self.positions, loc, spec.source is not None),
         )
 
@@ -723,6 +753,26 @@ class _Checker:
                     f"{role} keeps each message's session id"
                 ))  # fmt: skip
         self.check_setting(endpoint.connection, (*loc, "connection"), role == "source")
+        if endpoint.failover is not None:
+            self.check_failover_settings((*loc, "failover"))
+
+    def check_failover_settings(self, loc: Loc) -> None:
+        """The environment's half of failover: the host map and the default DNS server."""
+        if self.settings is None:
+            return
+        from ..failover import HOST_MAP_SETTING, NAMESERVER_SETTING, parse_host_map
+        from ..failover.dns import parse_nameserver
+
+        try:
+            parse_host_map(self.settings.get(HOST_MAP_SETTING))
+        except ValueError as exc:
+            self.add(loc, f"setting {HOST_MAP_SETTING!r}: {exc}")
+        nameserver = self.settings.get(NAMESERVER_SETTING)
+        if nameserver:
+            try:
+                parse_nameserver(nameserver)
+            except ValueError as exc:
+                self.add(loc, f"setting {NAMESERVER_SETTING!r}: {exc}")
 
     def check_setting(self, name: str, loc: Loc, source: bool) -> None:
         if self.settings is None:

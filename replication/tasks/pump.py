@@ -21,7 +21,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from azure.servicebus import NEXT_AVAILABLE_SESSION
 from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
@@ -31,6 +31,9 @@ from ..messages import from_received
 from .amqp_source import AmqpReceiver, AmqpSource, Endpoint, NoSessionAvailable, SourceError
 from .sender import SenderFor
 from .task import Decision, ReplicationTask, Settlement, process_batch
+
+if TYPE_CHECKING:
+    from ..failover import Failover
 
 log = logging.getLogger("replication.tasks.pump")
 
@@ -111,7 +114,7 @@ async def _settle_one(receiver: ServiceBusReceiver, item: Settlement, stats: Pum
 
 async def pump(
     task: ReplicationTask,
-    client: ServiceBusClient | str,
+    client: ServiceBusClient | str | Failover,
     source: Source,
     sender_for: SenderFor,
     stop: asyncio.Event,
@@ -126,17 +129,52 @@ async def pump(
 ) -> PumpStats:
     """Moves messages until ``stop`` is set; returns the counts.
 
-    ``client`` is the source namespace: an asyncio ``ServiceBusClient`` or a connection
-    string. ``prefetch`` (default ``2 * max_batch`` for ``"amqp"``, ``max_batch`` for the SDK)
-    is how many messages may wait, locked, ahead of the batch being processed.
+    ``client`` is the source namespace: an asyncio ``ServiceBusClient``, a connection
+    string, or a ``Failover`` (read wherever it resolves now; on a switch the batch in
+    flight is finished and settled on its namespace, then reading goes on at the new one).
+    ``prefetch`` (default ``2 * max_batch`` for ``"amqp"``, ``max_batch`` for the SDK) is how
+    many messages may wait, locked, ahead of the batch being processed.
     """
     stats = stats or PumpStats()
+    if not isinstance(client, ServiceBusClient | str):
+        from ..failover import run_switching
+
+        failover = client
+
+        async def run(connection_string: str, inner: asyncio.Event) -> None:
+            await _pump_on(task, connection_string, source, sender_for, inner, max_batch,
+                           max_wait, session_workers, stats, on_batch, backend, prefetch,
+                           failover)  # fmt: skip
+
+        await run_switching(failover, stop, run)
+        return stats
+    return await _pump_on(task, client, source, sender_for, stop, max_batch, max_wait,
+                          session_workers, stats, on_batch, backend, prefetch, None)  # fmt: skip
+
+
+async def _pump_on(
+    task: ReplicationTask,
+    client: ServiceBusClient | str,
+    source: Source,
+    sender_for: SenderFor,
+    stop: asyncio.Event,
+    max_batch: int,
+    max_wait: float,
+    session_workers: int,
+    stats: PumpStats,
+    on_batch: Callable[[PumpStats], None] | None,
+    backend: Backend,
+    prefetch: int | None,
+    failover: Failover | None,
+) -> PumpStats:
     endpoint = _amqp_endpoint(client, backend)
     if endpoint is not None:
         await _pump_amqp(task, endpoint, source, sender_for, stop, max_batch, max_wait,
-                         session_workers, stats, on_batch, prefetch or 2 * max_batch)  # fmt: skip
+                         session_workers, stats, on_batch, prefetch or 2 * max_batch,
+                         failover)  # fmt: skip
         return stats
-    options = (max_batch, max_wait, session_workers, stats, on_batch, prefetch or max_batch)
+    options = (max_batch, max_wait, session_workers, stats, on_batch, prefetch or max_batch,
+               failover)  # fmt: skip
     if isinstance(client, str):
         async with ServiceBusClient.from_connection_string(client) as own:
             return await _pump_sdk(task, own, source, sender_for, stop, *options)
@@ -172,11 +210,12 @@ async def _pump_sdk(
     stats: PumpStats,
     on_batch: Callable[[PumpStats], None] | None,
     prefetch: int,
+    failover: Failover | None,
 ) -> PumpStats:
     if source.sessions:
         await asyncio.gather(*(
             _session_worker(task, client, source, sender_for, stop, max_batch, max_wait,
-                            stats, on_batch, prefetch)
+                            stats, on_batch, prefetch, failover)
             for _ in range(session_workers)
         ))  # fmt: skip
         return stats
@@ -222,6 +261,7 @@ async def _session_worker(
     stats: PumpStats,
     on_batch: Callable[[PumpStats], None] | None,
     prefetch: int,
+    failover: Failover | None,
 ) -> None:
     while not stop.is_set():
         try:
@@ -235,9 +275,10 @@ async def _session_worker(
         except OperationTimeoutError:
             continue  # no session free right now
         except ServiceBusError as exc:
+            if await _switched(failover, exc):
+                return
             log.warning("session receiver on %s failed: %r", source, exc)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stop.wait(), 1.0)
+            await _pause(stop, RETRY_PAUSE)
 
 
 # ---------------------------------------------------------------------- the AMQP backend
@@ -255,15 +296,19 @@ async def _pump_amqp(
     stats: PumpStats,
     on_batch: Callable[[PumpStats], None] | None,
     prefetch: int,
+    failover: Failover | None = None,
 ) -> None:
     """One connection for the pump (session workers share it); a lost connection or link is
-    reopened after a pause; a source that cannot work (wrong key, no such entity) raises."""
+    reopened after a pause; a source that cannot work (wrong key, no such entity) raises.
+    With ``failover`` every failure is reported to it, and a switch ends this run."""
     path = str(source)
     async with AmqpSource(endpoint) as namespace:
         if not source.sessions:
             while not stop.is_set():
                 try:
                     receiver = await namespace.receiver(path, prefetch=prefetch)
+                    if failover is not None:
+                        failover.report_success()
                     try:
                         await _drain_amqp(task, receiver, sender_for, stop, max_batch, max_wait,
                                           stats, on_batch, False)  # fmt: skip
@@ -272,6 +317,8 @@ async def _pump_amqp(
                 except SourceError as exc:
                     if not exc.retryable:
                         raise
+                    if await _switched(failover, exc):
+                        return
                     log.warning("receiver on %s failed (reconnecting): %s", source, exc)
                     await _pause(stop, RETRY_PAUSE)
             return
@@ -279,7 +326,7 @@ async def _pump_amqp(
             for _ in range(session_workers):
                 workers.create_task(_amqp_session_worker(
                     task, namespace, path, sender_for, stop, max_batch, max_wait, stats,
-                    on_batch, prefetch,
+                    on_batch, prefetch, failover,
                 ))  # fmt: skip
 
 
@@ -294,6 +341,7 @@ async def _amqp_session_worker(
     stats: PumpStats,
     on_batch: Callable[[PumpStats], None] | None,
     prefetch: int,
+    failover: Failover | None,
 ) -> None:
     while not stop.is_set():
         try:
@@ -305,9 +353,13 @@ async def _amqp_session_worker(
         except SourceError as exc:
             if not exc.retryable:
                 raise
+            if await _switched(failover, exc):
+                return
             log.warning("session receiver on %s failed: %s", path, exc)
             await _pause(stop, RETRY_PAUSE)
             continue
+        if failover is not None:
+            failover.report_success()
         try:
             await _drain_amqp(task, receiver, sender_for, stop, max_batch, max_wait, stats,
                               on_batch, True)  # fmt: skip
@@ -354,6 +406,11 @@ def settle_amqp(receiver: AmqpReceiver, settlements: list[Settlement], stats: Pu
                                                         item.description)  # fmt: skip
         elif item.decision is Decision.ABANDON:
             stats.abandoned += receiver.abandon([item.message])
+
+
+async def _switched(failover: Failover | None, error: BaseException) -> bool:
+    """Reports a failure to the failover; True when it moved to another namespace."""
+    return failover is not None and await failover.report_failure(error)
 
 
 async def _pause(stop: asyncio.Event, seconds: float) -> None:

@@ -1,24 +1,36 @@
 """Senders for a task's targets, opened once and reused (one client per namespace).
 
 A target is a named (connection string, entity) pair; ``None`` names the task's default
-target. The pool is what ``send_ordered`` asks for a sender; failover-aware resolution of
-the connection string plugs in here (``resolve``) so a task never caches a dead endpoint.
+target. The pool is what ``send_ordered`` asks for a sender. A target with a ``failover``
+is sent to wherever its failover resolves now: each send asks for the current namespace,
+reports the outcome (persistent errors make the failover resolve again), and after a switch
+the old namespace's senders are closed once their in-flight sends are done.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from azure.servicebus.aio import ServiceBusClient, ServiceBusSender
+
+if TYPE_CHECKING:
+    from ..failover import Failover
+
+FAILOVER_CLIENT_OPTIONS = {"retry_total": 1}
+"""The SDK's own retries (3, with backoff: 11 s against a refused connection) would hide a
+dead namespace from the failover; ``send_ordered`` retries, re-resolving in between."""
 
 
 @dataclass(slots=True, frozen=True)
 class Target:
     connection_string: str
     entity: str
+    failover: Failover | None = None
+    """When set, ``connection_string`` is the configured one; sends go where this resolves."""
 
 
 class SenderPool:
@@ -32,28 +44,39 @@ class SenderPool:
     def __init__(
         self,
         targets: dict[str | None, Target],
-        resolve: Callable[[str], str] | None = None,
         *,
         links_per_target: int = 1,
-        **client_options: object,
+        **client_options: Any,
     ) -> None:
         self.targets = targets
         self.links_per_target = links_per_target
-        self._resolve = resolve or (lambda connection_string: connection_string)
         self._client_options = client_options
         self._clients: dict[str, ServiceBusClient] = {}
         self._idle: dict[tuple[str, str], asyncio.Queue[ServiceBusSender]] = {}
+        self._lent: dict[str, int] = {}
+        self._retired: set[str] = set()
         self._all: list[ServiceBusSender] = []
         self._lock = asyncio.Lock()
+        for target in targets.values():
+            if target.failover is not None:
+                target.failover.on_switch(self._retire)
 
     @contextlib.asynccontextmanager
-    async def __call__(self, name: str | None) -> AsyncIterator[ServiceBusSender]:
+    async def __call__(self, name: str | None) -> AsyncIterator[Any]:
         target = self.targets.get(name)
         if target is None:
             known = ", ".join(repr(n) for n in self.targets if n is not None) or "none"
             raise KeyError(f"no target named {name!r} (targets: {known})")
-        connection_string = self._resolve(target.connection_string)
-        key = (connection_string, target.entity.lower())
+        if target.failover is not None:
+            yield _FailoverSender(self, target, target.failover)
+            return
+        async with self.lend(target.connection_string, target.entity) as sender:
+            yield sender
+
+    @contextlib.asynccontextmanager
+    async def lend(self, connection_string: str, entity: str,
+                   **client_options: Any) -> AsyncIterator[ServiceBusSender]:  # fmt: skip
+        key = (connection_string, entity.lower())
         async with self._lock:
             idle = self._idle.get(key)
             if idle is None:
@@ -61,18 +84,52 @@ class SenderPool:
                 client = self._clients.get(connection_string)
                 if client is None:
                     client = ServiceBusClient.from_connection_string(
-                        connection_string, **self._client_options
+                        connection_string, **{**self._client_options, **client_options}
                     )
                     self._clients[connection_string] = client
                 for _ in range(self.links_per_target):
-                    sender = client.get_queue_sender(target.entity)
+                    sender = client.get_queue_sender(entity)
                     self._all.append(sender)
                     idle.put_nowait(sender)
-        sender = await idle.get()
+        # lent counts holders and waiters: a retired namespace closes only when it is 0
+        self._lent[connection_string] = self._lent.get(connection_string, 0) + 1
         try:
-            yield sender
+            sender = await idle.get()
+            try:
+                yield sender
+            finally:
+                idle.put_nowait(sender)
         finally:
-            idle.put_nowait(sender)
+            self._lent[connection_string] -= 1
+            if connection_string in self._retired and not self._lent[connection_string]:
+                await self._close_namespace(connection_string)
+
+    def _retire(self, old: str, new: str) -> None:
+        """A failover moved off ``old``: close its client once nothing is lent from it
+        (a static target on the same connection string keeps it)."""
+        if any(t.failover is None and t.connection_string == old for t in self.targets.values()):
+            return
+        self._retired.add(old)
+        self._retired.discard(new)
+        if not self._lent.get(old):
+            asyncio.get_running_loop().create_task(self._close_namespace(old))
+
+    async def _close_namespace(self, connection_string: str) -> None:
+        async with self._lock:
+            if connection_string not in self._retired or self._lent.get(connection_string):
+                return
+            self._retired.discard(connection_string)
+            for key in [k for k in self._idle if k[0] == connection_string]:
+                idle = self._idle.pop(key)
+                while not idle.empty():
+                    sender = idle.get_nowait()
+                    self._all.remove(sender)
+                    with contextlib.suppress(Exception):
+                        await sender.close()
+            client = self._clients.pop(connection_string, None)
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await client.close()
 
     async def close(self) -> None:
         for sender in self._all:
@@ -82,3 +139,35 @@ class SenderPool:
         self._all.clear()
         self._idle.clear()
         self._clients.clear()
+
+
+class _FailoverSender:
+    """Lent for one group's sends: every send goes to the namespace resolved now."""
+
+    def __init__(self, pool: SenderPool, target: Target, failover: Failover) -> None:
+        self.pool = pool
+        self.target = target
+        self.failover = failover
+
+    async def send_messages(self, message: Any, **kwargs: Any) -> None:
+        from ..failover import FailoverError, FailoverSwitched, NamespaceUnresolved
+
+        try:
+            connection_string = await self.failover.connection_string()
+        except FailoverError as exc:
+            raise NamespaceUnresolved(f"{self.failover.name}: {exc}") from exc
+        version = self.failover.version
+        async with self.pool.lend(connection_string, self.target.entity,
+                                  **FAILOVER_CLIENT_OPTIONS) as sender:  # fmt: skip
+            if self.failover.version != version:  # switched while waiting for the sender
+                raise FailoverSwitched(f"{self.failover.name}: moved to {self.failover.host}")
+            try:
+                await sender.send_messages(message, **kwargs)
+            except Exception as exc:
+                switched = await self.failover.report_failure(exc)
+                if switched or self.failover.version != version:
+                    raise FailoverSwitched(
+                        f"{self.failover.name}: moved to {self.failover.host} after: {exc}"
+                    ) from exc
+                raise
+        self.failover.report_success()

@@ -352,6 +352,15 @@ class BrokerHandle:
 
         return self.call(count)
 
+    def message_ids(self, queue: str) -> list[str | None]:
+        """The message-id of every message stored for ``queue`` (any state), in order."""
+
+        def ids() -> list[str | None]:
+            assert self.broker is not None
+            return self.broker.store.message_ids(self.broker.queues[queue.lower()].entity)
+
+        return self.call(ids)
+
 
 @pytest.fixture
 def broker_factory(tmp_path: Path) -> Iterator[Callable[..., BrokerHandle]]:

@@ -62,7 +62,8 @@ def test_replicate_builds_one_task_and_the_single_target() -> None:
     assert task.source_namespace == "primary.example"
     assert task.target_namespaces == {None: "secondary.example:5673"}
     assert task.loop_guard is False
-    assert (pipeline.batch_size, pipeline.concurrency, pipeline.failover) == (50, 4, {})
+    assert (pipeline.batch_size, pipeline.concurrency) == (50, 4)
+    assert built.targets[None].failover is None and built.source_failovers == [None]
 
 
 def test_routes_become_a_route_step_with_stable_target_names() -> None:

@@ -1,0 +1,204 @@
+"""DNS-based failover: a CNAME alias operators flip, SRV records naming each namespace.
+
+The seeds' scheme: each namespace has a zone (``sb1.test.example.com``) holding SRV records
+at ``_azure_servicebus._amqp.sb1.test.example.com``, one for AMQP over TLS on port 5671 and
+one for WebSockets on 443, both naming the namespace host. The application's alias
+(``servicebus.test.example.com``) is a CNAME to the zone of the current primary; failing over
+is editing that CNAME. Resolving is: CNAME of the alias, then SRV of the prefix + canonical
+name, keep port 5671, choose as RFC 2782 says (lowest priority, then weighted random), and
+the target without its trailing dot is the namespace.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+
+import dns.exception
+import dns.name
+import dns.rdatatype
+import dns.resolver
+
+from .base import FailoverError, Resolution
+
+SRV_PREFIX = "_azure_servicebus._amqp."
+AMQPS_PORT = 5671
+DEFAULT_DNS_PORT = 53
+
+
+def parse_nameserver(text: str) -> tuple[str, int]:
+    """``host``, ``host:port``, ``[v6]:port`` or a bare IPv6 address -> (address, port)."""
+    value = text.strip()
+    if not value:
+        raise ValueError("the DNS server address is empty")
+    if value.startswith("["):
+        address, _, rest = value[1:].partition("]")
+        port_text = rest[1:] if rest.startswith(":") else ""
+        if rest and not rest.startswith(":"):
+            raise ValueError(f"{text!r} is not host[:port]")
+    elif value.count(":") == 1:
+        address, _, port_text = value.partition(":")
+    else:
+        address, port_text = value, ""  # a name, an IPv4 address or a bare IPv6 address
+    if not address:
+        raise ValueError(f"{text!r} has no host")
+    if not port_text:
+        return address, DEFAULT_DNS_PORT
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ValueError(f"{text!r} has an invalid port {port_text!r}")
+    return address, int(port_text)
+
+
+@dataclass(frozen=True, slots=True)
+class SrvRecord:
+    priority: int
+    weight: int
+    port: int
+    target: str
+    """As published: may carry a trailing dot and capitals; ``.`` means "not available"."""
+
+    def __str__(self) -> str:
+        return f"{self.priority} {self.weight} {self.port} {self.target}"
+
+
+def usable(record: SrvRecord) -> bool:
+    return record.port == AMQPS_PORT and record.target.strip(".") != ""
+
+
+def choose_srv(records: list[SrvRecord], rng: random.Random | None = None) -> SrvRecord | None:
+    """RFC 2782 among the usable (port 5671, target not ``.``) records: the lowest priority
+    value, then a weighted random pick (weight-0 records first, running sums, a uniform
+    number in [0, total], the first record whose running sum reaches it)."""
+    candidates = [r for r in records if usable(r)]
+    if not candidates:
+        return None
+    best = min(r.priority for r in candidates)
+    group = sorted((r for r in candidates if r.priority == best), key=lambda r: r.weight != 0)
+    total = sum(r.weight for r in group)
+    pick = (rng or random).uniform(0, total) if total else 0
+    running = 0
+    for record in group:
+        running += record.weight
+        if running >= pick:
+            return record
+    return group[-1]
+
+
+class DnsResolver:
+    def __init__(
+        self,
+        alias: str,
+        nameserver: str | None = None,
+        *,
+        timeout: float = 2.0,
+        attempts: int = 3,
+        backoff: float = 0.2,
+        rng: random.Random | None = None,
+        min_ttl: float = 0.0,
+    ) -> None:
+        self.alias = alias.strip().rstrip(".").lower()
+        self.nameserver = parse_nameserver(nameserver) if nameserver else None
+        self.timeout = timeout
+        self.attempts = max(1, attempts)
+        self.backoff = backoff
+        self.rng = rng or random.Random()
+        self.min_ttl = min_ttl
+        self._cached: tuple[Resolution, float] | None = None
+        if self.nameserver is None:
+            self._resolver = dns.resolver.Resolver()
+        else:
+            self._resolver = dns.resolver.Resolver(configure=False)
+            self._resolver.nameservers = [self.nameserver[0]]
+            self._resolver.port = self.nameserver[1]
+        self._resolver.timeout = timeout
+        self._resolver.lifetime = timeout
+        self._resolver.cache = None  # our cache is per resolution, by the smallest TTL
+
+    def describe(self) -> str:
+        where = "system resolver" if self.nameserver is None else "{}:{}".format(*self.nameserver)
+        return f"dns {self.alias} via {where}"
+
+    def invalidate(self) -> None:
+        self._cached = None
+
+    def resolve(self) -> Resolution:
+        if self._cached is not None and time.monotonic() < self._cached[1]:
+            return self._cached[0]
+        resolution = self._resolve()
+        ttl = max(resolution.ttl or 0.0, self.min_ttl)
+        self._cached = (resolution, time.monotonic() + ttl)
+        return resolution
+
+    # ------------------------------------------------------------------ the lookup
+
+    def _resolve(self) -> Resolution:
+        chain = [f"alias {self.alias}"]
+        cname = self._query(self.alias, "CNAME", "the alias")
+        canonical = str(cname[0].target).rstrip(".").lower()
+        chain.append(f"CNAME {canonical} (ttl {cname.rrset.ttl})")
+        srv_name = SRV_PREFIX + canonical
+        answer = self._query(srv_name, "SRV", f"the canonical name {canonical} (from {self.alias})")
+        records = [SrvRecord(r.priority, r.weight, r.port, str(r.target)) for r in answer]
+        chosen = choose_srv(records, self.rng)
+        chain.append(f"SRV {srv_name} (ttl {answer.rrset.ttl}):")
+        best = min((r.priority for r in records if usable(r)), default=None)
+        for record in sorted(records, key=lambda r: (r.priority, -r.weight)):
+            chain.append(f"  {record}  {_verdict(record, chosen, best)}")
+        if chosen is None:
+            ports = sorted({r.port for r in records})
+            if any(r.port == AMQPS_PORT for r in records):
+                reason = "its port-5671 records have the target '.' (service not available)"
+            else:
+                reason = f"none is on port 5671 (ports: {', '.join(map(str, ports))})"
+            raise FailoverError(f"SRV records at {srv_name}: {reason}")
+        host = chosen.target.rstrip(".").lower()
+        return Resolution(host, tuple(chain), float(min(cname.rrset.ttl, answer.rrset.ttl)))
+
+    def _query(self, name: str, kind: str, what: str) -> dns.resolver.Answer:
+        last: str = ""
+        delay = self.backoff
+        for attempt in range(1, self.attempts + 1):
+            try:
+                return self._resolver.resolve(name, kind, search=False)
+            except dns.resolver.NXDOMAIN:
+                raise FailoverError(f"{name} does not exist (NXDOMAIN): check {what}") from None
+            except dns.resolver.NoAnswer:
+                if kind == "CNAME":
+                    raise FailoverError(
+                        f"{name} has no CNAME record: the alias must be a CNAME to the zone "
+                        "of the primary namespace"
+                    ) from None
+                raise FailoverError(f"no {kind} records at {name} ({what})") from None
+            except (dns.resolver.NoNameservers, dns.exception.Timeout) as exc:
+                last = _reason(exc)
+            except (dns.exception.DNSException, OSError) as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            if attempt < self.attempts:
+                time.sleep(delay)
+                delay *= 2
+        server = "the system resolver" if self.nameserver is None else (
+            "DNS server {}:{}".format(*self.nameserver)
+        )  # fmt: skip
+        raise FailoverError(
+            f"no answer from {server} for {kind} {name} after {self.attempts} attempts: {last}"
+        )
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, dns.exception.Timeout):
+        return "timed out"
+    text = str(exc)
+    return text.split(": ", 1)[-1] if text else type(exc).__name__
+
+
+def _verdict(record: SrvRecord, chosen: SrvRecord | None, best: int | None) -> str:
+    if record is chosen:
+        return "<- chosen"
+    if record.port != AMQPS_PORT:
+        return f"(port {record.port}, not {AMQPS_PORT})"
+    if record.target.strip(".") == "":
+        return "(target '.': not available)"
+    if best is not None and record.priority > best:
+        return f"(priority {record.priority} > {best})"
+    return "(same priority, not picked by weight)"

@@ -1,0 +1,85 @@
+"""The local host with failover endpoints: the same pipeline file, a host map in the local
+settings, embedded brokers for every namespace of the set, and a flip of the share file
+while messages flow."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from azure.servicebus import ServiceBusMessage
+from azure.servicebus.aio import ServiceBusClient
+
+from replication import metrics
+from replication.host.app import Host, HostConfig
+from replication.host.peek import peek
+from tests.broker.conftest import free_port
+
+from .test_host import project
+
+FAILING_OVER = """\
+pipelines:
+  - name: failing-over
+    source:
+      connection: PrimaryServiceBus
+      queue: work
+      failover: {static: primary.example.net}
+    target:
+      connection: SecondaryServiceBus
+      queue: work
+      failover: {file: {path: share/secondary.txt}, recheck_interval: 0.2}
+"""
+
+
+def emulator(port: int) -> str:
+    return (
+        f"Endpoint=sb://localhost:{port};SharedAccessKeyName=RootManageSharedAccessKey;"
+        "SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;"
+    )
+
+
+async def test_the_host_follows_a_flipped_file_to_the_other_namespace(tmp_path: Path) -> None:
+    directory, settings = project(tmp_path, FAILING_OVER)
+    primary, east, west = free_port(), free_port(), free_port()
+    settings["REPLICATION_FAILOVER_HOSTS"] = (
+        f"primary.example.net=127.0.0.1:{primary};east.example.net=127.0.0.1:{east};"
+        f"west.example.net=127.0.0.1:{west}"
+    )
+    (directory / "local.settings.json").write_text(json.dumps({"Values": settings}))
+    share = directory / "share" / "secondary.txt"
+    share.parent.mkdir()
+    share.write_text("east.example.net\n")
+    total = 400
+    host = Host(HostConfig(directory=directory, metrics_port=None, progress=False))
+    host.config.stop_when = lambda h: metrics.counts("failing-over")["forwarded"] >= total
+    run = asyncio.create_task(host.run())
+    while not host.healthy:
+        assert not run.done(), run.result()
+        await asyncio.sleep(0.05)
+    # brokers for every namespace the host map names, not only the configured ones
+    assert {primary, east, west} <= {b.port for b in host.brokers}
+
+    async def send(first: int) -> None:
+        async with (
+            ServiceBusClient.from_connection_string(emulator(primary)) as client,
+            client.get_queue_sender("work") as sender,
+        ):
+            await sender.send_messages([ServiceBusMessage(f"m{i}", message_id=f"m{i}")
+                                        for i in range(first, first + total // 2)])  # fmt: skip
+
+    await send(0)
+    while metrics.counts("failing-over")["forwarded"] < total // 2:
+        assert not run.done(), run.result()
+        await asyncio.sleep(0.05)
+    share.write_text("# failed over to west\nwest.example.net\n")
+    await asyncio.sleep(0.5)  # the re-check interval is 0.2 s
+    await send(total // 2)
+    assert await asyncio.wait_for(run, 120) == 0
+    local = {**settings, "East": emulator(east), "West": emulator(west)}
+    on_east = {p["message_id"] for p in await peek(directory, local, "East", "work", 1000)}
+    on_west = {p["message_id"] for p in await peek(directory, local, "West", "work", 1000)}
+    assert on_east == {f"m{i}" for i in range(total // 2)}
+    assert on_west == {f"m{i}" for i in range(total // 2, total)}
+    # the configured Secondary namespace itself got nothing: sends went where the file said
+    assert metrics.FAILOVERS.labels("failing-over/target")._value.get() >= 1
