@@ -130,6 +130,32 @@ def _test(args: argparse.Namespace, rest: list[str]) -> int:
     return 0 if failed == 0 and broken == 0 else 1
 
 
+def _resolve(args: argparse.Namespace, rest: list[str]) -> int:
+    import os
+
+    from .failover import NAMESERVER_SETTING, FailoverError
+    from .failover.dns import DnsResolver
+    from .failover.file import FileResolver
+
+    if (args.alias is None) == (args.file is None):
+        print("error: give an ALIAS or --file PATH|URL (one of them)", file=sys.stderr)
+        return 2
+    try:
+        if args.file is not None:
+            resolver: DnsResolver | FileResolver = FileResolver(args.file, timeout=args.timeout)
+        else:
+            nameserver = args.nameserver or os.environ.get(NAMESERVER_SETTING) or None
+            resolver = DnsResolver(args.alias, nameserver, timeout=args.timeout)
+        resolution = resolver.resolve()
+    except (FailoverError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    for line in resolution.chain:
+        print(line)
+    print(resolution.host)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m replication",
@@ -195,6 +221,24 @@ def build_parser() -> argparse.ArgumentParser:
     test.add_argument("paths", nargs="*", metavar="PATH", help="test files or directories")
     test.add_argument("-v", "--verbose", action="store_true", help="list passing cases too")
     test.set_defaults(handler=_test)
+
+    resolve = commands.add_parser(
+        "resolve",
+        help="show where a failover alias or file points now",
+        description="Resolves a failover endpoint as the app does: the CNAME of ALIAS, the SRV "
+        "records at _azure_servicebus._amqp.<canonical name> (port 5671, lowest priority, "
+        "then weight), or the first line of --file. Prints the chain, then the namespace host "
+        "alone on the last line; exits 1 with the reason when it cannot.",
+    )
+    resolve.add_argument("alias", nargs="?", help="the CNAME alias, e.g. servicebus.example.com")
+    resolve.add_argument("--file", metavar="PATH|URL", help="a text file or http(s) URL instead")
+    resolve.add_argument(
+        "--nameserver", metavar="HOST[:PORT]",
+        help="the DNS server to ask (default: the REPLICATION_DNS_NAMESERVER environment "
+        "variable, else the system's resolver)",
+    )  # fmt: skip
+    resolve.add_argument("--timeout", type=float, default=2.0, help="seconds per attempt")
+    resolve.set_defaults(handler=_resolve)
     return parser
 
 

@@ -39,6 +39,8 @@ def parse_nameserver(text: str) -> tuple[str, int]:
             raise ValueError(f"{text!r} is not host[:port]")
     elif value.count(":") == 1:
         address, _, port_text = value.partition(":")
+        if not port_text:
+            raise ValueError(f"{text!r} has an empty port")
     else:
         address, port_text = value, ""  # a name, an IPv4 address or a bare IPv6 address
     if not address:
@@ -76,7 +78,7 @@ def choose_srv(records: list[SrvRecord], rng: random.Random | None = None) -> Sr
     best = min(r.priority for r in candidates)
     group = sorted((r for r in candidates if r.priority == best), key=lambda r: r.weight != 0)
     total = sum(r.weight for r in group)
-    pick = (rng or random).uniform(0, total) if total else 0
+    pick = (rng or random).randint(0, total)  # an integer in [0, total], as the RFC says
     running = 0
     for record in group:
         running += record.weight

@@ -39,6 +39,8 @@ log = logging.getLogger("replication.failover")
 DEFAULT_FAILURES = 3
 DEFAULT_RECHECK_INTERVAL = 30.0
 RETRY_PAUSE = 1.0
+RECHECK_WAIT = 0.5
+"""Seconds an operation waits for a due re-check before going on with the current namespace."""
 
 SwitchListener = Callable[[str, str], None]
 """Called with (old connection string, new connection string) after a switch."""
@@ -205,14 +207,18 @@ class Failover:
 
     async def connection_string(self) -> str:
         """The connection string of the current namespace. The first call resolves (and
-        raises ``FailoverError`` when it cannot); later calls return at once and start a
-        background re-check when ``recheck_interval`` has passed."""
+        raises ``FailoverError`` when it cannot); later calls return at once, except when
+        ``recheck_interval`` has passed: then a re-check starts and is waited for up to
+        ``RECHECK_WAIT`` seconds."""
         if self.resolution is None:
             await self.recheck(force=True, raise_errors=True)
-        elif self.clock() - self._checked >= self.recheck_interval and (
-            self._background is None or self._background.done()
-        ):
-            self._background = asyncio.get_running_loop().create_task(self.recheck())
+        elif self.clock() - self._checked >= self.recheck_interval:
+            if self._background is None or self._background.done():
+                self._background = asyncio.get_running_loop().create_task(self.recheck())
+            # usually answered at once (a cached DNS answer, a stat): then this very send
+            # already goes to a new namespace; a slow or dead resolver does not hold it up
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._background), RECHECK_WAIT)
         assert self.resolution is not None
         return self.connection_for(self.resolution.host)
 

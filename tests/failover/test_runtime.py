@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import socket
+import time
 
 import pytest
 from azure.servicebus.exceptions import (
@@ -40,9 +41,11 @@ class Flip:
         self.error: str | None = None
         self.asked = 0
         self.invalidated = 0
+        self.delay = 0.0
 
     def resolve(self) -> Resolution:
         self.asked += 1
+        time.sleep(self.delay)
         if self.error:
             raise FailoverError(self.error)
         return Resolution(self.host, (f"flip {self.host}",))
@@ -152,9 +155,21 @@ async def test_periodic_recheck_notices_a_flip_without_errors() -> None:
     assert "sb1" in await failover.connection_string()
     assert resolver.asked == 1
     now[0] = 31.0
-    assert "sb1" in await failover.connection_string()  # the re-check runs in the background
-    await asyncio.sleep(0.05)
+    assert "sb2" in await failover.connection_string()  # a quick re-check is waited for
     assert failover.host == "sb2" and resolver.asked == 2
+
+
+async def test_a_slow_resolver_does_not_hold_sends_up() -> None:
+    now = [0.0]
+    resolver = Flip("sb1")
+    failover = Failover("t", resolver, BASE, recheck_interval=30, clock=lambda: now[0])
+    await failover.connection_string()
+    resolver.host, resolver.delay, now[0] = "sb2", 1.5, 31.0
+    started = time.monotonic()
+    assert "sb1" in await failover.connection_string()
+    assert time.monotonic() - started < 1.0
+    await asyncio.sleep(1.6)  # the re-check finishes in the background
+    assert "sb2" in await failover.connection_string()
 
 
 async def test_resolution_failures_keep_the_current_namespace() -> None:
