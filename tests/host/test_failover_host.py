@@ -84,3 +84,45 @@ async def test_the_host_follows_a_flipped_file_to_the_other_namespace(tmp_path: 
     # the configured Secondary namespace itself got nothing: sends went where the file said
     assert await peek(directory, local, "SecondaryServiceBus", "work", 10) == []
     assert metrics.FAILOVERS.labels("failing-over/target")._value.get() >= 1
+
+
+def test_functions_send_where_the_target_failover_points(
+    broker_factory: object, tmp_path: Path
+) -> None:
+    """The Azure Functions path (PipelineRuntime) sends to the namespace the file names, and
+    follows a rewrite of the file."""
+    from replication.functions import PipelineRuntime
+    from replication.messages import Message
+    from replication.pipeline import parse_pipelines
+    from tests.broker.conftest import BrokerHandle, make_config
+
+    east: BrokerHandle = broker_factory(make_config({"out": {}}))  # type: ignore[operator]
+    west: BrokerHandle = broker_factory(make_config({"out": {}}))  # type: ignore[operator]
+    share = tmp_path / "primary.txt"
+    share.write_text("east.example.net\n")
+    text = f"""\
+pipelines:
+  - name: fn
+    source: {{connection: Source, queue: in}}
+    target:
+      connection: Target
+      queue: out
+      failover: {{file: {{path: {share}}}, recheck_interval: 0.1}}
+"""
+    settings = {
+        "Source": east.connection_string, "Target": east.connection_string,
+        "REPLICATION_FAILOVER_HOSTS": f"east.example.net=127.0.0.1:{east.port};"
+        f"west.example.net=127.0.0.1:{west.port}",
+    }  # fmt: skip
+    runtime = PipelineRuntime(parse_pipelines(text).pipelines[0], settings)
+
+    async def run() -> None:
+        await runtime.handle([Message(b"1", message_id="m1")])
+        share.write_text("west.example.net\n")
+        await asyncio.sleep(0.2)
+        await runtime.handle([Message(b"2", message_id="m2")])
+        await runtime._pool.close()
+
+    asyncio.run(run())
+    assert east.message_ids("out") == ["m1"]
+    assert west.message_ids("out") == ["m2"]
