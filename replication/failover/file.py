@@ -75,9 +75,8 @@ class FileResolver:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 status = response.status
                 body = response.read(64 * 1024).decode("utf-8-sig", errors="replace")
-                etag, modified = response.headers.get("ETag"), response.headers.get(
-                    "Last-Modified"
-                )
+                etag = response.headers.get("ETag")
+                modified = response.headers.get("Last-Modified")
         except urllib.error.HTTPError as exc:
             if exc.code == 304 and cached is not None:
                 return cached.resolution

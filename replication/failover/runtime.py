@@ -124,10 +124,14 @@ _NAMESPACE_TEXT = (
 
 
 def _chain(error: BaseException) -> list[BaseException]:
+    """The error, its causes, and the members of exception groups (task groups raise them)."""
     found: list[BaseException] = []
     current: BaseException | None = error
     while current is not None and current not in found and len(found) < 8:
         found.append(current)
+        if isinstance(current, BaseExceptionGroup):
+            for member in current.exceptions[:4]:
+                found.extend(e for e in _chain(member) if e not in found)
         inner = getattr(current, "inner_exception", None)
         current = (
             inner if isinstance(inner, BaseException)
@@ -238,6 +242,7 @@ class Failover:
     async def report_failure(self, error: BaseException) -> bool:
         """Counts a failed operation; re-resolves when the failures look persistent.
         True when that switched to another namespace (the caller should retry there)."""
+        version, failed_at = self.version, self.clock()
         self._consecutive += 1
         if not points_elsewhere(error) and self._consecutive < self.failures:
             return False
@@ -245,47 +250,56 @@ class Failover:
                  "re-resolving", self._consecutive, _short(error),
                  self.resolver.describe())  # fmt: skip
         self._consecutive = 0
-        return await self.recheck(force=True)
+        switched = await self.recheck(force=True, unless_checked_after=failed_at)
+        return switched or self.version != version
 
-    async def recheck(self, *, force: bool = False, raise_errors: bool = False) -> bool:
-        """Resolves again (``force``: past any cache); True when the namespace changed."""
+    async def recheck(self, *, force: bool = False, raise_errors: bool = False,
+                      unless_checked_after: float | None = None) -> bool:  # fmt: skip
+        """Resolves again (``force``: past any cache); True when the namespace changed.
+        ``unless_checked_after``: skip when a check finished after that time (many senders
+        failing together cause one resolution, not one each)."""
         async with self._get_lock():
-            if not force and self.clock() - self._checked < self.recheck_interval:
+            if unless_checked_after is not None and self._checked > unless_checked_after:
                 return False
-            if force:
-                self.resolver.invalidate()
-            try:
-                resolution = await asyncio.to_thread(self.resolver.resolve)
-            except FailoverError as exc:
-                self._checked = self.clock()
-                if raise_errors and self.resolution is None:
-                    raise
-                log.warning("%s: cannot resolve (%s); staying on %s", self.name, exc,
-                            self.host or "nothing yet")  # fmt: skip
-                return False
+            return await self._recheck(force, raise_errors)
+
+    async def _recheck(self, force: bool, raise_errors: bool) -> bool:
+        if not force and self.clock() - self._checked < self.recheck_interval:
+            return False
+        if force:
+            self.resolver.invalidate()
+        try:
+            resolution = await asyncio.to_thread(self.resolver.resolve)
+        except FailoverError as exc:
             self._checked = self.clock()
-            old = self.resolution
-            self.resolution = resolution
-            if old is not None and old.host == resolution.host:
-                return False
-            self.version += 1
-            self._event().set()
-            self._changed = None
-            if old is None:
-                log.info("%s: using %s (%s)", self.name, resolution.host,
-                         self.resolver.describe())  # fmt: skip
-                return False
-            self.switches += 1
-            metrics.FAILOVERS.labels(self.name).inc()
-            log.warning("%s: failover %s -> %s (%s)", self.name, old.host, resolution.host,
-                        self.resolver.describe())  # fmt: skip
-            before, after = self.connection_for(old.host), self.connection_for(resolution.host)
-            for listener in list(self._listeners):
-                try:
-                    listener(before, after)
-                except Exception:  # a listener must not stop the others
-                    log.exception("%s: switch listener failed", self.name)
-            return True
+            if raise_errors and self.resolution is None:
+                raise
+            log.warning("%s: cannot resolve (%s); staying on %s", self.name, exc,
+                        self.host or "nothing yet")  # fmt: skip
+            return False
+        self._checked = self.clock()
+        old = self.resolution
+        self.resolution = resolution
+        if old is not None and old.host == resolution.host:
+            return False
+        self.version += 1
+        self._event().set()
+        self._changed = None
+        if old is None:
+            log.info("%s: using %s (%s)", self.name, resolution.host,
+                     self.resolver.describe())  # fmt: skip
+            return False
+        self.switches += 1
+        metrics.FAILOVERS.labels(self.name).inc()
+        log.warning("%s: failover %s -> %s (%s)", self.name, old.host, resolution.host,
+                    self.resolver.describe())  # fmt: skip
+        before, after = self.connection_for(old.host), self.connection_for(resolution.host)
+        for listener in list(self._listeners):
+            try:
+                listener(before, after)
+            except Exception:  # a listener must not stop the others
+                log.exception("%s: switch listener failed", self.name)
+        return True
 
     def _event(self) -> asyncio.Event:
         if self._changed is None:

@@ -103,6 +103,12 @@ def test_which_errors_point_elsewhere(error: BaseException, elsewhere: bool) -> 
     assert points_elsewhere(error) is elsewhere
 
 
+def test_points_elsewhere_looks_into_exception_groups() -> None:
+    group = ExceptionGroup("workers", [TimeoutError(), ConnectionRefusedError()])
+    assert points_elsewhere(group)
+    assert not points_elsewhere(ExceptionGroup("workers", [TimeoutError()]))
+
+
 def test_points_elsewhere_follows_the_cause_chain() -> None:
     try:
         try:
@@ -157,6 +163,17 @@ async def test_periodic_recheck_notices_a_flip_without_errors() -> None:
     now[0] = 31.0
     assert "sb2" in await failover.connection_string()  # a quick re-check is waited for
     assert failover.host == "sb2" and resolver.asked == 2
+
+
+async def test_many_senders_failing_together_resolve_once_and_all_move() -> None:
+    resolver = Flip("sb1")
+    failover = Failover("t", resolver, BASE, recheck_interval=3600)
+    await failover.connection_string()
+    resolver.host, resolver.delay = "sb2", 0.05
+    refused = ConnectionRefusedError(errno.ECONNREFUSED, "refused")
+    moved = await asyncio.gather(*(failover.report_failure(refused) for _ in range(10)))
+    assert moved == [True] * 10  # every caller hears it should retry on sb2
+    assert resolver.asked == 2 and failover.switches == 1
 
 
 async def test_a_slow_resolver_does_not_hold_sends_up() -> None:
