@@ -137,9 +137,6 @@ def _resolve(args: argparse.Namespace, rest: list[str]) -> int:
     from .failover.dns import DnsResolver
     from .failover.file import FileResolver
 
-    if (args.alias is None) == (args.file is None):
-        print("error: give an ALIAS or --file PATH|URL (one of them)", file=sys.stderr)
-        return 2
     try:
         if args.file is not None:
             resolver: DnsResolver | FileResolver = FileResolver(args.file, timeout=args.timeout)
@@ -230,8 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
         "then weight), or the first line of --file. Prints the chain, then the namespace host "
         "alone on the last line; exits 1 with the reason when it cannot.",
     )
-    resolve.add_argument("alias", nargs="?", help="the CNAME alias, e.g. servicebus.example.com")
-    resolve.add_argument("--file", metavar="PATH|URL", help="a text file or http(s) URL instead")
+    source = resolve.add_mutually_exclusive_group(required=True)  # exactly one
+    source.add_argument("alias", nargs="?", help="the CNAME alias, e.g. servicebus.example.com")
+    source.add_argument("--file", metavar="PATH|URL", help="a text file or http(s) URL instead")
     resolve.add_argument(
         "--nameserver", metavar="HOST[:PORT]",
         help="the DNS server to ask (default: the REPLICATION_DNS_NAMESERVER environment "

@@ -11,7 +11,9 @@ the target without its trailing dot is the namespace.
 
 from __future__ import annotations
 
+import ipaddress
 import random
+import socket
 import time
 from dataclasses import dataclass
 
@@ -61,7 +63,8 @@ class SrvRecord:
     """As published: may carry a trailing dot and capitals; ``.`` means "not available"."""
 
     def __str__(self) -> str:
-        return f"{self.priority} {self.weight} {self.port} {self.target}"
+        target = self.target.rstrip(".") or "."
+        return f"{self.priority} {self.weight} {self.port} {target}"
 
 
 def usable(record: SrvRecord) -> bool:
@@ -100,6 +103,12 @@ class DnsResolver:
         min_ttl: float = 0.0,
     ) -> None:
         self.alias = alias.strip().rstrip(".").lower()
+        if not self.alias:
+            raise ValueError("the alias is empty")
+        try:
+            dns.name.from_text(self.alias)
+        except dns.exception.DNSException as exc:
+            raise ValueError(f"{alias!r} is not a DNS name: {exc}") from None
         self.nameserver = parse_nameserver(nameserver) if nameserver else None
         self.timeout = timeout
         self.attempts = max(1, attempts)
@@ -107,19 +116,18 @@ class DnsResolver:
         self.rng = rng or random.Random()
         self.min_ttl = min_ttl
         self._cached: tuple[Resolution, float] | None = None
+        self._resolver: dns.resolver.Resolver | None = None
+
+    @property
+    def server(self) -> str:
+        """``127.0.0.1:5353``, ``[::1]:53`` or ``system resolver``: for messages."""
         if self.nameserver is None:
-            self._resolver = dns.resolver.Resolver()
-        else:
-            self._resolver = dns.resolver.Resolver(configure=False)
-            self._resolver.nameservers = [self.nameserver[0]]
-            self._resolver.port = self.nameserver[1]
-        self._resolver.timeout = timeout
-        self._resolver.lifetime = timeout
-        self._resolver.cache = None  # our cache is per resolution, by the smallest TTL
+            return "system resolver"
+        host, port = self.nameserver
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
     def describe(self) -> str:
-        where = "system resolver" if self.nameserver is None else "{}:{}".format(*self.nameserver)
-        return f"dns {self.alias} via {where}"
+        return f"dns {self.alias} via {self.server}"
 
     def invalidate(self) -> None:
         self._cached = None
@@ -134,13 +142,51 @@ class DnsResolver:
 
     # ------------------------------------------------------------------ the lookup
 
+    def _client(self) -> dns.resolver.Resolver:
+        """Made on first use (not in ``__init__``) so a missing system configuration or an
+        unknown server name is a ``FailoverError`` from ``resolve``, like any DNS trouble."""
+        if self._resolver is None:
+            if self.nameserver is None:
+                try:
+                    resolver = dns.resolver.Resolver()
+                except dns.exception.DNSException as exc:
+                    raise FailoverError(f"the system resolver is not configured: {exc}") from None
+            else:
+                resolver = dns.resolver.Resolver(configure=False)
+                resolver.port = self.nameserver[1]
+            resolver.timeout = resolver.lifetime = self.timeout
+            resolver.cache = None  # our cache is per resolution, by the smallest TTL
+            self._resolver = resolver
+        if self.nameserver is not None:
+            self._resolver.nameservers = _addresses(*self.nameserver)
+        return self._resolver
+
     def _resolve(self) -> Resolution:
+        client = self._client()
         chain = [f"alias {self.alias}"]
-        cname = self._query(self.alias, "CNAME", "the alias")
+        try:
+            cname = self._query(client, self.alias, "CNAME")
+        except _Missing as missing:
+            if missing.nxdomain:
+                raise FailoverError(
+                    f"{self.alias} does not exist (NXDOMAIN): check the alias"
+                ) from None
+            raise FailoverError(
+                f"{self.alias} has no CNAME record: the alias must be a CNAME to the zone of "
+                "the primary namespace"
+            ) from None
         canonical = str(cname[0].target).rstrip(".").lower()
         chain.append(f"CNAME {canonical} (ttl {cname.rrset.ttl})")
         srv_name = SRV_PREFIX + canonical
-        answer = self._query(srv_name, "SRV", f"the canonical name {canonical} (from {self.alias})")
+        try:
+            answer = self._query(client, srv_name, "SRV")
+        except _Missing as missing:
+            found = "the name does not exist (NXDOMAIN)" if missing.nxdomain else (
+                "the name has other records only"
+            )  # fmt: skip
+            raise FailoverError(
+                f"no SRV records at {srv_name}: {found}; {canonical} is the CNAME of {self.alias}"
+            ) from None
         records = [SrvRecord(r.priority, r.weight, r.port, str(r.target)) for r in answer]
         chosen = choose_srv(records, self.rng)
         chain.append(f"SRV {srv_name} (ttl {answer.rrset.ttl}):")
@@ -157,21 +203,22 @@ class DnsResolver:
         host = chosen.target.rstrip(".").lower()
         return Resolution(host, tuple(chain), float(min(cname.rrset.ttl, answer.rrset.ttl)))
 
-    def _query(self, name: str, kind: str, what: str) -> dns.resolver.Answer:
-        last: str = ""
+    def _query(self, client: dns.resolver.Resolver, name: str, kind: str) -> dns.resolver.Answer:
+        """One question, retried with backoff while the server does not answer; raises
+        ``_Missing`` for an answer without the record and ``FailoverError`` for the rest."""
+        try:
+            qname = dns.name.from_text(name)
+        except dns.exception.DNSException as exc:
+            raise FailoverError(f"{name} is not a DNS name: {exc}") from None
+        last = ""
         delay = self.backoff
         for attempt in range(1, self.attempts + 1):
             try:
-                return self._resolver.resolve(name, kind, search=False)
+                return client.resolve(qname, kind, search=False)
             except dns.resolver.NXDOMAIN:
-                raise FailoverError(f"{name} does not exist (NXDOMAIN): check {what}") from None
+                raise _Missing(nxdomain=True) from None
             except dns.resolver.NoAnswer:
-                if kind == "CNAME":
-                    raise FailoverError(
-                        f"{name} has no CNAME record: the alias must be a CNAME to the zone "
-                        "of the primary namespace"
-                    ) from None
-                raise FailoverError(f"no {kind} records at {name} ({what})") from None
+                raise _Missing(nxdomain=False) from None
             except (dns.resolver.NoNameservers, dns.exception.Timeout) as exc:
                 last = _reason(exc)
             except (dns.exception.DNSException, OSError) as exc:
@@ -179,12 +226,32 @@ class DnsResolver:
             if attempt < self.attempts:
                 time.sleep(delay)
                 delay *= 2
-        server = "the system resolver" if self.nameserver is None else (
-            "DNS server {}:{}".format(*self.nameserver)
-        )  # fmt: skip
+        server = "the system resolver" if self.nameserver is None else f"DNS server {self.server}"
         raise FailoverError(
             f"no answer from {server} for {kind} {name} after {self.attempts} attempts: {last}"
         )
+
+
+class _Missing(Exception):
+    """The server answered: no such name (NXDOMAIN), or the name without that record type."""
+
+    def __init__(self, nxdomain: bool) -> None:
+        self.nxdomain = nxdomain
+
+
+def _addresses(host: str, port: int) -> list[str]:
+    """The server's IP addresses: as given, or its name looked up (``dns:53`` in a compose
+    network) each time, so a moved server is found again."""
+    try:
+        return [str(ipaddress.ip_address(host))]
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
+    except OSError as exc:
+        reason = getattr(exc, "strerror", None) or exc
+        raise FailoverError(f"cannot find DNS server {host}:{port}: {reason}") from None
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
 def _reason(exc: Exception) -> str:

@@ -9,6 +9,7 @@ is asked with a conditional GET (ETag / Last-Modified), so an unchanged file cos
 
 from __future__ import annotations
 
+import http.client
 import os
 import urllib.error
 import urllib.request
@@ -56,6 +57,10 @@ class FileResolver:
                 text = handle.read()
         except OSError as exc:
             raise FailoverError(f"cannot read {self.location}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
+            raise FailoverError(
+                f"cannot read {self.location}: not UTF-8 text (byte {exc.start})"
+            ) from None
         host, line = self._host(text)
         resolution = Resolution(host, (f"file {self.location} (line {line})",))
         self._cached = _Cached(resolution, stamp)
@@ -65,13 +70,12 @@ class FileResolver:
 
     def _from_url(self) -> Resolution:
         cached = self._cached
-        request = urllib.request.Request(self.location, headers={"Accept": "text/plain"})
-        if cached is not None:
-            if cached.etag:
-                request.add_header("If-None-Match", cached.etag)
-            if cached.modified:
-                request.add_header("If-Modified-Since", cached.modified)
         try:
+            request = urllib.request.Request(self.location, headers={"Accept": "text/plain"})
+            if cached is not None and cached.etag:
+                request.add_header("If-None-Match", cached.etag)
+            if cached is not None and cached.modified:
+                request.add_header("If-Modified-Since", cached.modified)
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 status = response.status
                 body = response.read(64 * 1024).decode("utf-8-sig", errors="replace")
@@ -81,7 +85,7 @@ class FileResolver:
             if exc.code == 304 and cached is not None:
                 return cached.resolution
             raise FailoverError(f"{self.location}: HTTP {exc.code} {exc.reason}") from None
-        except (urllib.error.URLError, OSError, ValueError) as exc:
+        except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", None) or exc
             raise FailoverError(f"cannot fetch {self.location}: {reason}") from None
         host, line = self._host(body)
@@ -102,4 +106,4 @@ class FileResolver:
                 return normalise_host(line), number
             except ValueError as exc:
                 raise FailoverError(f"{self.location} line {number}: {exc}") from None
-        raise FailoverError(f"{self.location} names no namespace (no line other than comments)")
+        raise FailoverError(f"{self.location} names no namespace (it is empty, or only comments)")

@@ -27,8 +27,8 @@ def test_resolve_prints_the_chain_and_the_host_last(
         f"alias {ALIAS}",
         "CNAME sb1.test.example.com (ttl 60)",
         "SRV _azure_servicebus._amqp.sb1.test.example.com (ttl 60):",
-        f"  1 1 5671 {SB1}.  <- chosen",
-        f"  2 2 443 {SB1}.  (port 443, not 5671)",
+        f"  1 1 5671 {SB1}  <- chosen",
+        f"  2 2 443 {SB1}  (port 443, not 5671)",
         SB1,
     ]
 
@@ -54,9 +54,20 @@ def test_resolve_a_file_and_argument_errors(
     assert capsys.readouterr().out.splitlines() == [f"file {share} (line 2)", SB1]
     assert main(["resolve", "--file", str(tmp_path / "missing.txt")]) == 1
     assert "error: cannot read" in capsys.readouterr().err
-    assert main(["resolve"]) == 2
-    assert main(["resolve", ALIAS, "--file", str(share)]) == 2
-    assert "give an ALIAS or --file" in capsys.readouterr().err
+    for wrong, message in [
+        ([], "one of the arguments alias --file is required"),
+        ([ALIAS, "--file", str(share)], "argument --file: not allowed with argument alias"),
+        (["--file", str(share), ALIAS], "argument alias: not allowed with argument --file"),
+    ]:
+        with pytest.raises(SystemExit) as exited:
+            main(["resolve", *wrong])
+        assert exited.value.code == 2
+        assert message in capsys.readouterr().err
+    assert main(["resolve", "a..b.example"]) == 1
+    assert (
+        capsys.readouterr().err
+        == "error: 'a..b.example' is not a DNS name: A DNS label is empty.\n"
+    )
 
 
 def test_the_module_entry_point(dns_server: DnsServer) -> None:

@@ -40,11 +40,14 @@ def test_the_guidance_zone_resolves_to_sb1_and_follows_a_flip(dns_server: DnsSer
     first = dns.resolve()
     assert first.host == SB1
     assert first.ttl == 60
-    assert first.chain[:3] == (
-        f"alias {ALIAS}", "CNAME sb1.test.example.com (ttl 60)", f"SRV {SRV1} (ttl 60):"
+    assert first.chain == (
+        f"alias {ALIAS}",
+        "CNAME sb1.test.example.com (ttl 60)",
+        f"SRV {SRV1} (ttl 60):",
+        f"  1 1 5671 {SB1}  <- chosen",
+        f"  2 2 443 {SB1}  (port 443, not 5671)",
     )
-    assert first.chain[3] == f"  1 1 5671 {SB1}.  <- chosen"
-    assert first.chain[4] == f"  2 2 443 {SB1}.  (port 443, not 5671)"
+    assert dns.describe() == f"dns {ALIAS} via {dns_server.address}"
     dns_server.set_cname(ALIAS, "sb2.test.example.com")
     assert dns.resolve().host == SB1  # cached for the TTL
     dns.invalidate()
@@ -54,12 +57,15 @@ def test_the_guidance_zone_resolves_to_sb1_and_follows_a_flip(dns_server: DnsSer
 def test_answers_are_cached_for_their_ttl(dns_server: DnsServer) -> None:
     dns_server.set_cname(ALIAS, "sb1.test.example.com", ttl=1)
     dns = resolver(dns_server)
-    dns.resolve()
-    dns.resolve()
-    assert dns_server.asked(ALIAS, "CNAME") == 1
+    floor = resolver(dns_server, min_ttl=60)  # a TTL below the floor counts as the floor
+    assert dns.resolve().ttl == floor.resolve().ttl == 1
+    dns_server.set_cname(ALIAS, "sb2.test.example.com", ttl=1)
+    assert dns.resolve().host == floor.resolve().host == SB1
+    assert dns_server.asked(ALIAS, "CNAME") == 2  # once per resolver
     time.sleep(1.1)
-    dns.resolve()
-    assert dns_server.asked(ALIAS, "CNAME") == 2
+    assert dns.resolve().host == SB2
+    assert floor.resolve().host == SB1
+    assert dns_server.asked(ALIAS, "CNAME") == 3
     assert dns_server.asked(SRV1, "SRV") == 2
 
 
@@ -74,9 +80,13 @@ def test_records_that_try_to_trick_the_choice(dns_server: DnsServer) -> None:
     resolution = resolver(dns_server).resolve()
     assert resolution.host == "sb1-real.example.net"
     verdicts = "\n".join(resolution.chain)
-    assert "0 100 443 websockets.example.net.  (port 443, not 5671)" in verdicts
-    assert "1 50 5671 .  (target '.': not available)" in verdicts
-    assert "5 100 5671 worse.example.net.  (priority 5 > 2)" in verdicts
+    assert verdicts.endswith(
+        "  0 100 443 websockets.example.net  (port 443, not 5671)\n"
+        "  1 50 5671 .  (target '.': not available)\n"
+        "  2 10 5671 SB1-Real.Example.NET  <- chosen\n"
+        "  5 100 5671 worse.example.net  (priority 5 > 2)"
+    )
+    assert dns_server.asked(f"_azure_servicebus._amqp.{ALIAS}", "SRV") == 0
 
 
 def test_weights_share_the_lowest_priority_as_rfc_2782_says() -> None:
@@ -108,11 +118,12 @@ def test_weights_share_the_lowest_priority_as_rfc_2782_says() -> None:
         ),
         (
             lambda s: s.remove(SRV1),
-            f"{SRV1} does not exist (NXDOMAIN): check the canonical name sb1.test.example.com",
+            f"no SRV records at {SRV1}: the name does not exist (NXDOMAIN); "
+            f"sb1.test.example.com is the CNAME of {ALIAS}",
         ),
         (
             lambda s: (s.remove(SRV1), s.set_a(SRV1, "10.0.0.1")),
-            f"no SRV records at {SRV1}",
+            f"no SRV records at {SRV1}: the name has other records only",
         ),
         (
             lambda s: s.set_srv(SRV1, [(1, 1, 443, SB1), (2, 1, 5672, SB1)]),
@@ -180,6 +191,28 @@ def test_a_closed_dns_port_is_reported_not_raised_otherwise() -> None:
         dns.resolve()
 
 
+def test_a_nameserver_by_name_is_looked_up(dns_server: DnsServer) -> None:
+    port = dns_server.address.rsplit(":", 1)[1]
+    by_name = DnsResolver(ALIAS, f"localhost:{port}", timeout=1.0)
+    assert by_name.resolve().host == SB1
+    assert by_name.describe() == f"dns {ALIAS} via localhost:{port}"
+    nowhere = DnsResolver(ALIAS, "no-such-dns-server.invalid", timeout=0.2, attempts=1)
+    with pytest.raises(
+        FailoverError, match=r"cannot find DNS server no-such-dns-server\.invalid:53"
+    ):
+        nowhere.resolve()
+
+
+def test_an_alias_that_is_not_a_dns_name_is_refused_at_once() -> None:
+    for bad in ("", "a..b.example", "x" * 64 + ".example"):
+        with pytest.raises(ValueError, match=r"alias is empty|is not a DNS name"):
+            DnsResolver(bad, "127.0.0.1:9")
+    assert DnsResolver("ServiceBus.Example.COM.").describe() == (
+        "dns servicebus.example.com via system resolver"
+    )
+    assert DnsResolver("a.example", "[::1]:5353").describe() == "dns a.example via [::1]:5353"
+
+
 def test_nameserver_addresses() -> None:
     assert parse_nameserver("10.0.0.2") == ("10.0.0.2", 53)
     assert parse_nameserver("127.0.0.1:5353") == ("127.0.0.1", 5353)
@@ -212,6 +245,13 @@ def test_a_file_gives_its_first_host_line_and_is_re_read_when_it_changes(
         files.resolve()
     with pytest.raises(FailoverError, match=r"cannot read .*missing\.txt: No such file"):
         FileResolver(str(tmp_path / "missing.txt")).resolve()
+    share.write_bytes(b"\xff\xfe" + SB1.encode())
+    with pytest.raises(FailoverError, match=r"primary.txt: not UTF-8 text \(byte 0\)"):
+        files.resolve()
+    share.write_text("")
+    with pytest.raises(FailoverError, match="names no namespace"):
+        files.resolve()
+    assert files.describe() == f"file {share}"
 
 
 def test_an_unchanged_file_is_not_read_again(tmp_path: Path) -> None:
@@ -275,12 +315,19 @@ def test_a_url_is_asked_with_a_conditional_get(share_url: type[_Share]) -> None:
         files.resolve()
 
 
-def test_an_unreachable_url_is_reported() -> None:
+def test_an_unreachable_or_malformed_url_is_reported() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    with pytest.raises(FailoverError, match=r"cannot fetch http://127\.0\.0\.1"):
+    with pytest.raises(FailoverError, match=r"cannot fetch http://127\.0\.0\.1.*refused"):
         FileResolver(f"http://127.0.0.1:{port}/primary.txt", timeout=1).resolve()
+    with pytest.raises(FailoverError, match=r"cannot fetch .*nonnumeric port"):
+        FileResolver("http://127.0.0.1:http/primary.txt").resolve()
+    with pytest.raises(FailoverError, match=r"cannot fetch .*Invalid IPv6 URL"):
+        FileResolver("https://[::1/primary.txt").resolve()
+    assert (
+        FileResolver("https://share.example/p.txt").describe() == "url https://share.example/p.txt"
+    )
 
 
 def test_static_and_host_names() -> None:
