@@ -20,14 +20,14 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from azure.servicebus import NEXT_AVAILABLE_SESSION
 from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
 from azure.servicebus.exceptions import OperationTimeoutError, ServiceBusError
 
-from ..messages import from_received
+from ..messages import Message, from_received
 from .amqp_source import AmqpReceiver, AmqpSource, Endpoint, NoSessionAvailable, SourceError
 from .sender import SenderFor
 from .task import Decision, ReplicationTask, Settlement, process_batch
@@ -135,50 +135,20 @@ async def pump(
     ``prefetch`` (default ``2 * max_batch`` for ``"amqp"``, ``max_batch`` for the SDK) is how
     many messages may wait, locked, ahead of the batch being processed.
     """
-    stats = stats or PumpStats()
-    if not isinstance(client, ServiceBusClient | str):
-        from ..failover import run_switching
+    loop = _Loop(task, source, sender_for, stop, max_batch, max_wait, session_workers,
+                 stats or PumpStats(), on_batch, prefetch)  # fmt: skip
+    if isinstance(client, ServiceBusClient | str):
+        await loop.on(client, backend)
+        return loop.stats
+    from ..failover import run_switching
 
-        failover = client
+    loop.failover = client
 
-        async def run(connection_string: str, inner: asyncio.Event) -> None:
-            await _pump_on(task, connection_string, source, sender_for, inner, max_batch,
-                           max_wait, session_workers, stats, on_batch, backend, prefetch,
-                           failover)  # fmt: skip
+    async def run(connection_string: str, inner: asyncio.Event) -> None:
+        await replace(loop, stop=inner).on(connection_string, backend)
 
-        await run_switching(failover, stop, run)
-        return stats
-    return await _pump_on(task, client, source, sender_for, stop, max_batch, max_wait,
-                          session_workers, stats, on_batch, backend, prefetch, None)  # fmt: skip
-
-
-async def _pump_on(
-    task: ReplicationTask,
-    client: ServiceBusClient | str,
-    source: Source,
-    sender_for: SenderFor,
-    stop: asyncio.Event,
-    max_batch: int,
-    max_wait: float,
-    session_workers: int,
-    stats: PumpStats,
-    on_batch: Callable[[PumpStats], None] | None,
-    backend: Backend,
-    prefetch: int | None,
-    failover: Failover | None,
-) -> PumpStats:
-    endpoint = _amqp_endpoint(client, backend)
-    if endpoint is not None:
-        await _pump_amqp(task, endpoint, source, sender_for, stop, max_batch, max_wait,
-                         session_workers, stats, on_batch, prefetch or 2 * max_batch,
-                         failover)  # fmt: skip
-        return stats
-    options = (max_batch, max_wait, session_workers, stats, on_batch, prefetch or max_batch,
-               failover)  # fmt: skip
-    if isinstance(client, str):
-        async with ServiceBusClient.from_connection_string(client) as own:
-            return await _pump_sdk(task, own, source, sender_for, stop, *options)
-    return await _pump_sdk(task, client, source, sender_for, stop, *options)
+    await run_switching(client, stop, run)
+    return loop.stats
 
 
 def _amqp_endpoint(client: ServiceBusClient | str, backend: Backend) -> Endpoint | None:
@@ -198,201 +168,159 @@ def _amqp_endpoint(client: ServiceBusClient | str, backend: Backend) -> Endpoint
         return None
 
 
-async def _pump_sdk(
-    task: ReplicationTask,
-    client: ServiceBusClient,
-    source: Source,
-    sender_for: SenderFor,
-    stop: asyncio.Event,
-    max_batch: int,
-    max_wait: float,
-    session_workers: int,
-    stats: PumpStats,
-    on_batch: Callable[[PumpStats], None] | None,
-    prefetch: int,
-    failover: Failover | None,
-) -> PumpStats:
-    if source.sessions:
-        await asyncio.gather(*(
-            _session_worker(task, client, source, sender_for, stop, max_batch, max_wait,
-                            stats, on_batch, prefetch, failover)
-            for _ in range(session_workers)
-        ))  # fmt: skip
-        return stats
-    async with _receiver(client, source, prefetch_count=prefetch) as receiver:
-        await _drain(task, receiver, sender_for, stop, max_batch, max_wait, stats, on_batch, False)
-    return stats
+@dataclass(slots=True)
+class _Loop:
+    """One pump's settings and counters, shared by its receive paths and workers."""
 
+    task: ReplicationTask
+    source: Source
+    sender_for: SenderFor
+    stop: asyncio.Event
+    max_batch: int
+    max_wait: float
+    session_workers: int
+    stats: PumpStats
+    on_batch: Callable[[PumpStats], None] | None
+    prefetch: int | None
+    failover: Failover | None = None
 
-async def _drain(
-    task: ReplicationTask,
-    receiver: ServiceBusReceiver,
-    sender_for: SenderFor,
-    stop: asyncio.Event,
-    max_batch: int,
-    max_wait: float,
-    stats: PumpStats,
-    on_batch: Callable[[PumpStats], None] | None,
-    until_empty: bool,
-) -> None:
-    while not stop.is_set():
-        batch = await receiver.receive_messages(max_message_count=max_batch, max_wait_time=max_wait)
-        if not batch:
-            if until_empty:
+    async def on(self, client: ServiceBusClient | str, backend: Backend) -> None:
+        """Runs on one namespace until ``stop`` (or, with failover, a switch)."""
+        endpoint = _amqp_endpoint(client, backend)
+        if endpoint is not None:
+            await self.amqp(endpoint)
+        elif isinstance(client, str):
+            async with ServiceBusClient.from_connection_string(client) as own:
+                await self.sdk(own)
+        else:
+            await self.sdk(client)
+
+    async def switched(self, error: BaseException) -> bool:
+        """Reports a failure to the failover; True when it moved to another namespace."""
+        return self.failover is not None and await self.failover.report_failure(error)
+
+    def received_fine(self) -> None:
+        if self.failover is not None:
+            self.failover.report_success()
+
+    async def processed(self, batch: list[Message]) -> list[Settlement]:
+        self.stats.received += len(batch)
+        return await process_batch(self.task, batch, self.sender_for)
+
+    def batch_done(self, settlements: list[Settlement], until_empty: bool) -> bool:
+        """After settling: True when a session worker should give its session back (an
+        abandoned head comes first again, for whoever takes the session next)."""
+        if self.on_batch is not None:
+            self.on_batch(self.stats)
+        return until_empty and any(s.decision is Decision.ABANDON for s in settlements)
+
+    # ------------------------------------------------------------------ the SDK backend
+
+    async def sdk(self, client: ServiceBusClient) -> None:
+        prefetch = self.prefetch or self.max_batch
+        if self.source.sessions:
+            await asyncio.gather(*(self.sdk_session_worker(client, prefetch)
+                                   for _ in range(self.session_workers)))  # fmt: skip
+            return
+        async with _receiver(client, self.source, prefetch_count=prefetch) as receiver:
+            await self.sdk_drain(receiver, until_empty=False)
+
+    async def sdk_drain(self, receiver: ServiceBusReceiver, until_empty: bool) -> None:
+        while not self.stop.is_set():
+            batch = await receiver.receive_messages(
+                max_message_count=self.max_batch, max_wait_time=self.max_wait
+            )
+            if not batch:
+                if until_empty:
+                    return
+                continue
+            settlements = await self.processed([from_received(m) for m in batch])
+            await settle(receiver, settlements, self.stats)
+            if self.batch_done(settlements, until_empty):
                 return
-            continue
-        stats.received += len(batch)
-        settlements = await process_batch(task, [from_received(m) for m in batch], sender_for)
-        await settle(receiver, settlements, stats)
-        if on_batch is not None:
-            on_batch(stats)
-        if until_empty and any(s.decision is Decision.ABANDON for s in settlements):
-            return  # give the session back: its abandoned head comes first for whoever is next
 
+    async def sdk_session_worker(self, client: ServiceBusClient, prefetch: int) -> None:
+        while not self.stop.is_set():
+            try:
+                receiver = _receiver(
+                    client, self.source, session_id=NEXT_AVAILABLE_SESSION,
+                    max_wait_time=self.max_wait, prefetch_count=prefetch,
+                )  # fmt: skip
+                async with receiver:
+                    await self.sdk_drain(receiver, until_empty=True)
+            except OperationTimeoutError:
+                continue  # no session free right now
+            except ServiceBusError as exc:
+                if await self.switched(exc):
+                    return
+                log.warning("session receiver on %s failed: %r", self.source, exc)
+                await _pause(self.stop, RETRY_PAUSE)
 
-async def _session_worker(
-    task: ReplicationTask,
-    client: ServiceBusClient,
-    source: Source,
-    sender_for: SenderFor,
-    stop: asyncio.Event,
-    max_batch: int,
-    max_wait: float,
-    stats: PumpStats,
-    on_batch: Callable[[PumpStats], None] | None,
-    prefetch: int,
-    failover: Failover | None,
-) -> None:
-    while not stop.is_set():
-        try:
-            receiver = _receiver(
-                client, source, session_id=NEXT_AVAILABLE_SESSION, max_wait_time=max_wait,
-                prefetch_count=prefetch,
-            )  # fmt: skip
-            async with receiver:
-                await _drain(task, receiver, sender_for, stop, max_batch, max_wait, stats,
-                             on_batch, True)  # fmt: skip
-        except OperationTimeoutError:
-            continue  # no session free right now
-        except ServiceBusError as exc:
-            if await _switched(failover, exc):
+    # ------------------------------------------------------------------ the AMQP backend
+
+    async def amqp(self, endpoint: Endpoint) -> None:
+        """One connection for the pump (session workers share it); a lost connection or
+        link is reopened after a pause; a source that cannot work (wrong key, no such
+        entity) raises. With failover every failure is reported, and a switch ends this."""
+        prefetch = self.prefetch or 2 * self.max_batch
+        async with AmqpSource(endpoint) as namespace:
+            if self.source.sessions:
+                async with asyncio.TaskGroup() as workers:
+                    for _ in range(self.session_workers):
+                        workers.create_task(self.amqp_session_worker(namespace, prefetch))
                 return
-            log.warning("session receiver on %s failed: %r", source, exc)
-            await _pause(stop, RETRY_PAUSE)
-
-
-# ---------------------------------------------------------------------- the AMQP backend
-
-
-async def _pump_amqp(
-    task: ReplicationTask,
-    endpoint: Endpoint,
-    source: Source,
-    sender_for: SenderFor,
-    stop: asyncio.Event,
-    max_batch: int,
-    max_wait: float,
-    session_workers: int,
-    stats: PumpStats,
-    on_batch: Callable[[PumpStats], None] | None,
-    prefetch: int,
-    failover: Failover | None = None,
-) -> None:
-    """One connection for the pump (session workers share it); a lost connection or link is
-    reopened after a pause; a source that cannot work (wrong key, no such entity) raises.
-    With ``failover`` every failure is reported to it, and a switch ends this run."""
-    path = str(source)
-    async with AmqpSource(endpoint) as namespace:
-        if not source.sessions:
-            while not stop.is_set():
+            while not self.stop.is_set():
                 try:
-                    receiver = await namespace.receiver(path, prefetch=prefetch)
-                    if failover is not None:
-                        failover.report_success()
+                    receiver = await namespace.receiver(str(self.source), prefetch=prefetch)
+                    self.received_fine()
                     try:
-                        await _drain_amqp(task, receiver, sender_for, stop, max_batch, max_wait,
-                                          stats, on_batch, False)  # fmt: skip
+                        await self.amqp_drain(receiver, until_empty=False)
                     finally:
                         await receiver.close()
                 except SourceError as exc:
                     if not exc.retryable:
                         raise
-                    if await _switched(failover, exc):
+                    if await self.switched(exc):
                         return
-                    log.warning("receiver on %s failed (reconnecting): %s", source, exc)
-                    await _pause(stop, RETRY_PAUSE)
-            return
-        async with asyncio.TaskGroup() as workers:
-            for _ in range(session_workers):
-                workers.create_task(_amqp_session_worker(
-                    task, namespace, path, sender_for, stop, max_batch, max_wait, stats,
-                    on_batch, prefetch, failover,
-                ))  # fmt: skip
+                    log.warning("receiver on %s failed (reconnecting): %s", self.source, exc)
+                    await _pause(self.stop, RETRY_PAUSE)
 
+    async def amqp_session_worker(self, namespace: AmqpSource, prefetch: int) -> None:
+        path = str(self.source)
+        while not self.stop.is_set():
+            try:
+                receiver = await namespace.receiver(
+                    path, prefetch=prefetch, session=True, wait=self.max_wait
+                )
+            except NoSessionAvailable:
+                continue  # no session free right now
+            except SourceError as exc:
+                if not exc.retryable:
+                    raise
+                if await self.switched(exc):
+                    return
+                log.warning("session receiver on %s failed: %s", path, exc)
+                await _pause(self.stop, RETRY_PAUSE)
+                continue
+            self.received_fine()
+            try:
+                await self.amqp_drain(receiver, until_empty=True)
+            except SourceError as exc:  # e.g. the session lock was lost: another worker takes it
+                log.warning("session %r of %s failed: %s", receiver.session_id, path, exc)
+            finally:
+                await receiver.close()
 
-async def _amqp_session_worker(
-    task: ReplicationTask,
-    namespace: AmqpSource,
-    path: str,
-    sender_for: SenderFor,
-    stop: asyncio.Event,
-    max_batch: int,
-    max_wait: float,
-    stats: PumpStats,
-    on_batch: Callable[[PumpStats], None] | None,
-    prefetch: int,
-    failover: Failover | None,
-) -> None:
-    while not stop.is_set():
-        try:
-            receiver = await namespace.receiver(
-                path, prefetch=prefetch, session=True, wait=max_wait
-            )
-        except NoSessionAvailable:
-            continue  # no session free right now
-        except SourceError as exc:
-            if not exc.retryable:
-                raise
-            if await _switched(failover, exc):
+    async def amqp_drain(self, receiver: AmqpReceiver, until_empty: bool) -> None:
+        while not self.stop.is_set():
+            batch = await receiver.receive(self.max_batch, self.max_wait)
+            if not batch:
+                if until_empty:
+                    return
+                continue
+            settlements = await self.processed(batch)
+            settle_amqp(receiver, settlements, self.stats)
+            if self.batch_done(settlements, until_empty):
                 return
-            log.warning("session receiver on %s failed: %s", path, exc)
-            await _pause(stop, RETRY_PAUSE)
-            continue
-        if failover is not None:
-            failover.report_success()
-        try:
-            await _drain_amqp(task, receiver, sender_for, stop, max_batch, max_wait, stats,
-                              on_batch, True)  # fmt: skip
-        except SourceError as exc:  # e.g. the session lock was lost: another worker takes it
-            log.warning("session %r of %s failed: %s", receiver.session_id, path, exc)
-        finally:
-            await receiver.close()
-
-
-async def _drain_amqp(
-    task: ReplicationTask,
-    receiver: AmqpReceiver,
-    sender_for: SenderFor,
-    stop: asyncio.Event,
-    max_batch: int,
-    max_wait: float,
-    stats: PumpStats,
-    on_batch: Callable[[PumpStats], None] | None,
-    until_empty: bool,
-) -> None:
-    while not stop.is_set():
-        batch = await receiver.receive(max_batch, max_wait)
-        if not batch:
-            if until_empty:
-                return
-            continue
-        stats.received += len(batch)
-        settlements = await process_batch(task, batch, sender_for)
-        settle_amqp(receiver, settlements, stats)
-        if on_batch is not None:
-            on_batch(stats)
-        if until_empty and any(s.decision is Decision.ABANDON for s in settlements):
-            return  # give the session back: its abandoned head comes first for whoever is next
 
 
 def settle_amqp(receiver: AmqpReceiver, settlements: list[Settlement], stats: PumpStats) -> None:
@@ -406,11 +334,6 @@ def settle_amqp(receiver: AmqpReceiver, settlements: list[Settlement], stats: Pu
                                                         item.description)  # fmt: skip
         elif item.decision is Decision.ABANDON:
             stats.abandoned += receiver.abandon([item.message])
-
-
-async def _switched(failover: Failover | None, error: BaseException) -> bool:
-    """Reports a failure to the failover; True when it moved to another namespace."""
-    return failover is not None and await failover.report_failure(error)
 
 
 async def _pause(stop: asyncio.Event, seconds: float) -> None:
