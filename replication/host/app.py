@@ -16,7 +16,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -63,6 +63,13 @@ class Host:
         self.healthy = False
 
     async def run(self) -> int:
+        """Runs until stopped. The app settings are in the environment meanwhile (functions
+        read them there, as in Azure) and are put back as they were afterwards, so a host
+        run inside another program (tests, notebooks) leaves its environment alone."""
+        with _environment(self.settings):
+            return await self._run()
+
+    async def _run(self) -> int:
         from ..pipeline import load_pipelines
 
         pipelines_path = self.config.directory / self.settings.get(
@@ -74,9 +81,6 @@ class Host:
         for broker in self.brokers:
             log.info("embedded broker on localhost:%d (%d entities)", broker.port,
                      len(broker.entities))  # fmt: skip
-        import os
-
-        os.environ.update(self.settings)  # the functions read app settings from the environment
         app = load_app(self.config.directory / "function_app.py")
         self.triggers = service_bus_triggers(app, self.settings)
         if not self.triggers:
@@ -172,6 +176,22 @@ class Host:
         log.info("metrics on http://127.0.0.1:%d/metrics, health on /health",
                  self.config.metrics_port)  # fmt: skip
         return server
+
+
+@contextlib.contextmanager
+def _environment(settings: dict[str, str]) -> Iterator[None]:
+    import os
+
+    before = {key: os.environ.get(key) for key in settings}
+    os.environ.update(settings)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def source_failover(pipelines: Any, trigger: ServiceBusTrigger,
