@@ -1,0 +1,18 @@
+"""Spark: the ``servicebus`` PySpark data source and the pipeline runner on Structured Streaming.
+
+``register(spark)`` makes ``spark.read/readStream/write/writeStream.format("servicebus")``
+available in that session (see ``source.py`` for options and guarantees).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def register(spark: Any) -> None:
+    from .source import ServiceBusDataSource
+
+    spark.dataSource.register(ServiceBusDataSource)
+
+
+__all__ = ["register"]

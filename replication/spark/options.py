@@ -1,0 +1,115 @@
+"""The ``servicebus`` data source's options, read once and checked with clear errors.
+
+Names follow Spark connector conventions (camelCase, like the Kafka and Event Hubs sources);
+values arrive as strings. ``connection`` names an app setting / environment variable holding
+the connection string (as pipelines and Functions bindings name connections), so a secret
+never has to be written into a notebook; ``connectionString`` gives it directly.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+class OptionError(ValueError):
+    """A missing or malformed option (the message names it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    connection_string: str
+    queue: str | None = None
+    topic: str | None = None
+    subscription: str | None = None
+    sessions: bool = False
+    max_messages_per_trigger: int = 1000
+    receive_wait: float = 1.0
+    prefetch: int = 500
+    num_partitions: int = 2
+    max_concurrent_sessions: int = 8
+    lock_renew_interval: float = 20.0
+    mode: str = "peek"
+    max_messages: int = 10_000
+    batch_size: int = 100
+
+    @property
+    def path(self) -> str:
+        """What a receiver reads: the queue, or ``topic/Subscriptions/sub``."""
+        if self.queue:
+            return self.queue
+        return f"{self.topic}/Subscriptions/{self.subscription}"
+
+    @property
+    def entity(self) -> str:
+        """What a sender sends to: the queue or the topic."""
+        return self.queue or self.topic or ""
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, str], *, reading: bool) -> Options:
+        options = {str(k).lower(): v for k, v in raw.items()}
+        connection_string = options.get("connectionstring")
+        if not connection_string and options.get("connection"):
+            name = options["connection"]
+            connection_string = os.environ.get(name)
+            if not connection_string:
+                raise OptionError(
+                    f"option 'connection' names the setting {name!r}, which is not set in the "
+                    "environment (or give 'connectionString')"
+                )
+        if not connection_string:
+            raise OptionError("give option 'connectionString' (or 'connection': a setting name)")
+        if "endpoint=" not in connection_string.lower():
+            raise OptionError("'connectionString' is not a Service Bus connection string")
+        queue, topic, subscription = (
+            options.get("queue"), options.get("topic"), options.get("subscription"),
+        )  # fmt: skip
+        if bool(queue) == bool(topic):
+            raise OptionError("give option 'queue' or 'topic' (one of them)")
+        if reading and topic and not subscription:
+            raise OptionError(f"reading topic {topic!r} needs option 'subscription'")
+        if not reading and subscription:
+            raise OptionError("'subscription' is for reading: messages are sent to the topic")
+        mode = options.get("mode", "peek").lower()
+        if mode not in ("peek", "receive"):
+            raise OptionError(f"option 'mode' is 'peek' or 'receive', not {mode!r}")
+        return cls(
+            connection_string=connection_string, queue=queue, topic=topic,
+            subscription=subscription, sessions=_bool(options, "sessions"),
+            max_messages_per_trigger=_int(options, "maxMessagesPerTrigger", 1000),
+            receive_wait=_float(options, "receiveWait", 1.0),
+            prefetch=_int(options, "prefetch", 500),
+            num_partitions=_int(options, "numPartitions", 2),
+            max_concurrent_sessions=_int(options, "maxConcurrentSessions", 8),
+            lock_renew_interval=_float(options, "lockRenewInterval", 20.0),
+            mode=mode, max_messages=_int(options, "maxMessages", 10_000),
+            batch_size=_int(options, "batchSize", 100),
+        )  # fmt: skip
+
+
+def _bool(options: Mapping[str, str], key: str) -> bool:
+    value = str(options.get(key.lower(), "false")).strip().lower()
+    if value not in ("true", "false"):
+        raise OptionError(f"option {key!r} is true or false, not {value!r}")
+    return value == "true"
+
+
+def _int(options: Mapping[str, str], key: str, default: int) -> int:
+    try:
+        value = int(options.get(key.lower(), default))
+    except ValueError:
+        raise OptionError(f"option {key!r} must be a whole number") from None
+    if value < 1:
+        raise OptionError(f"option {key!r} must be at least 1")
+    return value
+
+
+def _float(options: Mapping[str, str], key: str, default: float) -> float:
+    try:
+        value = float(options.get(key.lower(), default))
+    except ValueError:
+        raise OptionError(f"option {key!r} must be a number of seconds") from None
+    if value <= 0:
+        raise OptionError(f"option {key!r} must be more than 0")
+    return value
