@@ -130,6 +130,12 @@ def _test(args: argparse.Namespace, rest: list[str]) -> int:
     return 0 if failed == 0 and broken == 0 else 1
 
 
+def _spark(args: argparse.Namespace, rest: list[str]) -> int:
+    from .spark.runner import run
+
+    return run(args)
+
+
 def _resolve(args: argparse.Namespace, rest: list[str]) -> int:
     import os
 
@@ -218,6 +224,17 @@ def build_parser() -> argparse.ArgumentParser:
     test.add_argument("paths", nargs="*", metavar="PATH", help="test files or directories")
     test.add_argument("-v", "--verbose", action="store_true", help="list passing cases too")
     test.set_defaults(handler=_test)
+
+    spark = commands.add_parser(
+        "spark",
+        help="run a pipeline on Spark Structured Streaming (or replay Capture files)",
+        description="Runs a configured pipeline's steps on Spark: a servicebus stream per "
+        "source, the steps per partition, the pipeline's targets as the sink.",
+    )
+    from .spark.runner import add_arguments as add_spark_arguments
+
+    add_spark_arguments(spark)
+    spark.set_defaults(handler=_spark)
 
     resolve = commands.add_parser(
         "resolve",

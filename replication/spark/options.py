@@ -33,6 +33,9 @@ class Options:
     mode: str = "peek"
     max_messages: int = 10_000
     batch_size: int = 100
+    pipeline: tuple[str, str, str, str | None] | None = None
+    """Writing a pipeline's planned rows: (file text, pipeline name, settings JSON, folder);
+    each row's ``target`` column names the pipeline target it goes to."""
 
     @property
     def path(self) -> str:
@@ -49,6 +52,8 @@ class Options:
     @classmethod
     def parse(cls, raw: Mapping[str, str], *, reading: bool) -> Options:
         options = {str(k).lower(): v for k, v in raw.items()}
+        if not reading and options.get("pipeline"):
+            return cls._for_pipeline(options)
         connection_string = options.get("connectionstring")
         if not connection_string and options.get("connection"):
             name = options["connection"]
@@ -85,6 +90,18 @@ class Options:
             lock_renew_interval=_float(options, "lockRenewInterval", 20.0),
             mode=mode, max_messages=_int(options, "maxMessages", 10_000),
             batch_size=_int(options, "batchSize", 100),
+        )  # fmt: skip
+
+
+    @classmethod
+    def _for_pipeline(cls, options: Mapping[str, str]) -> Options:
+        name = options.get("pipelinename")
+        if not name:
+            raise OptionError("option 'pipeline' needs 'pipelineName'")
+        return cls(
+            connection_string="", batch_size=_int(options, "batchSize", 100),
+            pipeline=(options["pipeline"], name, options.get("settings", "{}"),
+                      options.get("pipelinedir")),
         )  # fmt: skip
 
 

@@ -49,13 +49,20 @@ def encode_properties(props: Mapping[str, PropertyValue]) -> tuple[dict[str, str
     return values, types
 
 
-def decode_properties(
-    values: Mapping[str, str | None] | None, types: Mapping[str, str] | None
-) -> dict[str, PropertyValue]:
-    types = types or {}
+def decode_properties(values: Any, types: Any) -> dict[str, PropertyValue]:
+    """Typed properties from the two maps (dicts, or Arrow's lists of pairs)."""
+    kinds = _as_dict(types)
     return {
-        key: _decode(types.get(key, "string"), text, key) for key, text in (values or {}).items()
+        key: _decode(kinds.get(key, "string"), text, key)
+        for key, text in _as_dict(values).items()
     }
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    """A map column as Python sees it: a dict (rows) or (key, value) pairs (Arrow)."""
+    if not value:
+        return {}
+    return dict(value.items() if isinstance(value, Mapping) else value)
 
 
 def _encode(value: PropertyValue) -> tuple[str, str | None]:
@@ -130,8 +137,10 @@ def to_row(message: Message) -> tuple[Any, ...]:
 
 
 def from_row(row: Any) -> Message:
-    """A message to send from a row with (some of) the ``SCHEMA`` columns; ``body`` is the
-    one that must be there (binary, or a string sent as UTF-8)."""
+    """The message of a row with (some of) the ``SCHEMA`` columns; ``body`` is the one that
+    must be there (binary, or a string sent as UTF-8). The source facts (enqueued time,
+    sequence number, delivery count) come along for stamping; sending ignores them. A
+    ``target`` column names the pipeline target a row goes to."""
     data: Mapping[str, Any] = row.asDict() if hasattr(row, "asDict") else row
     if "body" not in data:
         raise ValueError("a row to send needs a 'body' column (binary or string)")
@@ -141,6 +150,9 @@ def from_row(row: Any) -> Message:
     elif body is None:
         body = b""
     ttl = data.get("time_to_live_ms")
+    enqueued = data.get("enqueued_time")
+    if isinstance(enqueued, datetime) and enqueued.tzinfo is None:
+        enqueued = enqueued.replace(tzinfo=UTC)  # Spark hands timestamps back as naive UTC
     return Message(
         body=bytes(body),
         message_id=data.get("message_id"), session_id=data.get("session_id"),
@@ -151,6 +163,8 @@ def from_row(row: Any) -> Message:
         application_properties=decode_properties(
             data.get("application_properties"), data.get("application_property_types")
         ),
+        enqueued_time=enqueued, sequence_number=data.get("sequence_number"),
+        delivery_count=data.get("delivery_count"), target=data.get("target") or None,
     )  # fmt: skip
 
 

@@ -11,7 +11,6 @@ by message-id at the target (duplicate detection or the ``dedupe`` step).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -25,9 +24,21 @@ from .rows import from_row
 T = TypeVar("T")
 
 
+_LOOP: Any = None
+_POOLS: dict[Any, Any] = {}
+"""Per Python worker process: one loop and one open sender pool per target set, reused by
+every partition the worker writes (Spark reuses workers). Connecting and closing the SDK's
+clients per partition cost about a second each micro-batch."""
+
+
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
-    """Runs a coroutine to completion from Spark's synchronous callbacks."""
-    return asyncio.run(coro)
+    """Runs a coroutine on this process's loop thread from Spark's synchronous callbacks."""
+    global _LOOP
+    if _LOOP is None:
+        from .intake import LoopThread
+
+        _LOOP = LoopThread("servicebus-sink")
+    return _LOOP.run(coro, timeout=None)
 
 
 @dataclass
@@ -42,19 +53,24 @@ async def send_messages(options: Options, messages: list[Message]) -> int:
 
     if not messages:
         return 0
-    pool = SenderPool({None: Target(options.connection_string, options.entity)})
-    try:
-        result = await send_ordered(
-            messages, pool, SendPolicy(max_batch_messages=options.batch_size)
-        )
-    finally:
-        await pool.close()
+    key = options.pipeline or (options.connection_string, options.entity)
+    pool = _POOLS.get(key)
+    if pool is None:
+        if options.pipeline is not None:
+            from .pipeline import built_pipeline
+
+            targets = built_pipeline(*options.pipeline).targets
+        else:
+            targets = {None: Target(options.connection_string, options.entity)}
+        pool = _POOLS[key] = SenderPool(targets)
+    result = await send_ordered(messages, pool, SendPolicy(max_batch_messages=options.batch_size))
     failed = result.failed()
     if failed:
         first = result.errors[failed[0]]
         raise RuntimeError(
             f"{len(failed)} of {len(messages)} messages were not accepted by "
-            f"{options.entity!r} (first: {messages[failed[0]].message_id}: {first!r})"
+            f"{options.entity or 'the targets'!r} (first: {messages[failed[0]].message_id}: "
+            f"{first!r})"
         )
     return len(messages)
 

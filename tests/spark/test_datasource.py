@@ -31,18 +31,18 @@ def options(broker: BrokerHandle, queue: str, **more: Any) -> dict[str, str]:
             **{k: str(v) for k, v in more.items()}}  # fmt: skip
 
 
-def test_streaming_replicates_5000_messages_available_now(
+def test_streaming_replicates_available_now(
     spark: Any, broker_factory: Any, tmp_path: Path
 ) -> None:
     broker: BrokerHandle = broker_factory(CONFIG)
-    total = 5000
+    total = 2000  # 5,000, with a driver killed midway: test_pipeline.py
     fill(broker, "src", [
         ServiceBusMessage(f"m-{i}".encode(), message_id=f"m-{i}",
                           application_properties={"n": i, "kind": "test", "ok": True})
         for i in range(total)
     ])  # fmt: skip
     stream = (spark.readStream.format("servicebus")
-              .options(**options(broker, "src", maxMessagesPerTrigger=1500)).load())  # fmt: skip
+              .options(**options(broker, "src", maxMessagesPerTrigger=600)).load())  # fmt: skip
     query = (
         stream.writeStream.format("servicebus").options(**options(broker, "dst"))
         .option("checkpointLocation", str(tmp_path / "checkpoint"))
@@ -99,14 +99,14 @@ def test_sessions_keep_their_order_through_spark(
     spark: Any, broker_factory: Any, tmp_path: Path
 ) -> None:
     broker: BrokerHandle = broker_factory(CONFIG)
-    sessions, per_session = 12, 50
+    sessions, per_session = 8, 30
     fill(broker, "s-src", [
         ServiceBusMessage(f"{s}:{n}".encode(), message_id=f"{s}-{n}", session_id=f"s{s}")
         for n in range(per_session) for s in range(sessions)
     ])  # fmt: skip
     stream = (spark.readStream.format("servicebus")
               .options(**options(broker, "s-src", sessions="true", maxConcurrentSessions=4,
-                                 maxMessagesPerTrigger=200)).load())  # fmt: skip
+                                 maxMessagesPerTrigger=100)).load())  # fmt: skip
     query = (
         stream.writeStream.format("servicebus").options(**options(broker, "s-dst"))
         .option("checkpointLocation", str(tmp_path / "checkpoint"))

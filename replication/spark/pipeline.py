@@ -1,0 +1,128 @@
+"""A configured pipeline on Spark: the same steps, per partition, over the one message model.
+
+``plan_function`` is what ``mapInArrow`` runs on executors: each input row becomes a
+``Message`` (source facts included, for the stamp), goes through the pipeline's task
+(``ReplicationTask.plan``: steps, loop guard, ``repl-path``, the stamp) and comes out as
+zero or more rows with a ``target`` column naming where it goes (``""``: the pipeline's
+target, ``route:0``, ``default``, ``error_target``, ...). Rows keep their partition's order,
+so a session (kept in one partition by the source) leaves in the order it arrived.
+
+A step's dead-letter decision cannot dead-letter one message of a micro-batch (the batch is
+completed as a whole), so, as in Azure Functions, such a message goes to the pipeline's
+``error_target`` with ``DeadLetterReason`` / ``DeadLetterErrorDescription`` properties;
+without an error target the partition fails with that reason (nothing is completed, the
+messages come again).
+
+Executors rebuild the pipeline from its file text, name and settings once per process.
+Stateful steps (``dedupe``, ``chain``) keep their state per executor process.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from .rows import SCHEMA, from_row, to_row
+
+OUTPUT_SCHEMA = SCHEMA + ", target string"
+ERROR_TARGET = "error_target"
+
+
+@functools.lru_cache(maxsize=8)
+def built_pipeline(text: str, name: str, settings_json: str, base_dir: str | None) -> Any:
+    """The built pipeline for this process (cached: built once per executor)."""
+    from pathlib import Path
+
+    from ..pipeline import parse_pipelines
+
+    settings = json.loads(settings_json)
+    loaded = parse_pipelines(text, "<pipelines>", base_dir=Path(base_dir) if base_dir else None)
+    return loaded.get(name).build(settings)
+
+
+class PipelineRef:
+    """What executors need to rebuild a pipeline (picklable, small)."""
+
+    def __init__(self, text: str, name: str, settings: Mapping[str, str],
+                 base_dir: str | None = None) -> None:  # fmt: skip
+        self.text = text
+        self.name = name
+        self.settings_json = json.dumps(dict(settings), sort_keys=True)
+        self.base_dir = base_dir
+
+    def build(self) -> Any:
+        return built_pipeline(self.text, self.name, self.settings_json, self.base_dir)
+
+
+class DeadLetterWithoutErrorTarget(RuntimeError):
+    """A step said dead-letter, and on Spark that needs the pipeline's error_target."""
+
+
+def plan_rows(
+    ref: PipelineRef, rows: list[dict[str, Any]], source: int = 0
+) -> list[tuple[Any, ...]]:
+    """Runs rows through the pipeline's task; the output rows (``OUTPUT_SCHEMA``)."""
+    built = ref.build()
+    task = built.tasks[source]
+    out: list[tuple[Any, ...]] = []
+    for row in rows:
+        message = from_row(row)
+        outcome = task.plan(message)
+        if outcome.dead_letter is not None:
+            reason, description = outcome.dead_letter
+            if ERROR_TARGET not in built.targets:
+                raise DeadLetterWithoutErrorTarget(
+                    f"pipeline {ref.name!r}: message {message.message_id!r} must be "
+                    f"dead-lettered ({reason}: {description}) but the pipeline has no "
+                    "error_target (on Spark, dead-letter decisions go there)"
+                )
+            props = dict(message.application_properties)
+            props["DeadLetterReason"] = reason
+            props["DeadLetterErrorDescription"] = description
+            out.append((*to_row(message.copy(application_properties=props)), ERROR_TARGET))
+            continue
+        for output in outcome.outputs:
+            out.append((*to_row(output), output.target or ""))
+    return out
+
+
+def plan_function(ref: PipelineRef, source: int = 0) -> Any:
+    """The ``mapInArrow`` function: record batches in, planned record batches out."""
+
+    def plan(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        schema: Any = None
+        for batch in batches:
+            rows = plan_rows(ref, batch.to_pylist(), source)
+            if not rows:
+                continue
+            if schema is None:
+                schema = _arrow_schema()
+            columns = [
+                [list(v.items()) if isinstance(v, dict) else v for v in col]
+                for col in zip(*rows, strict=True)
+            ]
+            arrays = [pa.array(col, type=f.type) for col, f in zip(columns, schema, strict=True)]
+            yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+    return plan
+
+
+def _arrow_schema() -> Any:
+    import pyarrow as pa
+
+    string = pa.string()
+    props = pa.map_(pa.string(), pa.string())
+    return pa.schema([
+        ("body", pa.binary()), ("message_id", string), ("session_id", string),
+        ("partition_key", string), ("correlation_id", string), ("subject", string),
+        ("content_type", string), ("to", string), ("reply_to", string),
+        ("reply_to_session_id", string), ("time_to_live_ms", pa.int64()),
+        ("enqueued_time", pa.timestamp("us", tz="UTC")), ("sequence_number", pa.int64()),
+        ("delivery_count", pa.int32()), ("application_properties", props),
+        ("application_property_types", props), ("repl_enqueue_time", string),
+        ("repl_sequence", string), ("target", string),
+    ])  # fmt: skip

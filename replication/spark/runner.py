@@ -1,0 +1,228 @@
+"""``python -m replication spark``: a configured pipeline on Spark Structured Streaming.
+
+Reads the same ``local.settings.json`` (or the environment) and ``pipelines.yaml`` as the
+local host. Per pipeline source: a ``servicebus`` stream, the pipeline's steps in
+``mapInArrow`` (``pipeline.plan_function``), and a ``servicebus`` sink that sends each row to
+the target its ``target`` column names; one checkpoint folder per source. ``--available-now``
+processes what is there and stops; otherwise it runs until Ctrl-C (the query stops between
+micro-batches; uncommitted messages are given back). ``--replay PATH`` sends the records of
+Capture files through the pipeline instead (a batch job). Nothing here assumes local mode:
+on a cluster the same module runs under ``spark-submit`` (``--master`` is then ignored in
+favour of the submit's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("replication.spark")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--pipeline", required=True, help="the pipeline (by name) to run")
+    parser.add_argument("--dir", type=Path, default=Path.cwd(),
+                        help="the app folder (pipelines.yaml, local.settings.json)")
+    parser.add_argument("--settings", type=Path, help="local.settings.json to use")
+    parser.add_argument("--master", default=None,
+                        help="Spark master (default: local[2], or what spark-submit set)")
+    parser.add_argument("--available-now", action="store_true",
+                        help="process what is at the source now, then stop")
+    parser.add_argument("--checkpoint", type=Path,
+                        help="checkpoint folder (default: <dir>/.replication/spark/<pipeline>)")
+    parser.add_argument("--replay", metavar="PATH",
+                        help="replay Capture Avro files (a file or folder) through the pipeline")
+    parser.add_argument("--max-messages-per-trigger", type=int, default=1000)
+    parser.add_argument("--no-brokers", action="store_true",
+                        help="do not start embedded brokers for local emulator connections")
+    parser.add_argument("--log-level", default="INFO")  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..host.settings import SettingsError, load_settings
+    from ..pipeline import PipelineConfigError, load_pipelines
+
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+    try:
+        settings, _ = load_settings(args.dir, args.settings)
+    except SettingsError:
+        settings = {}
+    settings = {**{k: v for k, v in os.environ.items() if k in settings}, **settings}
+    path = args.dir / settings.get("REPLICATION_PIPELINES", "pipelines.yaml")
+    try:
+        pipeline = load_pipelines(path, settings=settings).get(args.pipeline)
+    except (PipelineConfigError, KeyError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    brokers = None if args.no_brokers else _embedded_brokers(args.dir, pipeline, settings)
+    spark = session(args.master)
+    try:
+        job = SparkPipeline(spark, pipeline, path, settings)
+        if args.replay:
+            job.replay(args.replay)
+            return 0
+        checkpoint = args.checkpoint or args.dir / ".replication" / "spark" / pipeline.name
+        job.stream(checkpoint, available_now=args.available_now,
+                   max_per_trigger=args.max_messages_per_trigger)  # fmt: skip
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        spark.stop()
+        if brokers is not None:
+            brokers.close()
+
+
+def session(master: str | None) -> Any:
+    """A SparkSession with the servicebus source registered. Workers run this interpreter
+    (with this package and pyarrow) unless PYSPARK_PYTHON says otherwise."""
+    from pyspark.sql import SparkSession
+
+    from . import register
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName("replication")
+    under_submit = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started this driver
+    if not under_submit:
+        builder = builder.master(master or "local[2]")
+    spark = builder.config("spark.sql.session.timeZone", "UTC").getOrCreate()
+    register(spark)
+    return spark
+
+
+class SparkPipeline:
+    def __init__(self, spark: Any, pipeline: Any, path: Path, settings: dict[str, str]) -> None:
+        from .pipeline import PipelineRef
+
+        self.spark = spark
+        self.pipeline = pipeline
+        self.settings = settings
+        self.ref = PipelineRef(path.read_text(encoding="utf-8"), pipeline.name, settings,
+                               str(path.parent))  # fmt: skip
+
+    def sink_options(self) -> dict[str, str]:
+        text, name, settings_json, base_dir = (
+            self.ref.text, self.ref.name, self.ref.settings_json, self.ref.base_dir,
+        )  # fmt: skip
+        options = {"pipeline": text, "pipelineName": name, "settings": settings_json}
+        if base_dir:
+            options["pipelineDir"] = base_dir
+        return options
+
+    def source_options(self, index: int, max_per_trigger: int) -> dict[str, str]:
+        endpoint = self.pipeline.sources[index]
+        connection = self.settings[endpoint.connection]
+        if endpoint.failover is not None:  # where the source is now
+            import asyncio
+
+            failover = endpoint.failover.build(f"{self.pipeline.name}/spark", connection,
+                                               self.settings, self.pipeline.base_dir)  # fmt: skip
+            connection = asyncio.run(failover.connection_string())
+        options = {"connectionString": connection, "sessions": str(endpoint.sessions).lower(),
+                   "maxMessagesPerTrigger": str(max_per_trigger)}  # fmt: skip
+        if endpoint.queue:
+            options["queue"] = endpoint.queue
+        else:
+            options["topic"] = str(endpoint.topic)
+            options["subscription"] = str(endpoint.subscription)
+        return options
+
+    def planned(self, frame: Any, index: int = 0) -> Any:
+        from .pipeline import OUTPUT_SCHEMA, plan_function
+
+        return frame.mapInArrow(plan_function(self.ref, index), OUTPUT_SCHEMA)
+
+    def stream(self, checkpoint: Path, *, available_now: bool, max_per_trigger: int) -> None:
+        queries = []
+        for index in range(len(self.pipeline.sources)):
+            frame = (self.spark.readStream.format("servicebus")
+                     .options(**self.source_options(index, max_per_trigger)).load())  # fmt: skip
+            writer = (self.planned(frame, index).writeStream.format("servicebus")
+                      .options(**self.sink_options())
+                      .option("checkpointLocation", str(checkpoint / f"source-{index}"))
+                      .queryName(f"{self.pipeline.name}-{index}"))  # fmt: skip
+            writer = writer.trigger(availableNow=True) if available_now else writer
+            queries.append(writer.start())
+            log.info("%s: streaming source %d (%s), checkpoint %s", self.pipeline.name, index,
+                     self.pipeline.sources[index].describe(), checkpoint / f"source-{index}")
+        _watch(queries)
+
+    def replay(self, path: str) -> int:
+        from .capture import read_capture
+
+        frame = read_capture(self.spark, path)
+        planned = self.planned(frame).cache()
+        count = planned.count()
+        planned.write.format("servicebus").options(**self.sink_options()).mode("append").save()
+        log.info("%s: replayed %d output message(s) from %s", self.pipeline.name, count, path)
+        return count
+
+
+def _watch(queries: list[Any]) -> None:
+    """Progress from the streaming queries every few seconds until they all end."""
+    seen: dict[str, int] = {}
+    try:
+        while any(q.isActive for q in queries):
+            time.sleep(2.0)
+            for query in queries:
+                progress = query.lastProgress
+                if progress and seen.get(query.name) != progress["batchId"]:
+                    seen[query.name] = progress["batchId"]
+                    log.info("%s: batch %d, %d rows, %.0f rows/s", query.name,
+                             progress["batchId"], progress["numInputRows"],
+                             progress.get("processedRowsPerSecond") or 0.0)  # fmt: skip
+    except KeyboardInterrupt:
+        for query in queries:
+            query.stop()
+        raise
+    for query in queries:
+        error = query.exception()
+        if error is not None:
+            raise RuntimeError(f"query {query.name} failed: {error}")
+
+
+class _Brokers:
+    def __init__(self, thread: Any, brokers: list[Any]) -> None:
+        self.thread = thread
+        self.brokers = brokers
+
+    def close(self) -> None:
+        for broker in self.brokers:
+            self.thread.run(broker.stop())
+        self.thread.close()
+
+
+def _embedded_brokers(directory: Path, pipeline: Any, settings: dict[str, str]) -> Any:
+    """Local emulator connections with nothing listening get an embedded broker (as
+    ``start`` does), so the same config runs on Spark on one machine."""
+    import socket
+
+    from ..host.embedded import plan_brokers, start_brokers
+    from .intake import LoopThread
+
+    plan = plan_brokers([pipeline], settings)
+    free = {}
+    for port, entities in plan.items():
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) != 0:
+                free[port] = entities
+    if not free:
+        return None
+    thread = LoopThread("embedded-brokers")
+    brokers = thread.run(start_brokers(free, directory / ".replication"))
+    for broker in brokers:
+        log.info("embedded broker on localhost:%d", broker.port)
+    return _Brokers(thread, brokers)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point for ``spark-submit spark_submit.py --pipeline NAME ...`` on a cluster."""
+    parser = argparse.ArgumentParser(prog="spark_submit.py", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

@@ -1,0 +1,211 @@
+"""Pipelines on Spark (``local[2]``, the embedded broker): the same output as the Functions /
+local host path for the same input, Capture replay, and a driver killed mid-stream that
+loses nothing when restarted from its checkpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from azure.servicebus import ServiceBusMessage
+
+from replication.functions import PipelineRuntime
+from replication.messages import from_received
+from replication.pipeline import load_pipelines
+from replication.spark.runner import SparkPipeline
+from tests.broker.conftest import REPO_ROOT, BrokerHandle, make_config
+
+pytestmark = pytest.mark.timeout(300)
+
+CONFIG = make_config({
+    "in-host": {}, "in-spark": {}, "out-host": {}, "out-spark": {}, "rejects": {},
+    "src": {"LockDuration": "PT5S"}, "dst": {"RequiresDuplicateDetection": True},
+})  # fmt: skip
+
+EDITOR = """\
+pipelines:
+  - name: {name}
+    source: {{connection: Bus, queue: in-{side}}}
+    steps:
+      - filter: {{condition: "n % 5 <> 0"}}
+      - enrich: {{properties: {{region: eu, pipeline: editor}}, body: {{origin: shop}}}}
+      - transform: {{rename: {{qty: quantity}}, drop: [price]}}
+    target: {{connection: Bus, queue: out-{side}}}
+"""
+
+
+def fill(broker: BrokerHandle, queue: str, messages: list[ServiceBusMessage]) -> None:
+    with broker.client() as client, client.get_queue_sender(queue) as sender:
+        for start in range(0, len(messages), 250):
+            sender.send_messages(messages[start : start + 250])
+
+
+def orders(count: int) -> list[ServiceBusMessage]:
+    return [
+        ServiceBusMessage(json.dumps({"qty": i % 7 + 1, "price": 2.5}), message_id=f"o-{i}",
+                          content_type="application/json",
+                          application_properties={"n": i, "kind": "order"})
+        for i in range(count)
+    ]  # fmt: skip
+
+
+def received(broker: BrokerHandle, queue: str) -> dict[str, tuple[bytes, dict[str, Any]]]:
+    """message-id -> (body, properties without the stamp values, which name times)."""
+    out = {}
+    with broker.client() as client, client.get_queue_receiver(queue) as receiver:
+        while batch := receiver.receive_messages(max_message_count=200, max_wait_time=1):
+            for message in batch:
+                props = {_text(k): _text(v)
+                         for k, v in (message.application_properties or {}).items()}
+                stamped = {k for k in props if k.startswith("repl-")}
+                assert {"repl-enqueue-time", "repl-sequence"} <= stamped
+                body = b"".join(message.body)
+                out[str(message.message_id)] = (body, {k: v for k, v in props.items()
+                                                       if k not in stamped})  # fmt: skip
+                receiver.complete_message(message)
+    return out
+
+
+def _text(value: Any) -> Any:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def app_folder(tmp_path: Path, broker: BrokerHandle, pipelines: str) -> Path:
+    (tmp_path / "pipelines.yaml").write_text(pipelines)
+    (tmp_path / "local.settings.json").write_text(json.dumps({"Values": {
+        "Bus": broker.connection_string, "REPLICATION_PIPELINES": "pipelines.yaml",
+    }}))  # fmt: skip
+    return tmp_path
+
+
+def test_an_editor_pipeline_gives_the_same_output_as_the_local_host(
+    spark: Any, broker_factory: Any, tmp_path: Path
+) -> None:
+    broker: BrokerHandle = broker_factory(CONFIG)
+    text = EDITOR.format(name="host", side="host") + EDITOR.format(
+        name="spark", side="spark"
+    ).removeprefix("pipelines:\n")
+    folder = app_folder(tmp_path, broker, text)
+    settings = {"Bus": broker.connection_string}
+    loaded = load_pipelines(folder / "pipelines.yaml", settings=settings)
+    fill(broker, "in-host", orders(150))
+    fill(broker, "in-spark", orders(150))
+
+    # the Functions / local host path: the function the host calls, with what it receives
+    runtime = PipelineRuntime(loaded.get("host"), settings)
+
+    async def host_side() -> None:
+        from azure.servicebus.aio import ServiceBusClient
+
+        client = ServiceBusClient.from_connection_string(broker.connection_string)
+        async with client, client.get_queue_receiver("in-host") as receiver:
+            while batch := await receiver.receive_messages(100, max_wait_time=1):
+                await runtime.handle([from_received(m) for m in batch])
+                for message in batch:
+                    await receiver.complete_message(message)
+        await runtime._pool.close()
+
+    asyncio.run(host_side())
+    SparkPipeline(spark, loaded.get("spark"), folder / "pipelines.yaml", settings).stream(
+        tmp_path / "checkpoint", available_now=True, max_per_trigger=100
+    )
+    on_host, on_spark = received(broker, "out-host"), received(broker, "out-spark")
+    assert len(on_host) == 120  # every fifth filtered out
+    assert on_spark == on_host
+    body, props = on_spark["o-1"]
+    assert json.loads(body) == {"quantity": 2, "origin": "shop"}
+    assert props == {"n": 1, "kind": "order", "region": "eu", "pipeline": "editor"}
+
+
+def test_capture_replay_sends_the_records_through_the_pipeline(
+    spark: Any, broker_factory: Any, tmp_path: Path
+) -> None:
+    from fastavro import parse_schema, writer
+
+    from replication.spark.capture import CAPTURE_SCHEMA
+
+    broker: BrokerHandle = broker_factory(CONFIG)
+    folder = app_folder(tmp_path, broker, """\
+pipelines:
+  - name: replay
+    source: {connection: Bus, queue: src}
+    steps:
+      - filter: {condition: "keep = 1"}
+    target: {connection: Bus, queue: dst}
+""")
+    records = [{
+        "SequenceNumber": 1000 + i, "Offset": str(i * 10),
+        "EnqueuedTimeUtc": f"11/23/2026 1:{i % 60:02d}:00 PM",
+        "SystemProperties": {"message-id": f"cap-{i}"} if i % 2 else {},
+        "Properties": {"keep": int(i % 4 != 0), "name": f"r{i}", "ratio": 0.25},
+        "Body": f"record {i}".encode(),
+    } for i in range(120)]  # fmt: skip
+    capture = tmp_path / "capture" / "0" / "2026" / "11" / "23"
+    capture.mkdir(parents=True)
+    with open(capture / "13_00_00.avro", "wb") as handle:
+        writer(handle, parse_schema(CAPTURE_SCHEMA), records)
+    settings = {"Bus": broker.connection_string}
+    pipeline = load_pipelines(folder / "pipelines.yaml", settings=settings).get("replay")
+    sent = SparkPipeline(spark, pipeline, folder / "pipelines.yaml", settings).replay(
+        str(tmp_path / "capture")
+    )
+    assert sent == 90
+    with broker.client() as client, client.get_queue_receiver("dst") as receiver:
+        got = []
+        while batch := receiver.receive_messages(max_message_count=200, max_wait_time=1):
+            got += batch
+    ids = {str(m.message_id) for m in got}
+    assert ids == {f"cap-{i}" if i % 2 else f"capture-{1000 + i}-{i * 10}"
+                   for i in range(120) if i % 4}  # fmt: skip
+    one = next(m for m in got if str(m.message_id) == "cap-1")
+    props = {_text(k): _text(v) for k, v in one.application_properties.items()}
+    assert props["repl-sequence"] == "1001"
+    assert props["repl-enqueue-time"].startswith("2026-11-23T13:01:00")
+    assert (props["keep"], props["ratio"]) == (1, 0.25)
+
+
+def spark_process(folder: Path, per_trigger: int, *args: str) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), PYSPARK_PYTHON=sys.executable)
+    return subprocess.Popen(
+        [sys.executable, "-m", "replication", "spark", "--pipeline", "copy", "--dir",
+         str(folder), "--max-messages-per-trigger", str(per_trigger), *args],
+        cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+
+
+def test_a_killed_driver_loses_nothing_after_a_restart(
+    broker_factory: Any, tmp_path: Path
+) -> None:
+    broker: BrokerHandle = broker_factory(CONFIG)
+    folder = app_folder(tmp_path, broker, """\
+pipelines:
+  - name: copy
+    source: {connection: Bus, queue: src}
+    target: {connection: Bus, queue: dst}
+""")
+    total = 5000
+    fill(broker, "src", [ServiceBusMessage(b"x" * 32, message_id=f"k-{i}") for i in range(total)])
+    first = spark_process(folder, 500)
+    deadline = time.monotonic() + 180
+    while broker.count("dst") < 1000:
+        assert first.poll() is None, first.communicate()[0][-3000:]
+        assert time.monotonic() < deadline, "the first run moved nothing"
+        time.sleep(0.2)
+    first.send_signal(signal.SIGKILL)  # the driver dies mid-stream: nothing settles cleanly
+    first.communicate(timeout=30)
+    assert broker.count("src") > 0, "the first run finished before the kill"
+    second = spark_process(folder, 5000, "--available-now")
+    output = second.communicate(timeout=240)[0]
+    assert second.returncode == 0, output[-3000:]
+    ids = broker.message_ids("dst")
+    assert set(ids) == {f"k-{i}" for i in range(total)}
+    assert len(ids) == total  # what the first run sent twice, duplicate detection dropped
+    assert broker.count("src") == 0
