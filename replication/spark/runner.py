@@ -49,11 +49,10 @@ def run(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
-    try:
+    try:  # local.settings.json (the environment wins, as with Functions), else the environment
         settings, _ = load_settings(args.dir, args.settings)
     except SettingsError:
-        settings = {}
-    settings = {**{k: v for k, v in os.environ.items() if k in settings}, **settings}
+        settings = dict(os.environ)
     path = args.dir / settings.get("REPLICATION_PIPELINES", "pipelines.yaml")
     try:
         pipeline = load_pipelines(path, settings=settings).get(args.pipeline)
