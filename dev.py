@@ -66,7 +66,15 @@ def main(argv: list[str]) -> int:
     if action == "lint" or lint != 0:
         return lint
     say("running the test suite")
-    return run([python, "-m", "pytest", *rest])
+    return run([python, "-m", "pytest", *_parallel(rest), *rest])
+
+
+def _parallel(args: list[str]) -> list[str]:
+    """pytest-xdist on every core (at most 4: each worker may start its own Spark), a test
+    file's tests on one worker (they share module fixtures); not when the caller chose."""
+    if any(a.startswith(("-n", "--numprocesses")) or a == "no:xdist" for a in args):
+        return []
+    return ["-n", "auto", "--maxprocesses", "4", "--dist", "loadfile"]
 
 
 if __name__ == "__main__":

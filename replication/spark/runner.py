@@ -40,6 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-messages-per-trigger", type=int, default=1000)
     parser.add_argument("--no-brokers", action="store_true",
                         help="do not start embedded brokers for local emulator connections")
+    parser.add_argument("--metrics-port", type=int, default=None,
+                        help="serve the Prometheus /metrics of the streams on this port "
+                             "(0: any free port; default: not served)")
     parser.add_argument("--log-level", default="INFO")  # fmt: skip
 
 
@@ -60,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     brokers = None if args.no_brokers else _embedded_brokers(args.dir, pipeline, settings)
+    if args.metrics_port is not None:
+        _serve_metrics(args.metrics_port)
     spark = session(args.master)
     try:
         job = SparkPipeline(spark, pipeline, path, settings)
@@ -137,20 +142,40 @@ class SparkPipeline:
 
         return frame.mapInArrow(plan_function(self.ref, index), OUTPUT_SCHEMA)
 
+    def query_name(self, index: int) -> str:
+        return f"{self.pipeline.name}-{index}"
+
     def stream(self, checkpoint: Path, *, available_now: bool, max_per_trigger: int) -> None:
+        """One query per source until they end (AvailableNow) or Ctrl-C; progress goes to
+        the log and the metrics (``progress.PipelineProgress``)."""
+        from .pipeline import ERROR_TARGET
+        from .progress import PipelineProgress, observe
+
+        names = {self.query_name(i) for i in range(len(self.pipeline.sources))}
+        listener = PipelineProgress(self.pipeline.name, names)
+        self.spark.streams.addListener(listener)
         queries = []
-        for index in range(len(self.pipeline.sources)):
-            frame = (self.spark.readStream.format("servicebus")
-                     .options(**self.source_options(index, max_per_trigger)).load())  # fmt: skip
-            writer = (self.planned(frame, index).writeStream.format("servicebus")
-                      .options(**self.sink_options())
-                      .option("checkpointLocation", str(checkpoint / f"source-{index}"))
-                      .queryName(f"{self.pipeline.name}-{index}"))  # fmt: skip
-            writer = writer.trigger(availableNow=True) if available_now else writer
-            queries.append(writer.start())
-            log.info("%s: streaming source %d (%s), checkpoint %s", self.pipeline.name, index,
-                     self.pipeline.sources[index].describe(), checkpoint / f"source-{index}")
-        _watch(queries)
+        try:
+            for index in range(len(self.pipeline.sources)):
+                source = self.source_options(index, max_per_trigger)
+                frame = self.spark.readStream.format("servicebus").options(**source).load()
+                planned = observe(self.planned(frame, index), self.query_name(index),
+                                  ERROR_TARGET)  # fmt: skip
+                writer = (planned.writeStream.format("servicebus")
+                          .options(**self.sink_options())
+                          .option("checkpointLocation", str(checkpoint / f"source-{index}"))
+                          .queryName(self.query_name(index)))  # fmt: skip
+                writer = writer.trigger(availableNow=True) if available_now else writer
+                queries.append(writer.start())
+                log.info("%s: streaming source %d (%s), checkpoint %s", self.pipeline.name,
+                         index, self.pipeline.sources[index].describe(),
+                         checkpoint / f"source-{index}")  # fmt: skip
+            _watch(queries)
+        finally:
+            for query in queries:
+                if query.isActive:
+                    query.stop()
+            self.spark.streams.removeListener(listener)
 
     def replay(self, path: str) -> int:
         from .capture import read_capture
@@ -164,26 +189,24 @@ class SparkPipeline:
 
 
 def _watch(queries: list[Any]) -> None:
-    """Progress from the streaming queries every few seconds until they all end."""
-    seen: dict[str, int] = {}
-    try:
-        while any(q.isActive for q in queries):
-            time.sleep(2.0)
-            for query in queries:
-                progress = query.lastProgress
-                if progress and seen.get(query.name) != progress["batchId"]:
-                    seen[query.name] = progress["batchId"]
-                    log.info("%s: batch %d, %d rows, %.0f rows/s", query.name,
-                             progress["batchId"], progress["numInputRows"],
-                             progress.get("processedRowsPerSecond") or 0.0)  # fmt: skip
-    except KeyboardInterrupt:
-        for query in queries:
-            query.stop()
-        raise
+    """Waits until the queries all end; the first failure is raised."""
+    while any(q.isActive for q in queries):
+        time.sleep(0.5)
+        if any(q.exception() is not None for q in queries):
+            break
     for query in queries:
         error = query.exception()
         if error is not None:
             raise RuntimeError(f"query {query.name} failed: {error}")
+
+
+def _serve_metrics(port: int) -> None:
+    from prometheus_client import start_http_server
+
+    from ..metrics import REGISTRY
+
+    server, _ = start_http_server(port, addr="127.0.0.1", registry=REGISTRY)
+    log.info("metrics on http://127.0.0.1:%d/metrics", server.server_port)
 
 
 class _Brokers:

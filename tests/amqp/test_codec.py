@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+import re
 import struct
 import uuid
 from datetime import UTC, datetime
@@ -493,7 +494,12 @@ OUT_OF_RANGE = [
 ]
 
 
-@pytest.mark.parametrize("value", OUT_OF_RANGE, ids=[repr(v)[:40] for v in OUT_OF_RANGE])
+def _stable_id(value: Any) -> str:
+    """repr without memory addresses, so every pytest-xdist worker collects the same ids."""
+    return re.sub(r" at 0x[0-9a-f]+", "", repr(value))[:40]
+
+
+@pytest.mark.parametrize("value", OUT_OF_RANGE, ids=[_stable_id(v) for v in OUT_OF_RANGE])
 def test_unencodable_values_raise_encode_error(value: Any) -> None:
     with pytest.raises(EncodeError):
         encode(value)

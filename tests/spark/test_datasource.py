@@ -11,6 +11,7 @@ import pytest
 from azure.servicebus import ServiceBusMessage
 
 from tests.broker.conftest import BrokerHandle, make_config
+from tests.spark.support import fill, options, stream_available_now
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -18,17 +19,6 @@ CONFIG = make_config({
     "src": {}, "dst": {}, "peeked": {},
     "s-src": {"RequiresSession": True}, "s-dst": {"RequiresSession": True},
 })  # fmt: skip
-
-
-def fill(broker: BrokerHandle, queue: str, messages: list[ServiceBusMessage]) -> None:
-    with broker.client() as client, client.get_queue_sender(queue) as sender:
-        for start in range(0, len(messages), 250):
-            sender.send_messages(messages[start : start + 250])
-
-
-def options(broker: BrokerHandle, queue: str, **more: Any) -> dict[str, str]:
-    return {"connectionString": broker.connection_string, "queue": queue,
-            **{k: str(v) for k, v in more.items()}}  # fmt: skip
 
 
 def test_streaming_replicates_available_now(
@@ -41,15 +31,8 @@ def test_streaming_replicates_available_now(
                           application_properties={"n": i, "kind": "test", "ok": True})
         for i in range(total)
     ])  # fmt: skip
-    stream = (spark.readStream.format("servicebus")
-              .options(**options(broker, "src", maxMessagesPerTrigger=600)).load())  # fmt: skip
-    query = (
-        stream.writeStream.format("servicebus").options(**options(broker, "dst"))
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(availableNow=True).start()
-    )  # fmt: skip
-    query.awaitTermination(240)
-    assert query.exception() is None
+    query = stream_available_now(spark, options(broker, "src", maxMessagesPerTrigger=600),
+                                 options(broker, "dst"), tmp_path / "checkpoint")  # fmt: skip
     ids = broker.message_ids("dst")
     assert sorted(ids) == sorted(f"m-{i}" for i in range(total))
     assert broker.count("src") == 0  # completed only after the sink committed
@@ -104,16 +87,9 @@ def test_sessions_keep_their_order_through_spark(
         ServiceBusMessage(f"{s}:{n}".encode(), message_id=f"{s}-{n}", session_id=f"s{s}")
         for n in range(per_session) for s in range(sessions)
     ])  # fmt: skip
-    stream = (spark.readStream.format("servicebus")
-              .options(**options(broker, "s-src", sessions="true", maxConcurrentSessions=4,
-                                 maxMessagesPerTrigger=100)).load())  # fmt: skip
-    query = (
-        stream.writeStream.format("servicebus").options(**options(broker, "s-dst"))
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(availableNow=True).start()
-    )  # fmt: skip
-    query.awaitTermination(240)
-    assert query.exception() is None
+    source = options(broker, "s-src", sessions="true", maxConcurrentSessions=4,
+                     maxMessagesPerTrigger=100)
+    stream_available_now(spark, source, options(broker, "s-dst"), tmp_path / "checkpoint")
     order: dict[str, list[int]] = defaultdict(list)
     for message_id in broker.message_ids("s-dst"):
         session, n = str(message_id).split("-")

@@ -17,18 +17,21 @@ from typing import Any
 import pytest
 from azure.servicebus import ServiceBusMessage
 
+from replication import metrics
 from replication.functions import PipelineRuntime
 from replication.messages import from_received
 from replication.pipeline import load_pipelines
 from replication.spark.runner import SparkPipeline
 from tests.broker.conftest import REPO_ROOT, BrokerHandle, make_config
+from tests.spark.support import fill, properties, received_messages
 
 pytestmark = pytest.mark.timeout(300)
 
 CONFIG = make_config({
     "in-host": {}, "in-spark": {}, "out-host": {}, "out-spark": {}, "rejects": {},
     "src": {"LockDuration": "PT5S"}, "dst": {"RequiresDuplicateDetection": True},
-})  # fmt: skip
+    "m-queue": {}, "merged": {},
+}, topics={"m-topic": {"Subscriptions": {"replicate": {}}}})  # fmt: skip
 
 EDITOR = """\
 pipelines:
@@ -40,12 +43,6 @@ pipelines:
       - transform: {{rename: {{qty: quantity}}, drop: [price]}}
     target: {{connection: Bus, queue: out-{side}}}
 """
-
-
-def fill(broker: BrokerHandle, queue: str, messages: list[ServiceBusMessage]) -> None:
-    with broker.client() as client, client.get_queue_sender(queue) as sender:
-        for start in range(0, len(messages), 250):
-            sender.send_messages(messages[start : start + 250])
 
 
 def orders(count: int) -> list[ServiceBusMessage]:
@@ -60,22 +57,13 @@ def orders(count: int) -> list[ServiceBusMessage]:
 def received(broker: BrokerHandle, queue: str) -> dict[str, tuple[bytes, dict[str, Any]]]:
     """message-id -> (body, properties without the stamp values, which name times)."""
     out = {}
-    with broker.client() as client, client.get_queue_receiver(queue) as receiver:
-        while batch := receiver.receive_messages(max_message_count=200, max_wait_time=1):
-            for message in batch:
-                props = {_text(k): _text(v)
-                         for k, v in (message.application_properties or {}).items()}
-                stamped = {k for k in props if k.startswith("repl-")}
-                assert {"repl-enqueue-time", "repl-sequence"} <= stamped
-                body = b"".join(message.body)
-                out[str(message.message_id)] = (body, {k: v for k, v in props.items()
-                                                       if k not in stamped})  # fmt: skip
-                receiver.complete_message(message)
+    for message in received_messages(broker, queue):
+        props = properties(message)
+        stamped = {k for k in props if k.startswith("repl-")}
+        assert {"repl-enqueue-time", "repl-sequence"} <= stamped
+        out[str(message.message_id)] = (b"".join(message.body),
+                                        {k: v for k, v in props.items() if k not in stamped})
     return out
-
-
-def _text(value: Any) -> Any:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def app_folder(tmp_path: Path, broker: BrokerHandle, pipelines: str) -> Path:
@@ -125,6 +113,57 @@ def test_an_editor_pipeline_gives_the_same_output_as_the_local_host(
     assert props == {"n": 1, "kind": "order", "region": "eu", "pipeline": "editor"}
 
 
+MERGE = """\
+pipelines:
+  - name: merge
+    sources:
+      - {connection: Bus, queue: m-queue}
+      - {connection: Bus, topic: m-topic, subscription: replicate}
+    steps:
+      - validate:
+          json_schema: {type: object, required: [qty]}
+          on_error: route
+    target: {connection: Bus, queue: merged}
+    error_target: {connection: Bus, queue: rejects}
+"""
+
+
+def test_a_merge_of_a_queue_and_a_topic_subscription_counts_into_the_metrics(
+    spark: Any, broker_factory: Any, tmp_path: Path
+) -> None:
+    """Two sources (two streaming queries side by side), one of them a subscription; a
+    validation failure goes to the error target; the metrics come from Spark's progress."""
+    broker: BrokerHandle = broker_factory(CONFIG)
+    folder = app_folder(tmp_path, broker, MERGE)
+    fill(broker, "m-queue", orders(90))
+    with broker.client() as client, client.get_topic_sender("m-topic") as sender:
+        sender.send_messages([ServiceBusMessage(json.dumps({"qty": 1}), message_id=f"t-{i}")
+                              for i in range(60)])  # fmt: skip
+        sender.send_messages(ServiceBusMessage(b"{}", message_id="t-bad"))
+    settings = {"Bus": broker.connection_string}
+    pipeline = load_pipelines(folder / "pipelines.yaml", settings=settings).get("merge")
+    before = metrics.counts("merge")
+    SparkPipeline(spark, pipeline, folder / "pipelines.yaml", settings).stream(
+        tmp_path / "checkpoint", available_now=True, max_per_trigger=50
+    )
+    merged = broker.message_ids("merged")
+    assert sorted(merged) == sorted([f"o-{i}" for i in range(90)] +
+                                    [f"t-{i}" for i in range(60)])  # fmt: skip
+    assert broker.message_ids("rejects") == ["t-bad"]
+    with broker.client() as client, client.get_subscription_receiver(
+        "m-topic", "replicate", max_wait_time=1
+    ) as receiver:
+        assert receiver.peek_messages(10) == []  # completed after the sink wrote
+    after = metrics.counts("merge")
+    assert after["received"] - before["received"] == 151
+    assert after["forwarded"] - before["forwarded"] == 150
+    assert after["dead_lettered"] - before["dead_lettered"] == 1
+    from replication.spark.progress import BATCHES
+
+    batches = sum(BATCHES.labels("merge", f"merge-{i}")._value.get() for i in (0, 1))
+    assert batches >= 4  # 90 and 61 messages, 50 per trigger
+
+
 def test_capture_replay_sends_the_records_through_the_pipeline(
     spark: Any, broker_factory: Any, tmp_path: Path
 ) -> None:
@@ -158,15 +197,12 @@ pipelines:
         str(tmp_path / "capture")
     )
     assert sent == 90
-    with broker.client() as client, client.get_queue_receiver("dst") as receiver:
-        got = []
-        while batch := receiver.receive_messages(max_message_count=200, max_wait_time=1):
-            got += batch
+    got = received_messages(broker, "dst")
     ids = {str(m.message_id) for m in got}
     assert ids == {f"cap-{i}" if i % 2 else f"capture-{1000 + i}-{i * 10}"
                    for i in range(120) if i % 4}  # fmt: skip
     one = next(m for m in got if str(m.message_id) == "cap-1")
-    props = {_text(k): _text(v) for k, v in one.application_properties.items()}
+    props = properties(one)
     assert props["repl-sequence"] == "1001"
     assert props["repl-enqueue-time"].startswith("2026-11-23T13:01:00")
     assert (props["keep"], props["ratio"]) == (1, 0.25)

@@ -1,0 +1,58 @@
+"""What the Spark tests share: filling a queue, data source options, one AvailableNow stream
+from a queue to a queue, and reading a target back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from azure.servicebus import ServiceBusMessage
+
+from tests.broker.conftest import BrokerHandle
+
+
+def fill(broker: BrokerHandle, queue: str, messages: list[ServiceBusMessage]) -> None:
+    with broker.client() as client, client.get_queue_sender(queue) as sender:
+        for start in range(0, len(messages), 250):
+            sender.send_messages(messages[start : start + 250])
+
+
+def options(broker: BrokerHandle, queue: str | None = None, **more: Any) -> dict[str, str]:
+    entity = {"queue": queue} if queue else {}
+    return {"connectionString": broker.connection_string, **entity,
+            **{k: str(v) for k, v in more.items()}}  # fmt: skip
+
+
+def stream_available_now(
+    spark: Any, source: dict[str, str], target: dict[str, str], checkpoint: Path
+) -> Any:
+    """Runs a servicebus -> servicebus stream until the source is drained; returns the ended
+    query (its exception is None when it passed)."""
+    stream = spark.readStream.format("servicebus").options(**source).load()
+    query = (
+        stream.writeStream.format("servicebus").options(**target)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True).start()
+    )  # fmt: skip
+    query.awaitTermination(240)
+    assert query.exception() is None, query.exception()
+    return query
+
+
+def text(value: Any) -> Any:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def received_messages(broker: BrokerHandle, queue: str) -> list[Any]:
+    """Takes (and completes) everything at a queue."""
+    got: list[Any] = []
+    with broker.client() as client, client.get_queue_receiver(queue) as receiver:
+        while batch := receiver.receive_messages(max_message_count=200, max_wait_time=1):
+            for message in batch:
+                receiver.complete_message(message)
+            got += batch
+    return got
+
+
+def properties(message: Any) -> dict[str, Any]:
+    return {text(k): text(v) for k, v in (message.application_properties or {}).items()}
