@@ -15,9 +15,9 @@ import azure.functions as func
 from replication.functions import register_pipelines
 from replication.pipeline import load_pipelines
 
-PIPELINES = os.environ.get("REPLICATION_PIPELINES") or str(
-    Path(__file__).with_name("pipelines.yaml")
-)
+# A relative REPLICATION_PIPELINES is relative to this folder (the app root in Azure, where the
+# worker's current directory is not the app's).
+PIPELINES = Path(__file__).parent / (os.environ.get("REPLICATION_PIPELINES") or "pipelines.yaml")
 
 app = func.FunctionApp()
 register_pipelines(app, load_pipelines(PIPELINES))

@@ -136,6 +136,30 @@ def _spark(args: argparse.Namespace, rest: list[str]) -> int:
     return run(args)
 
 
+def _package(args: argparse.Namespace, rest: list[str]) -> int:
+    from .deploy.package import PackageError, build_package
+    from .pipeline import PipelineConfigError
+
+    try:
+        target = build_package(args.dir, args.out, pipeline_file=args.pipelines)
+    except (PackageError, PipelineConfigError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    import zipfile
+
+    with zipfile.ZipFile(target) as archive:
+        count = len(archive.namelist())
+    print(f"{target}: {count} files, {target.stat().st_size / 1024:,.0f} KiB "
+          "(deploy: az functionapp deployment source config-zip --src ...)")  # fmt: skip
+    return 0
+
+
+def _infra_parameters(args: argparse.Namespace, rest: list[str]) -> int:
+    from .deploy.__main__ import main as parameters_main
+
+    return parameters_main(rest)
+
+
 def _resolve(args: argparse.Namespace, rest: list[str]) -> int:
     import os
 
@@ -254,6 +278,28 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     resolve.add_argument("--timeout", type=float, default=2.0, help="seconds per attempt")
     resolve.set_defaults(handler=_resolve)
+
+    package = commands.add_parser(
+        "package",
+        help="build the zip a Functions deployment sends",
+        description="Zips the app folder as `func azure functionapp publish` would (what "
+        ".funcignore keeps), after checking that the pipeline file loads and that every file "
+        "it names is inside: OUT/functionapp.zip.",
+    )
+    package.add_argument("--out", type=Path, default=Path("dist"), metavar="DIR",
+                         help="where functionapp.zip goes (default: dist)")
+    package.add_argument("--dir", type=Path, default=Path.cwd(),
+                         help="the app folder (default: the current directory)")
+    package.add_argument("--pipelines", metavar="FILE",
+                         help="the pipeline file the app loads, relative to --dir (default: "
+                              "REPLICATION_PIPELINES, else pipelines.yaml)")  # fmt: skip
+    package.set_defaults(handler=_package)
+
+    infra = commands.add_parser(
+        "infra-parameters", add_help=False,
+        help="write infra/main.bicep's parameters for a pipeline file (--help for more)",
+    )  # fmt: skip
+    infra.set_defaults(handler=_infra_parameters)
     return parser
 
 
