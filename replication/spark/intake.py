@@ -39,6 +39,8 @@ log = logging.getLogger("replication.spark")
 T = TypeVar("T")
 SESSION_ACCEPT_WAIT = 0.2
 """Seconds to wait for another free session in one ``take`` (more come on the next one)."""
+FOLLOW_UP_WAIT = 0.2
+"""Seconds a ``take`` that has messages waits for more before it returns."""
 
 
 class LoopThread:
@@ -138,8 +140,16 @@ class Intake:
             self.receivers.append(receiver)
 
     async def _receive(self, receiver: AmqpReceiver, limit: int, wait: float) -> list[Message]:
+        """Up to ``limit`` messages: waits ``wait`` for the first, then keeps taking while
+        more arrive within ``FOLLOW_UP_WAIT`` (one receive returns at most the prefetch, and
+        a micro-batch of a few hundred messages would spend its time on Spark's overhead)."""
         try:
             batch = await receiver.receive(min(limit, 5000), wait)
+            while batch and len(batch) < limit:
+                more = await receiver.receive(min(limit - len(batch), 5000), FOLLOW_UP_WAIT)
+                if not more:
+                    break
+                batch += more
         except SourceError as exc:  # the link is gone: its locks with it (redelivered)
             log.warning("receiving from %s failed: %s", self.options.path, exc)
             self.held.pop(id(receiver), None)

@@ -24,7 +24,7 @@ class Options:
     topic: str | None = None
     subscription: str | None = None
     sessions: bool = False
-    max_messages_per_trigger: int = 1000
+    max_messages_per_trigger: int = 5000
     receive_wait: float = 1.0
     prefetch: int = 500
     num_partitions: int = 2
@@ -82,7 +82,7 @@ class Options:
         return cls(
             connection_string=connection_string, queue=queue, topic=topic,
             subscription=subscription, sessions=_bool(options, "sessions"),
-            max_messages_per_trigger=_int(options, "maxMessagesPerTrigger", 1000),
+            max_messages_per_trigger=_int(options, "maxMessagesPerTrigger", 5000),
             receive_wait=_float(options, "receiveWait", 1.0),
             prefetch=_int(options, "prefetch", 500),
             num_partitions=_int(options, "numPartitions", 2),

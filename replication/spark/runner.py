@@ -37,7 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="checkpoint folder (default: <dir>/.replication/spark/<pipeline>)")
     parser.add_argument("--replay", metavar="PATH",
                         help="replay Capture Avro files (a file or folder) through the pipeline")
-    parser.add_argument("--max-messages-per-trigger", type=int, default=1000)
+    parser.add_argument("--max-messages-per-trigger", type=int, default=5000,
+                        help="messages per micro-batch (default 5000)")
     parser.add_argument("--no-brokers", action="store_true",
                         help="do not start embedded brokers for local emulator connections")
     parser.add_argument("--metrics-port", type=int, default=None,
