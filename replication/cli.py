@@ -81,7 +81,12 @@ def _schema(args: argparse.Namespace, rest: list[str]) -> int:
 
     from .pipeline import json_schema
 
-    text = json.dumps(json_schema(), indent=2) + "\n"
+    if args.markdown:
+        from .pipeline.reference import markdown_reference
+
+        text = markdown_reference(json_schema())
+    else:
+        text = json.dumps(json_schema(), indent=2) + "\n"
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
     else:
@@ -237,6 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Prints the JSON Schema of pipeline files (step options included).",
     )
     schema.add_argument("-o", "--output", metavar="FILE", help="write it to FILE")
+    schema.add_argument("--markdown", action="store_true",
+                        help="the reference in Markdown instead (docs/pipeline-reference.md)")
     schema.set_defaults(handler=_schema)
 
     test = commands.add_parser(

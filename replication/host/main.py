@@ -123,7 +123,8 @@ async def _show_arrivals(host: object) -> None:
 
 
 def add_peek_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("entity", help="queue, or topic/Subscriptions/name")
+    parser.add_argument("entity", help="queue, or topic/Subscriptions/name; "
+                        "append /$DeadLetterQueue for its dead-letter queue")
     parser.add_argument("--connection", default="SecondaryServiceBus",
                         help="app setting with the connection string (SecondaryServiceBus)")
     parser.add_argument("--count", type=int, default=10)

@@ -17,6 +17,10 @@ from azure.servicebus.aio import ServiceBusClient
 from ..messages import from_received
 from .embedded import emulator_port, plan_brokers, start_brokers
 
+DEAD_LETTER_SUFFIX = "/$DeadLetterQueue"
+"""``peek orders/$DeadLetterQueue``: the entity's dead-letter sub-queue, as Service Bus
+names it."""
+
 
 def _listening(port: int) -> bool:
     with socket.socket() as sock:
@@ -44,6 +48,11 @@ async def peek(
     try:
         async with ServiceBusClient.from_connection_string(connection_string) as client:
             options: dict[str, Any] = {"session_id": session} if session else {}
+            if entity.lower().endswith(DEAD_LETTER_SUFFIX.lower()):  # orders/$DeadLetterQueue
+                from azure.servicebus import ServiceBusSubQueue
+
+                entity = entity[: -len(DEAD_LETTER_SUFFIX)]
+                options["sub_queue"] = ServiceBusSubQueue.DEAD_LETTER
             if "/subscriptions/" in entity.lower():
                 topic, _, subscription = entity.partition("/Subscriptions/")
                 receiver = client.get_subscription_receiver(topic, subscription, **options)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..messages import Message
 
@@ -48,7 +48,10 @@ class StepOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    on_error: Literal["dead-letter", "drop", "route"] = "dead-letter"
+    on_error: Literal["dead-letter", "drop", "route"] = Field(
+        "dead-letter", description="What happens to a message this step fails on: "
+        "dead-lettered with the reason, dropped (logged), or routed to error_target.",
+    )  # fmt: skip
     error_target: str | None = None
 
     @model_validator(mode="after")
