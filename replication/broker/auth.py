@@ -77,12 +77,14 @@ def normalize_resource(uri: str) -> str:
     """``sb://Host:5672/Queue/`` -> ``host:5672/queue``: how ``sr`` and audiences are compared.
 
     Clients spell the same resource with different schemes (sb, amqp, amqps, https) and
-    case; entity names are case-insensitive in Service Bus.
+    case; entity names are case-insensitive in Service Bus. A query names no other resource:
+    the JavaScript administration client signs the request URL with its ``?api-version=``.
     """
     text = uri.strip()
     scheme, sep, rest = text.partition("://")
     if sep and scheme.lower() in _URI_SCHEMES:
         text = rest
+    text = text.partition("?")[0].partition("#")[0]
     return text.rstrip("/").lower()
 
 

@@ -7,6 +7,8 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
+import ssl
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,11 +18,14 @@ from .config import BrokerConfig, ConfigError, Rule, load_config
 from .queue import QueueSettings
 from .rules import RuleSpec
 from .server import Broker, TopicSpec
+from .tls import local_ca
 from .topic import TopicSettings
 
 log = logging.getLogger("replication.broker")
 
 DEFAULT_DATA_DIR = Path.home() / ".replication" / "broker"
+DEFAULT_HTTP_PORT = 5300
+"""Where the official emulator serves HTTP (its .NET clients' management calls)."""
 
 
 def queue_settings(config: BrokerConfig) -> dict[str, QueueSettings]:
@@ -95,18 +100,48 @@ def rule_spec(rule: Rule) -> RuleSpec:
 
 
 def build_broker(
-    config: BrokerConfig, data_dir: Path, host: str, port: int, synchronous: str = "NORMAL"
+    config: BrokerConfig,
+    data_dir: Path,
+    host: str,
+    port: int,
+    synchronous: str = "NORMAL",
+    **options: Any,
 ) -> Broker:
+    """The broker for ``config``; ``options`` are ``Broker``'s other keywords (TLS, HTTP)."""
     return Broker(
         queue_settings(config), data_dir, Authorizer(config.rules()),
         topics=topic_specs(config), host=host, port=port, synchronous=synchronous,
+        namespace=config.namespace.name, **options,
     )  # fmt: skip
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", required=True, help="Config.json (emulator schema)")
+    parser.add_argument("--config", help="Config.json (emulator schema); required to serve")
     parser.add_argument("--host", default="127.0.0.1", help="listen address (127.0.0.1)")
-    parser.add_argument("--port", type=int, default=5672, help="AMQP port (5672; 0 = any free)")
+    parser.add_argument(
+        "--port", type=int, default=5672,
+        help="AMQP port, also serving AMQPS, HTTPS and WSS (5672; 0 = any free)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tls-port", type=int, default=None,
+        help="a TLS-only port as well: AMQPS, HTTPS, WSS (5671 by convention; default none)",
+    )  # fmt: skip
+    http = parser.add_mutually_exclusive_group()
+    http.add_argument(
+        "--http-port", type=int, default=None,
+        help=f"plain HTTP port: management API, GET /health ({DEFAULT_HTTP_PORT}, skipped with "
+        "a warning when taken; 0 = any free)",
+    )  # fmt: skip
+    http.add_argument("--no-http", action="store_true", help="serve no plain HTTP port")
+    parser.add_argument(
+        "--tls-cert", type=Path,
+        help="server certificate (PEM, may include the chain) instead of the local CA's",
+    )  # fmt: skip
+    parser.add_argument("--tls-key", type=Path, help="its private key (PEM; default: --tls-cert)")
+    parser.add_argument(
+        "--print-ca", action="store_true",
+        help="print the local CA certificate clients should trust (made if missing) and exit",
+    )  # fmt: skip
     parser.add_argument(
         "--data-dir", type=Path, default=DEFAULT_DATA_DIR,
         help=f"where messages are kept ({DEFAULT_DATA_DIR})",
@@ -123,6 +158,18 @@ def run(args: argparse.Namespace) -> int:
         level=args.log_level.upper(), stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )  # fmt: skip
+    if args.print_ca:
+        return print_ca(args.data_dir)
+    if args.config is None:
+        print("error: --config is required", file=sys.stderr)
+        return 2
+    if args.tls_key is not None and args.tls_cert is None:
+        print("error: --tls-key needs --tls-cert", file=sys.stderr)
+        return 2
+    for path in (args.tls_cert, args.tls_key):
+        if path is not None and not path.is_file():
+            print(f"error: no such file: {path}", file=sys.stderr)
+            return 2
     try:
         config = load_config(args.config)
     except ConfigError as exc:
@@ -135,17 +182,52 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger().addHandler(handler)  # Logging.Type File: under the data dir
     try:
         broker = build_broker(
-            config, args.data_dir, args.host, args.port, "FULL" if args.fsync else "NORMAL"
-        )
+            config, args.data_dir, args.host, args.port, "FULL" if args.fsync else "NORMAL",
+            tls_port=args.tls_port, http_port=http_port(args), tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+        )  # fmt: skip
     except OSError as exc:
         print(f"error: cannot open data dir {args.data_dir}: {exc}", file=sys.stderr)
         return 2
     try:
         asyncio.run(_serve(broker))
+    except ssl.SSLError as exc:  # a certificate or key that does not load
+        print(f"error: TLS certificate {args.tls_cert}: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
-        print(f"error: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        print(f"error: cannot listen on {args.host}: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def print_ca(data_dir: Path) -> int:
+    """``--print-ca``: the certificate to trust (``connection_verify=``, NODE_EXTRA_CA_CERTS)."""
+    try:
+        files = local_ca(data_dir / "tls")
+    except OSError as exc:
+        print(f"error: cannot make the CA under {data_dir}: {exc}", file=sys.stderr)
+        return 2
+    assert files.ca is not None
+    sys.stdout.write(files.ca.read_text())
+    return 0
+
+
+def http_port(args: argparse.Namespace) -> int | None:
+    """The plain HTTP port: as given, none, or the default one unless something has it."""
+    if args.no_http:
+        return None
+    if args.http_port is not None:
+        return int(args.http_port)
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    with socket.socket(family) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((args.host, DEFAULT_HTTP_PORT))
+        except OSError:
+            log.warning("port %d is taken: no plain HTTP port (--http-port picks one)",
+                        DEFAULT_HTTP_PORT)  # fmt: skip
+            return None
+    return DEFAULT_HTTP_PORT
 
 
 async def _serve(broker: Broker) -> None:

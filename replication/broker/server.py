@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -28,10 +30,12 @@ from ..amqp.message import BodyType, Message, Properties, decode_message, encode
 from ..amqp.outcomes import Accepted, Coordinator, Modified, Rejected, Released, TransactionalState
 from ..amqp.performatives import SND_SETTLED, Error
 from ..amqp.sasl import ANONYMOUS, MSSBCBS, PLAIN, SaslCredentials, SaslServer
-from ..amqp.transport import ConnectionDriver, serve
+from ..amqp.transport import ConnectionDriver
 from ..amqp.types import symbol
-from . import wire
+from . import tls, wire
 from .auth import AuthorizationError, Authorizer, Grant
+from .httpapi import HttpApp
+from .listener import AMQP_PORT, HTTP_PORT, TLS_PORT, Listener
 from .queue import (
     DEAD_LETTER_SUFFIX,
     LockLostError,
@@ -42,9 +46,9 @@ from .queue import (
     SessionLockLostError,
     now_ms,
 )
-from .rules import RuleSet, RuleSpec, dump_rules, load_rules
-from .store import MessageStore, StoredMessage
-from .topic import SessionRequiredError, Subscription, Topic, TopicSettings
+from .rules import DEFAULT_RULE, RuleSet, RuleSpec, dump_rules, load_rules
+from .store import ManagedEntity, MessageStore, StoredMessage
+from .topic import SUBSCRIPTIONS, SessionRequiredError, Subscription, Topic, TopicSettings
 from .transactions import TRANSFER_DESTINATION, TransactionCoordinator
 
 log = logging.getLogger("replication.broker")
@@ -78,6 +82,8 @@ LOCK_LOST = "com.microsoft:message-lock-lost"
 SESSION_LOCK_LOST = "com.microsoft:session-lock-lost"
 SESSION_CANNOT_BE_LOCKED = "com.microsoft:session-cannot-be-locked"
 NET_TICKS_AT_EPOCH = 621_355_968_000_000_000
+QUEUE, TOPIC, SUBSCRIPTION = "queue", "topic", "subscription"
+"""Kinds of entity the management API creates (``ManagedEntity.kind``)."""
 DEDUPE_CLEANUP_SECONDS = 60.0
 
 Entity = Queue | Topic
@@ -86,6 +92,24 @@ Entity = Queue | Topic
 def net_ticks(ms: int) -> int:
     """A time as .NET ticks (100 ns since 0001-01-01), as Service Bus sends lock expiries."""
     return NET_TICKS_AT_EPOCH + ms * 10_000
+
+
+def dump_settings(settings: QueueSettings | TopicSettings) -> str:
+    """Entity settings as JSON (durations in seconds), to store and to compare definitions."""
+    values = {
+        name: {"seconds": value.total_seconds()} if isinstance(value, timedelta) else value
+        for name, value in dataclasses.asdict(settings).items()
+    }
+    return json.dumps(values, sort_keys=True)
+
+
+def load_settings(kind: str, text: str) -> QueueSettings | TopicSettings:
+    """``dump_settings`` reversed; ``kind`` is queue, topic or subscription."""
+    values = {
+        name: timedelta(seconds=value["seconds"]) if isinstance(value, dict) else value
+        for name, value in json.loads(text).items()
+    }
+    return TopicSettings(**values) if kind == TOPIC else QueueSettings(**values)
 
 
 def entity_path(address: Any) -> str:
@@ -161,9 +185,29 @@ class Broker:
         port: int = 5672,
         synchronous: str = "NORMAL",
         idle_timeout: float | None = None,
+        tls_port: int | None = None,
+        http_port: int | None = None,
+        tls_cert: Path | str | None = None,
+        tls_key: Path | str | None = None,
+        namespace: str = "sbemulatorns",
     ) -> None:
+        from .admin.api import AdminApi  # it imports this module
+
         self.host = host
         self.port = port
+        """AMQP, and AMQPS / HTTPS / WSS on the same port (the listener tells them apart)."""
+        self.tls_port = tls_port
+        """A TLS-only port too (5671 by convention); None: none."""
+        self.http_port = http_port
+        """Plain HTTP (``http_app`` and ``/health``); None: none."""
+        self.tls_cert = Path(tls_cert) if tls_cert is not None else None
+        self.tls_key = Path(tls_key) if tls_key is not None else None
+        """The user's certificate and key (PEM); None: a local CA under the data dir."""
+        self.tls_files: tls.TlsFiles | None = None
+        self.namespace = namespace
+        """The namespace's name (Config.json ``Namespaces[0].Name``), as $namespaceinfo says."""
+        self.http_app: HttpApp = AdminApi(self, namespace=namespace).handle
+        """Answers HTTP(S) requests on the broker's ports: the management REST API."""
         self.authorizer = authorizer
         self.idle_timeout = idle_timeout
         """None by default: the sync SDK sends heartbeats only while inside a call, so an idle
@@ -191,6 +235,7 @@ class Broker:
                 subscription = Subscription(queue, RuleSet(self._initial_rules(queue, rules)))
                 topic.subscriptions[sub_name.lower()] = subscription
                 self.subscriptions[queue.name.lower()] = subscription
+        self._restore_managed(queues, topics or {})  # API-made changes (runtime management)
         self._resolve_forwarding()
         self._by_entity_id: dict[int, Entity] = {e.entity: e for e in self.entities.values()}
         self.store.commit()
@@ -200,7 +245,7 @@ class Broker:
         self._after_commit: list[Callable[[], None]] = []
         self._commit_handle: asyncio.Handle | None = None
         self._touched: set[ConnectionDriver] = set()
-        self._server: asyncio.Server | None = None
+        self._listener: Listener | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._last_ttl_sweep = 0.0
         self._last_dedupe_cleanup = time.monotonic()
@@ -252,8 +297,20 @@ class Broker:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        self._server = await serve(self._new_connection, self._on_event, self.host, self.port)
-        self.port = self._server.sockets[0].getsockname()[1]
+        context, self.tls_files = tls.broker_tls(self.data_dir, self.tls_cert, self.tls_key)
+        listener = self._listener = Listener(
+            lambda: ConnectionDriver(self._new_connection(), self._on_event),
+            lambda request: self.http_app(request), context,
+        )  # fmt: skip
+        try:
+            self.port = await listener.listen(self.host, self.port, AMQP_PORT)
+            if self.tls_port is not None:
+                self.tls_port = await listener.listen(self.host, self.tls_port, TLS_PORT)
+            if self.http_port is not None:
+                self.http_port = await listener.listen(self.host, self.http_port, HTTP_PORT)
+        except BaseException:
+            await listener.wait_closed()
+            raise
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
         for queue in self.queues.values():
             queue.publish()
@@ -270,17 +327,24 @@ class Broker:
             ) or "none",
             ", ".join(topics) or "none",
         )  # fmt: skip
+        log.info(
+            "TLS (AMQPS, HTTPS, WSS) on port %d%s with %s%s%s", self.port,
+            f" and {self.tls_port}" if self.tls_port is not None else "", self.tls_files.cert,
+            f", issued by the local CA {self.tls_files.ca} (clients trust this file)"
+            if self.tls_files.ca is not None else "",
+            f"; HTTP on port {self.http_port}" if self.http_port is not None else "",
+        )  # fmt: skip
 
     async def stop(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
-        if self._server is not None:
-            self._server.close()
+        if self._listener is not None:
+            self._listener.close()  # HTTP and silent connections go now, AMQP politely
             for peer in list(self.peers.values()):
                 await peer.driver.close(error("amqp:connection:forced", "broker stopping"), 2.0)
-            await self._server.wait_closed()
+            await self._listener.wait_closed()
         self._commit()
         self.store.close()
 
@@ -841,3 +905,255 @@ class Broker:
                     error("amqp:unauthorized-access", "no token within the grace period")
                 )
                 self._touched.add(peer.driver)
+
+    # ------------------------------------------------------------------ runtime entity management
+    #
+    # The management REST API (admin/) creates, changes and deletes entities while the broker
+    # runs. Each change is one ``managed_entity`` row, committed before the API answers.
+    # Config.json stays the starting point: at start its entities are built first, then the
+    # rows are replayed over them. A row remembers the Config.json definition it started from
+    # (``configured``); when the file has changed that entity since, the file wins and the
+    # row is dropped (as for subscription rules). API-made entities whose name the file now
+    # defines give way to the file's definition too. A Config.json entity deleted through
+    # the API stays deleted while the file's definition of it is unchanged.
+
+    def _restore_managed(
+        self, queues: dict[str, QueueSettings], topics: dict[str, TopicSpec]
+    ) -> None:
+        configured: dict[str, tuple[str, str, str]] = {}  # lower path -> (kind, spelling, json)
+        for name, settings in queues.items():
+            configured[name.lower()] = (QUEUE, name, dump_settings(settings))
+        for name, spec in topics.items():
+            configured[name.lower()] = (TOPIC, name, dump_settings(spec.settings))
+            for sub, (settings, _) in spec.subscriptions.items():
+                path = f"{name}{SUBSCRIPTIONS}{sub}"
+                configured[path.lower()] = (SUBSCRIPTION, path, dump_settings(settings))
+        self.managed: dict[str, ManagedEntity] = {}
+        """Every entity's record (created and updated times, management-only properties)."""
+        now = now_ms()
+        order = {TOPIC: 0, QUEUE: 1, SUBSCRIPTION: 2}
+        for record in sorted(self.store.managed_entities(), key=lambda r: order[r.kind]):
+            file = configured.get(record.name.lower())
+            if file is not None and (record.configured != file[2] or record.kind != file[0]):
+                record = ManagedEntity(  # the file changed it (or now defines it): file wins
+                    file[1], file[0], file[2], None, None, False, record.created_ms, now
+                )
+                self.store.save_managed_entity(record)
+            elif file is None and record.configured is not None:
+                self.store.forget_managed_entity(record.name)  # gone from the file
+                continue
+            if not self._replay(record):
+                self.store.forget_managed_entity(record.name)
+                continue
+            self.managed[record.name.lower()] = record
+        for key, (kind, name, text) in configured.items():
+            if key not in self.managed:
+                record = ManagedEntity(name, kind, text, None, None, False, now, now)
+                self.store.save_managed_entity(record)
+                self.managed[key] = record
+        for queue in self.queues.values():  # targets deleted through the API
+            for attribute in ("forward_to", "forward_dead_lettered_messages_to"):
+                target = getattr(queue.settings, attribute)
+                if target is not None and target.lower() not in self.sendable:
+                    log.warning("%s: %s %r no longer exists; not forwarding", queue.name,
+                                attribute, target)  # fmt: skip
+                    queue.settings = dataclasses.replace(queue.settings, **{attribute: None})
+
+    def _replay(self, record: ManagedEntity) -> bool:
+        """Applies one stored record at start; False when it no longer applies."""
+        key = record.name.lower()
+        if record.deleted:
+            if key in self.entities:
+                self._remove(key)
+            return True
+        if record.settings is None:
+            return key in self.entities
+        settings = load_settings(record.kind, record.settings)
+        if key in self.entities:
+            self._apply_settings(key, settings)
+        elif record.kind == SUBSCRIPTION:
+            topic_name, _, sub_name = record.name.partition(SUBSCRIPTIONS)
+            topic = self.topics.get(topic_name.lower())
+            if topic is None:
+                return False
+            saved = self.store.rule_set(self.store.entity_id(record.name))
+            rules = load_rules(saved[1]) if saved else [DEFAULT_RULE]
+            assert isinstance(settings, QueueSettings)
+            self._new_subscription(topic, sub_name, settings, rules)
+        elif isinstance(settings, TopicSettings):
+            self._new_topic(record.name, settings)
+        else:
+            self._new_queue(record.name, settings)
+        return True
+
+    def _new_queue(self, name: str, settings: QueueSettings) -> Queue:
+        queue = self._add_queue(name, settings)
+        self.sendable.add(name.lower())
+        return queue
+
+    def _new_topic(self, name: str, settings: TopicSettings) -> Topic:
+        topic = Topic(name, self.store, settings)
+        self.entities[name.lower()] = self.topics[name.lower()] = topic
+        self.sendable.add(name.lower())
+        return topic
+
+    def _new_subscription(
+        self, topic: Topic, name: str, settings: QueueSettings, rules: list[RuleSpec]
+    ) -> Subscription:
+        queue = self._add_queue(topic.subscription_path(name), settings)
+        subscription = Subscription(queue, RuleSet(rules))
+        topic.subscriptions[name.lower()] = subscription
+        self.subscriptions[queue.name.lower()] = subscription
+        self._configured_rules.setdefault(queue.name.lower(), "[]")
+        return subscription
+
+    def _apply_settings(self, key: str, settings: QueueSettings | TopicSettings) -> None:
+        entity = self.entities[key]
+        if isinstance(entity, Topic):
+            assert isinstance(settings, TopicSettings)
+            entity.settings = settings
+            return
+        assert isinstance(settings, QueueSettings)
+        entity.settings = settings
+        if entity.dead_letter is not None:
+            entity.dead_letter.settings = dataclasses.replace(
+                entity.dead_letter.settings, lock_duration=settings.lock_duration,
+                max_message_size=settings.max_message_size,
+            )  # fmt: skip
+
+    def _resolve_forwarding_of(self, queue: Queue) -> None:
+        for attribute, target_name in (
+            ("forward_to", queue.settings.forward_to),
+            ("forward_dead_letters_to", queue.settings.forward_dead_lettered_messages_to),
+        ):
+            target = self.entities.get(target_name.lower()) if target_name else None
+            setattr(queue, attribute, target)
+
+    def _remove(self, key: str) -> list[Entity]:
+        """Takes an entity (a topic with its subscriptions, a queue with its dead-letter
+        queue) out of every index; returns what was removed."""
+        entity = self.entities[key]
+        removed: list[Entity] = [entity]
+        if isinstance(entity, Topic):
+            for sub in list(entity.subscriptions.values()):
+                removed += self._remove(sub.queue.name.lower())
+            self.topics.pop(key, None)
+        else:
+            if entity.dead_letter is not None:
+                removed.append(entity.dead_letter)
+            subscription = self.subscriptions.pop(key, None)
+            if subscription is not None:
+                topic_name, _, sub_name = entity.name.partition(SUBSCRIPTIONS)
+                self.topics[topic_name.lower()].subscriptions.pop(sub_name.lower(), None)
+                self._configured_rules.pop(key, None)
+        for item in removed:
+            self.entities.pop(item.name.lower(), None)
+            self.queues.pop(item.name.lower(), None)
+            self.sendable.discard(item.name.lower())
+            if hasattr(self, "_by_entity_id"):
+                self._by_entity_id.pop(item.entity, None)
+        return removed
+
+    def entity_record(self, path: str) -> ManagedEntity | None:
+        """The record of a live entity: when it was made and changed, and how."""
+        record = self.managed.get(path.lower())
+        return None if record is None or record.deleted else record
+
+    def create_entity(
+        self, kind: str, path: str, settings: QueueSettings | TopicSettings, description: str,
+        rules: list[RuleSpec] | None = None,
+    ) -> Entity:
+        """A new queue, topic or subscription, durable and open to AMQP links at once. The
+        caller has checked the name is free and the settings (forward targets) valid."""
+        now = now_ms()
+        if kind == TOPIC:
+            assert isinstance(settings, TopicSettings)
+            entity: Entity = self._new_topic(path, settings)
+        elif kind == QUEUE:
+            assert isinstance(settings, QueueSettings)
+            entity = self._new_queue(path, settings)
+        else:
+            assert isinstance(settings, QueueSettings)
+            topic_name, _, sub_name = path.partition(SUBSCRIPTIONS)
+            subscription = self._new_subscription(
+                self.topics[topic_name.lower()], sub_name, settings, rules or [DEFAULT_RULE]
+            )
+            entity = subscription.queue
+            self._configured_rules[path.lower()] = "[]"
+            self.save_rules(subscription)
+        if isinstance(entity, Queue):
+            self._resolve_forwarding_of(entity)
+            if entity.dead_letter is not None:
+                self._by_entity_id[entity.dead_letter.entity] = entity.dead_letter
+        self._by_entity_id[entity.entity] = entity
+        previous = self.managed.get(path.lower())
+        record = ManagedEntity(
+            entity.name, kind, previous.configured if previous else None, dump_settings(settings),
+            description, False, now, now,
+        )  # fmt: skip
+        self.store.save_managed_entity(record)
+        self.managed[path.lower()] = record
+        self._commit()
+        return entity
+
+    def update_entity(
+        self, path: str, settings: QueueSettings | TopicSettings, description: str
+    ) -> None:
+        """New settings for a live entity; they apply to the next message, lock or delivery."""
+        key = path.lower()
+        self._apply_settings(key, settings)
+        entity = self.entities[key]
+        if isinstance(entity, Queue):
+            self._resolve_forwarding_of(entity)
+        record = dataclasses.replace(
+            self.managed[key], settings=dump_settings(settings), description=description,
+            updated_ms=now_ms(),
+        )  # fmt: skip
+        self.store.save_managed_entity(record)
+        self.managed[key] = record
+        self._commit()
+
+    def delete_entity(self, path: str) -> None:
+        """Deletes an entity with its messages (a topic with its subscriptions); links to it
+        are detached with ``amqp:not-found``, forwarding into it stops."""
+        key = path.lower()
+        removed = self._remove(key)
+        doomed = {item.name.lower() for item in removed}
+        for peer in list(self.peers.values()):
+            for link, name in list(peer.entity_links.values()):
+                if name.lower() in doomed:
+                    if link.is_open:
+                        link.detach(error(
+                            "amqp:not-found", f"The messaging entity '{name}' has been deleted."
+                        ))  # fmt: skip
+                    elif link.state is LinkState.ATTACH_RECEIVED:
+                        link.refuse(error(
+                            "amqp:not-found", f"The messaging entity '{name}' has been deleted."
+                        ))  # fmt: skip
+                    self._forget_link(peer, link)
+                    self._touched.add(peer.driver)
+        self._session_waiters = [
+            w for w in self._session_waiters if w.consumer.queue.name.lower() not in doomed
+        ]
+        for item in removed:
+            self._consumers_by_queue.pop(item.name.lower(), None)
+            self.store.purge(item.entity)
+        for queue in self.queues.values():
+            for attribute, setting in (
+                ("forward_to", "forward_to"),
+                ("forward_dead_letters_to", "forward_dead_lettered_messages_to"),
+            ):
+                if getattr(queue, attribute) in removed:
+                    setattr(queue, attribute, None)
+                    queue.settings = dataclasses.replace(queue.settings, **{setting: None})
+        for name in doomed:
+            record = self.managed.pop(name, None)
+            if record is None:
+                continue
+            if record.configured is not None:  # stays deleted while Config.json is unchanged
+                record = dataclasses.replace(record, deleted=True, updated_ms=now_ms())
+                self.store.save_managed_entity(record)
+                self.managed[name] = record
+            else:
+                self.store.forget_managed_entity(record.name)
+        self._commit()

@@ -71,6 +71,16 @@ CREATE TABLE IF NOT EXISTS sequence (
     entity INTEGER PRIMARY KEY,
     last_seq INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS managed_entity (
+    name TEXT PRIMARY KEY COLLATE NOCASE,  -- queue, topic or <topic>/Subscriptions/<name>
+    kind TEXT NOT NULL,         -- queue, topic, subscription
+    configured TEXT,            -- the Config.json definition this started from; NULL: API-made
+    settings TEXT,              -- the settings in force (JSON); NULL: as configured
+    description TEXT,           -- management-only properties (JSON), e.g. UserMetadata
+    deleted INTEGER NOT NULL,   -- 1: a Config.json entity deleted through the API
+    created_ms INTEGER NOT NULL,
+    updated_ms INTEGER NOT NULL
+);
 """
 
 SEQ_BITS = 40
@@ -86,6 +96,30 @@ _COLUMNS = (
     "id & 1099511627775, state, delivery_count, enqueued_ms, expires_ms, scheduled_ms, message_id, "
     "session_id, dead_letter_source, annotations, bare"
 )
+
+
+@dataclass(slots=True)
+class ManagedEntity:
+    """An entity's definition as the management API (or the first start) recorded it."""
+
+    name: str
+    kind: str
+    configured: str | None
+    settings: str | None
+    description: str | None
+    deleted: bool
+    created_ms: int
+    updated_ms: int
+
+
+@dataclass(slots=True)
+class EntityStats:
+    """What the management API reports of an entity's messages."""
+
+    active: int = 0
+    """Active and deferred messages (Service Bus counts deferred ones as active)."""
+    scheduled: int = 0
+    size: int = 0
 
 
 @dataclass(slots=True)
@@ -374,3 +408,56 @@ class MessageStore:
             "configured = excluded.configured, rules = excluded.rules",
             (entity, configured, rules),
         )
+
+    # ------------------------------------------------------------------ managed entities
+
+    def managed_entities(self) -> list[ManagedEntity]:
+        return [
+            ManagedEntity(row[0], row[1], row[2], row[3], row[4], bool(row[5]), row[6], row[7])
+            for row in self._db.execute(
+                "SELECT name, kind, configured, settings, description, deleted, created_ms, "
+                "updated_ms FROM managed_entity ORDER BY rowid"
+            )
+        ]
+
+    def save_managed_entity(self, record: ManagedEntity) -> None:
+        self._begin()
+        self._db.execute(
+            "INSERT INTO managed_entity VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET "
+            "name = excluded.name, kind = excluded.kind, configured = excluded.configured, "
+            "settings = excluded.settings, description = excluded.description, "
+            "deleted = excluded.deleted, created_ms = excluded.created_ms, "
+            "updated_ms = excluded.updated_ms",
+            (
+                record.name, record.kind, record.configured, record.settings,
+                record.description, int(record.deleted), record.created_ms, record.updated_ms,
+            ),
+        )  # fmt: skip
+
+    def forget_managed_entity(self, name: str) -> None:
+        self._begin()
+        self._db.execute("DELETE FROM managed_entity WHERE name = ?", (name,))
+
+    def stats(self, entity: int) -> EntityStats:
+        """Message counts by state and their size, for the management API's CountDetails."""
+        stats = EntityStats()
+        for state, count, size in self._db.execute(
+            "SELECT state, count(*), sum(length(bare) + ifnull(length(annotations), 0)) "
+            "FROM message WHERE id >= ? AND id <= ? GROUP BY state",
+            (_key(entity, 0), _key(entity, _SEQ_MASK)),
+        ):
+            if state == STATE_SCHEDULED:
+                stats.scheduled += count
+            else:
+                stats.active += count
+            stats.size += size or 0
+        return stats
+
+    def purge(self, entity: int) -> None:
+        """Everything kept for a deleted entity: messages, dedupe ids, session state, rules.
+        The entity's name and sequence stay, so a re-created entity never reuses a number."""
+        self._begin()
+        bounds = (_key(entity, 0), _key(entity, _SEQ_MASK))
+        self._db.execute("DELETE FROM message WHERE id >= ? AND id <= ?", bounds)
+        for table in ("dedupe", "session_state", "rule_set"):
+            self._db.execute(f"DELETE FROM {table} WHERE entity = ?", (entity,))
