@@ -12,12 +12,14 @@ describe, JSON in the store) and compiled once into filters from ``replication.s
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+import math
+import uuid
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..amqp.message import Header, Properties
-from ..amqp.types import timestamp
+from ..amqp.types import decimal32, decimal64, decimal128, timestamp
 from ..sqlfilter import (
     CorrelationFilter,
     FalseFilter,
@@ -42,7 +44,12 @@ CORRELATION_FIELDS = (
 
 @dataclass(slots=True)
 class RuleSpec:
-    """One rule as configured: ``kind`` is sql, correlation, true or false."""
+    """One rule as configured: ``kind`` is sql, correlation, true or false.
+
+    ``sql_parameters`` and ``action_parameters`` give the ``@name`` values of the SQL filter
+    and of the action (keys as the client wrote them, ``@`` included or not): strings, ints,
+    floats, bools, ``datetime``, ``timedelta``, ``UUID`` or None.
+    """
 
     name: str
     kind: str = "true"
@@ -50,13 +57,76 @@ class RuleSpec:
     correlation: dict[str, Any] = field(default_factory=dict)
     """Correlation filter fields (``CORRELATION_FIELDS``) plus ``properties``."""
     action: str | None = None
+    sql_parameters: dict[str, Any] = field(default_factory=dict)
+    action_parameters: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """JSON-ready; parameters only when there are some, so a rule without any is stored
+        (and compared with the configured rules) exactly as before they existed."""
+        correlation = dict(self.correlation)
+        if correlation.get("properties"):
+            correlation["properties"] = encode_values(correlation["properties"])
+        data: dict[str, Any] = {
+            "name": self.name, "kind": self.kind, "sql": self.sql,
+            "correlation": correlation, "action": self.action,
+        }  # fmt: skip
+        if self.sql_parameters:
+            data["sql_parameters"] = encode_values(self.sql_parameters)
+        if self.action_parameters:
+            data["action_parameters"] = encode_values(self.action_parameters)
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RuleSpec:
-        return cls(**data)
+        """Also reads records stored before parameters existed (no such keys)."""
+        correlation = dict(data.get("correlation") or {})
+        if correlation.get("properties"):
+            correlation["properties"] = decode_values(correlation["properties"])
+        return cls(
+            name=data["name"], kind=data.get("kind", "true"), sql=data.get("sql"),
+            correlation=correlation, action=data.get("action"),
+            sql_parameters=decode_values(data.get("sql_parameters") or {}),
+            action_parameters=decode_values(data.get("action_parameters") or {}),
+        )  # fmt: skip
+
+
+def encode_value(value: Any) -> Any:
+    """A parameter or property value for JSON: strings, ints, finite floats, bools and None
+    as themselves (JSON keeps them apart); the rest as ``{"type": ..., "value": ...}``."""
+    if value is None or isinstance(value, str | bool | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else {"type": "double", "value": repr(value)}
+    if isinstance(value, datetime):
+        return {"type": "datetime", "value": value.isoformat()}
+    if isinstance(value, timedelta):
+        return {"type": "timedelta", "value": value // timedelta(microseconds=1)}
+    if isinstance(value, uuid.UUID):
+        return {"type": "uuid", "value": str(value)}
+    raise TypeError(f"a rule value of type {type(value).__name__} cannot be stored")
+
+
+def decode_value(value: Any) -> Any:
+    if not isinstance(value, dict):
+        return value
+    kind, raw = value.get("type"), value.get("value")
+    if kind == "double":
+        return float(raw)
+    if kind == "datetime":
+        return datetime.fromisoformat(raw)
+    if kind == "timedelta":
+        return timedelta(microseconds=raw)
+    if kind == "uuid":
+        return uuid.UUID(raw)
+    raise ValueError(f"unknown stored rule value {value!r}")
+
+
+def encode_values(values: dict[str, Any]) -> dict[str, Any]:
+    return {str(key): encode_value(value) for key, value in values.items()}
+
+
+def decode_values(values: dict[str, Any]) -> dict[str, Any]:
+    return {str(key): decode_value(value) for key, value in values.items()}
 
 
 DEFAULT_RULE = RuleSpec(DEFAULT_RULE_NAME, "true")
@@ -85,7 +155,7 @@ def compile_rule(spec: RuleSpec) -> CompiledRule:
     """Parses a rule's filter and action once; a syntax error names the rule."""
     try:
         if spec.kind == "sql":
-            rule_filter: Filter = parse_filter(spec.sql or "")
+            rule_filter: Filter = parse_filter(spec.sql or "", spec.sql_parameters)
         elif spec.kind == "correlation":
             values = dict(spec.correlation)
             properties = values.pop("properties", None) or {}
@@ -96,7 +166,7 @@ def compile_rule(spec: RuleSpec) -> CompiledRule:
             rule_filter = FalseFilter()
         else:
             raise RuleError(f"rule {spec.name!r}: unknown filter kind {spec.kind!r}")
-        action = parse_action(spec.action) if spec.action else None
+        action = parse_action(spec.action, spec.action_parameters) if spec.action else None
     except (ValueError, TypeError) as exc:
         if isinstance(exc, RuleError):
             raise
@@ -269,10 +339,15 @@ def spec_from_description(name: str, description: dict[Any, Any]) -> RuleSpec:
     fields = {str(k): v for k, v in description.items()}
     action = fields.get("sql-rule-action")
     action_sql = str(_field(action, "expression")) if action else None
+    action_parameters = _parameters(action) if action else {}
     if fields.get("sql-filter") is not None:
         sql = str(_field(fields["sql-filter"], "expression") or "")
         kind = {"1=1": "true", "1=0": "false"}.get(sql.replace(" ", ""), "sql")
-        return RuleSpec(name, kind, sql=sql if kind == "sql" else None, action=action_sql)
+        return RuleSpec(
+            name, kind, sql=sql if kind == "sql" else None, action=action_sql,
+            sql_parameters=_parameters(fields["sql-filter"]) if kind == "sql" else {},
+            action_parameters=action_parameters,
+        )  # fmt: skip
     correlation = fields.get("correlation-filter")
     if correlation is None:
         raise RuleError("the rule description has neither sql-filter nor correlation-filter")
@@ -283,10 +358,49 @@ def spec_from_description(name: str, description: dict[Any, Any]) -> RuleSpec:
         if values.get(key) is not None
     }
     if values.get("properties"):
-        spec_fields["properties"] = {str(k): v for k, v in dict(values["properties"]).items()}
+        spec_fields["properties"] = _amqp_values(dict(values["properties"]))
     if not spec_fields:
         raise RuleError("a correlation filter must set at least one property")
-    return RuleSpec(name, "correlation", correlation=spec_fields, action=action_sql)
+    return RuleSpec(
+        name, "correlation", correlation=spec_fields, action=action_sql,
+        action_parameters=action_parameters,
+    )  # fmt: skip
+
+
+def _parameters(value: Any) -> dict[str, Any]:
+    """The optional ``parameters`` map of a ``sql-filter`` / ``sql-rule-action``: AMQP values
+    as the SQL engine takes them (timestamps as UTC datetimes, AMQP integer and float
+    subtypes as plain ``int`` / ``float``)."""
+    parameters = _field(value, "parameters")
+    if parameters is None:
+        return {}
+    if not isinstance(parameters, dict):
+        raise RuleError(f"parameters must be a map, got {type(parameters).__name__}")
+    return _amqp_values(parameters)
+
+
+def _amqp_values(values: dict[Any, Any]) -> dict[str, Any]:
+    """Parameter or correlation property values from an AMQP map, as the SQL engine and the
+    store take them."""
+    out: dict[str, Any] = {}
+    for key, item in values.items():
+        if isinstance(item, timestamp):
+            item = datetime.fromtimestamp(int(item) / 1000, UTC)
+        elif isinstance(item, decimal32 | decimal64 | decimal128):
+            raise RuleError(f"{str(key)!r}: AMQP decimals are not supported")
+        elif isinstance(item, bool) or item is None:
+            pass
+        elif isinstance(item, int):
+            item = int(item)
+        elif isinstance(item, float):
+            item = float(item)
+        elif isinstance(item, str):
+            item = str(item)
+        elif not isinstance(item, datetime | timedelta | uuid.UUID):
+            raise RuleError(f"{str(key)!r}: {type(item).__name__} is not a string, "
+                            "long, double, boolean, timestamp or uuid")  # fmt: skip
+        out[str(key)] = item
+    return out
 
 
 def _field(value: Any, key: str) -> Any:

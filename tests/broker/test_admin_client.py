@@ -127,3 +127,35 @@ async def test_async_client_every_operation(admin_broker: BrokerHandle) -> None:
         await client.delete_queue("aio-q")
         with pytest.raises(ResourceNotFoundError):
             await client.get_topic("aio-t")
+
+
+def test_sql_parameters_over_https(admin_broker: BrokerHandle) -> None:
+    """Filter and action parameters through the real HTTP stack, then used over AMQP."""
+    broker = admin_broker
+    rule_filter = SqlRuleFilter("color = @c AND size > @n", {"@c": "red", "@n": 3})
+    action = SqlRuleAction("SET tag = @tag", {"@tag": "big"})
+    with ServiceBusAdministrationClient.from_connection_string(
+        broker.connection_string, **options(broker)
+    ) as client:
+        client.create_topic("p-t")
+        client.create_subscription("p-t", "s")
+        client.delete_rule("p-t", "s", "$Default")
+        client.create_rule("p-t", "s", "big-red", filter=rule_filter, action=action)
+        (rule,) = client.list_rules("p-t", "s")
+        assert (rule.filter.sql_expression, rule.filter.parameters) == (
+            rule_filter.sql_expression, rule_filter.parameters)  # fmt: skip
+        assert (rule.action.sql_expression, rule.action.parameters) == (
+            action.sql_expression, action.parameters)  # fmt: skip
+        assert isinstance(rule.filter.parameters["@n"], int)
+    with broker.client() as sb:
+        with sb.get_topic_sender("p-t") as sender:
+            sender.send_messages([
+                ServiceBusMessage("yes", application_properties={"color": "red", "size": 4}),
+                ServiceBusMessage("no", application_properties={"color": "red", "size": 3}),
+            ])  # fmt: skip
+        with sb.get_subscription_receiver("p-t", "s") as receiver:
+            got = receiver.receive_messages(max_message_count=5, max_wait_time=2)
+            for message in got:
+                receiver.complete_message(message)
+    assert [str(m) for m in got] == ["yes"]
+    assert got[0].application_properties[b"tag"] == b"big"

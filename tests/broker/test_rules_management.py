@@ -5,14 +5,17 @@
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
-from proton import Described, Message, ulong
+from proton import Described, Message, timestamp, ulong
 
 from replication.broker import rules
+from replication.broker.admin.api import AdminApi
 
+from .admin_harness import admin_client
 from .conftest import BrokerHandle, make_config, proton_connection
 
 pytestmark = pytest.mark.timeout(60)
@@ -126,6 +129,63 @@ def test_add_enumerate_remove_rules(broker: BrokerHandle) -> None:
     broker.restart()
     blue = ServiceBusMessage("blue", application_properties={"color": "blue"})
     assert deliver(broker, blue) == []
+
+
+@pytest.mark.broker_config(CONFIG)
+def test_add_rule_with_parameters(broker: BrokerHandle) -> None:
+    """``sql-filter`` and ``sql-rule-action`` maps may carry ``parameters`` (@name values):
+    they are kept (and stored); enumerate-rules answers with Service Bus's two-field filter
+    and action lists, which have no place for them; the management REST API shows them."""
+    description = {
+        "sql-filter": {"expression": "color = @c AND sys.EnqueuedTimeUtc > @since",
+                       "parameters": {"@c": "red", "@since": timestamp(1_000_000)}},
+        "sql-rule-action": {"expression": "SET tagged = @t; SET n = @n",
+                            "parameters": {"@t": True, "@n": 2.5}},
+    }  # fmt: skip
+    conn = proton_connection(broker.port)
+    try:
+        mgmt = Management(conn, "t/Subscriptions/s")
+        assert mgmt("remove-rule", {"rule-name": "$Default"})[0] == 200
+        assert mgmt("add-rule", {"rule-name": "param", "rule-description": description})[0] == 200
+        missing = {"sql-filter": {"expression": "color = @c", "parameters": {"@d": "red"}}}
+        status, condition, _ = mgmt("add-rule", {"rule-name": "bad", "rule-description": missing})
+        assert (status, condition) == (400, "com.microsoft:argument-error")
+        listed = {"sql-filter": {"expression": "a = @a", "parameters": {"@a": ["x"]}}}
+        status, condition, _ = mgmt("add-rule", {"rule-name": "bad", "rule-description": listed})
+        assert (status, condition) == (400, "com.microsoft:argument-error")
+        _, _, body = mgmt("enumerate-rules", {"top": 10, "skip": 0})
+        (entry,) = body["rules"]
+        rule_filter, action, name, _created = entry["rule-description"].value
+        assert name == "param"
+        assert rule_filter.value == ["color = @c AND sys.EnqueuedTimeUtc > @since", 20]
+        assert action.value == ["SET tagged = @t; SET n = @n", 20]
+    finally:
+        conn.close()
+
+    def check() -> None:
+        admin, _ = admin_client(broker, AdminApi(broker.broker))  # type: ignore[arg-type]
+        rule = admin.get_rule("t", "s", "param")
+        assert rule.filter.parameters == {
+            "@c": "red", "@since": datetime(1970, 1, 1, 0, 16, 40, tzinfo=UTC)}  # fmt: skip
+        assert rule.action.parameters == {"@t": True, "@n": 2.5}
+        with broker.client() as client:
+            with client.get_topic_sender("t") as sender:
+                sender.send_messages([
+                    ServiceBusMessage("red", application_properties={"color": "red"}),
+                    ServiceBusMessage("blue", application_properties={"color": "blue"}),
+                ])  # fmt: skip
+            with client.get_subscription_receiver("t", "s") as receiver:
+                got = receiver.receive_messages(max_message_count=5, max_wait_time=2)
+                for message in got:
+                    receiver.complete_message(message)
+        (red,) = got
+        assert str(red) == "red"
+        assert red.application_properties[b"tagged"] is True
+        assert red.application_properties[b"n"] == 2.5
+
+    check()
+    broker.restart()
+    check()
 
 
 @pytest.mark.broker_config(CONFIG)

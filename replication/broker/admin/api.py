@@ -453,24 +453,27 @@ class AdminApi:
             name = body_name or DEFAULT_RULE_NAME
         elif body_name and body_name.lower() != name.lower():
             raise _bad_request(f"The rule name in the body ({body_name!r}) is not {name!r}.")
-        action = self._read_action(found.get("Action"))
+        action, action_parameters = self._read_action(found.get("Action"))
         rule_filter = found.get("Filter")
         if rule_filter is None:
-            return RuleSpec(name, "true", action=action)
+            return RuleSpec(name, "true", action=action, action_parameters=action_parameters)
         kind = atom.xsi_type(rule_filter)
         parts = atom.elements(rule_filter)
         if kind in ("SqlFilter", "TrueFilter", "FalseFilter"):
-            self._no_parameters(parts)
+            parameters = self._parameters(parts)
             sql = (parts["SqlExpression"].text or "") if "SqlExpression" in parts else ""
             if kind == "TrueFilter" or sql.replace(" ", "") == "1=1":
-                return RuleSpec(name, "true", action=action)
+                return RuleSpec(name, "true", action=action, action_parameters=action_parameters)
             if kind == "FalseFilter" or sql.replace(" ", "") == "1=0":
-                return RuleSpec(name, "false", action=action)
+                return RuleSpec(name, "false", action=action, action_parameters=action_parameters)
             if not sql.strip():
                 raise _bad_request("A SqlFilter needs a SqlExpression.")
             if len(sql) > MAX_SQL_EXPRESSION:
                 raise _bad_request(f"The SqlExpression is longer than {MAX_SQL_EXPRESSION}.")
-            return RuleSpec(name, "sql", sql=sql, action=action)
+            return RuleSpec(
+                name, "sql", sql=sql, action=action, sql_parameters=parameters,
+                action_parameters=action_parameters,
+            )  # fmt: skip
         if kind == "CorrelationFilter":
             correlation: dict[str, Any] = {}
             for xml_name, child in parts.items():
@@ -488,27 +491,33 @@ class AdminApi:
                     raise _bad_request(f"{xml_name} is not a property of a CorrelationFilter")
             if not correlation:
                 raise _bad_request("A CorrelationFilter must set at least one property.")
-            return RuleSpec(name, "correlation", correlation=correlation, action=action)
+            return RuleSpec(
+                name, "correlation", correlation=correlation, action=action,
+                action_parameters=action_parameters,
+            )  # fmt: skip
         raise _bad_request(f"Unknown filter type {kind!r} (SqlFilter, CorrelationFilter, "
                            "TrueFilter or FalseFilter).")  # fmt: skip
 
-    def _read_action(self, element: Any) -> str | None:
+    def _read_action(self, element: Any) -> tuple[str | None, dict[str, Any]]:
+        """A rule's ``Action``: its SQL text (None for EmptyRuleAction) and parameters."""
         if element is None or atom.xsi_type(element) in (None, "EmptyRuleAction"):
-            return None
+            return None, {}
         if atom.xsi_type(element) != "SqlRuleAction":
             raise _bad_request(f"Unknown action type {atom.xsi_type(element)!r}.")
         parts = atom.elements(element)
-        self._no_parameters(parts)
+        parameters = self._parameters(parts)
         sql = (parts["SqlExpression"].text or "") if "SqlExpression" in parts else ""
         if not sql.strip():
             raise _bad_request("A SqlRuleAction needs a SqlExpression.")
-        return sql
+        return sql, parameters
 
     @staticmethod
-    def _no_parameters(parts: dict[str, Any]) -> None:
-        if "Parameters" in parts and len(parts["Parameters"]):
-            raise _bad_request("SQL parameters (@name values) are not supported by this broker; "
-                               "write the values into the expression.")  # fmt: skip
+    def _parameters(parts: dict[str, Any]) -> dict[str, Any]:
+        """A SqlFilter's or SqlRuleAction's ``<Parameters>`` (``@name`` values), typed."""
+        try:
+            return atom.key_values(parts.get("Parameters"))
+        except atom.XmlError as exc:
+            raise _bad_request(f"Parameters: {exc}") from None
 
     def _rule_entry(self, request: Request, subscription: Subscription, name: str) -> str:
         index = self._find_rule(subscription, name)
@@ -521,7 +530,8 @@ class AdminApi:
         if spec.action:
             body.raw(f'<Action i:type="SqlRuleAction"><SqlExpression>'
                      f"{atom.escape(spec.action)}</SqlExpression>"
-                     "<CompatibilityLevel>20</CompatibilityLevel></Action>")  # fmt: skip
+                     "<CompatibilityLevel>20</CompatibilityLevel>"
+                     f"{self._parameters_xml(spec.action_parameters)}</Action>")  # fmt: skip
         else:
             body.raw('<Action i:type="EmptyRuleAction"/>')
         body.add("CreatedAt", atom.format_time(created))
@@ -532,12 +542,18 @@ class AdminApi:
         return atom.entry(url, spec.name, content, stamp, stamp, self.namespace)
 
     @staticmethod
+    def _parameters_xml(parameters: dict[str, Any]) -> str:
+        return atom.key_value_list("Parameters", parameters) if parameters else ""
+
+    @staticmethod
     def _filter_xml(spec: RuleSpec) -> str:
         if spec.kind in ("true", "false", "sql"):
             kind = {"true": "TrueFilter", "false": "FalseFilter", "sql": "SqlFilter"}[spec.kind]
             sql = {"true": "1=1", "false": "1=0"}.get(spec.kind, spec.sql or "")
+            parameters = spec.sql_parameters if spec.kind == "sql" else {}
             return (f'<Filter i:type="{kind}"><SqlExpression>{atom.escape(sql)}</SqlExpression>'
-                    "<CompatibilityLevel>20</CompatibilityLevel></Filter>")  # fmt: skip
+                    "<CompatibilityLevel>20</CompatibilityLevel>"
+                    f"{AdminApi._parameters_xml(parameters)}</Filter>")  # fmt: skip
         body = atom.Xml()
         for xml_name, attribute in _CORRELATION_XML.items():
             body.add(xml_name, spec.correlation.get(attribute))

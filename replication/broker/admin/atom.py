@@ -10,6 +10,7 @@ would not produce.
 from __future__ import annotations
 
 import math
+import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -27,6 +28,8 @@ SB = "http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"
 SB_2011 = "http://schemas.microsoft.com/netservices/2011/06/servicebus"
 XSI = "http://www.w3.org/2001/XMLSchema-instance"
 XSD = "http://www.w3.org/2001/XMLSchema"
+SERIALIZATION = "http://schemas.microsoft.com/2003/10/Serialization/"
+"""The namespace of .NET's DataContract types that XML Schema lacks (``guid``)."""
 UNLIMITED = "P10675199DT2H48M5.4775807S"
 """TimeSpan.MaxValue as Service Bus writes it: "never" for TTLs and AutoDeleteOnIdle."""
 NEVER = "0001-01-01T00:00:00Z"
@@ -46,6 +49,8 @@ def format_duration(value: timedelta | None) -> str:
     """A TimeSpan as .NET's XmlConvert writes it (``PT1M``, ``P14D``, ``PT0.5S``)."""
     if value is None:
         return UNLIMITED
+    if value < timedelta(0):
+        return "-" + format_duration(-value)
     micros = value // timedelta(microseconds=1)
     days, rest = divmod(micros, 86_400_000_000)
     hours, rest = divmod(rest, 3_600_000_000)
@@ -85,6 +90,8 @@ def typed_value(value: Any) -> tuple[str, str]:
         return "dateTime", value.isoformat().replace("+00:00", "Z")
     if isinstance(value, timedelta):
         return "duration", format_duration(value)
+    if isinstance(value, uuid.UUID):
+        return "guid", str(value)
     return "string", str(value)
 
 
@@ -102,12 +109,16 @@ def parse_typed(text: str, kind: str) -> Any:
         if kind == "dateTime":
             return datetime.fromisoformat(text.replace("Z", "+00:00"))
         if kind == "duration":
-            return parse_duration(text)
+            negative = text.strip().startswith("-")
+            value = parse_duration(text.strip().removeprefix("-"))
+            return -value if negative else value
+        if kind == "guid":
+            return uuid.UUID(text.strip())
     except ValueError:
         raise XmlError(f"{text!r} is not a valid {kind}") from None
     if kind == "string":
         return text
-    raise XmlError(f"values of type {kind!r} are not supported in rule properties")
+    raise XmlError(f"values of type {kind!r} are not supported in rule properties or parameters")
 
 
 # ---------------------------------------------------------------------- reading requests
@@ -175,6 +186,11 @@ def key_values(parent: ET.Element | None) -> dict[str, Any]:
         value = item.find(f"{{{SB}}}Value")
         if key is None or not key.text or value is None:
             raise XmlError(f"a <{local(item.tag)}> needs a <Key> and a <Value>")
+        if key.text in values:
+            raise XmlError(f"the key {key.text!r} appears more than once in <{local(parent.tag)}>")
+        if value.get(f"{{{XSI}}}nil", "").strip().lower() == "true":
+            values[key.text] = None
+            continue
         values[key.text] = parse_typed(value.text or "", xsi_type(value) or "string")
     return values
 
@@ -217,12 +233,21 @@ def count_details(active: int, dead_letter: int, scheduled: int) -> str:
 
 
 def key_value_list(tag: str, values: dict[str, Any]) -> str:
+    """Correlation filter ``Properties`` or SQL ``Parameters``, each value with its type, as
+    Service Bus writes them (and the SDKs' rule deserializers read them back typed)."""
     items = []
     for key, value in values.items():
+        if value is None:
+            items.append(
+                f'<KeyValueOfstringanyType><Key>{escape(key)}</Key><Value i:nil="true"/>'
+                "</KeyValueOfstringanyType>"
+            )
+            continue
         kind, text = typed_value(value)
+        namespace = SERIALIZATION if kind == "guid" else XSD
         items.append(
             f"<KeyValueOfstringanyType><Key>{escape(key)}</Key>"
-            f'<Value xmlns:d6p1="{XSD}" i:type="d6p1:{kind}">{escape(text)}</Value>'
+            f'<Value xmlns:d6p1="{namespace}" i:type="d6p1:{kind}">{escape(text)}</Value>'
             "</KeyValueOfstringanyType>"
         )
     return f"<{tag}>{''.join(items)}</{tag}>"
