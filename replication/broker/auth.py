@@ -29,7 +29,7 @@ EMULATOR_KEY = "SAS_KEY_VALUE"
 """The emulator's well-known key (``SharedAccessKey=SAS_KEY_VALUE``)."""
 
 TOKEN_TYPE = "SharedAccessSignature"
-_URI_SCHEMES = frozenset({"sb", "amqp", "amqps", "https"})
+_URI_SCHEMES = frozenset({"sb", "amqp", "amqps", "https", "http"})  # http: the plain HTTP port
 """Schemes a client may put on a token's ``sr`` or a CBS audience for the same resource."""
 
 

@@ -43,6 +43,7 @@ from .conftest import (
     body_bytes,
     free_port,
     make_config,
+    send,
     write_config,
 )
 
@@ -402,3 +403,44 @@ def test_cli_ports(tmp_path: Path) -> None:
     bad = _cli("--config", str(config), "--port", "0", "--no-http", "--tls-cert",
                str(tmp_path / "junk.pem"), "--data-dir", str(tmp_path / "d3"))  # fmt: skip
     assert bad.returncode == 2 and "TLS certificate" in bad.stderr
+
+
+def test_the_management_api_on_the_plain_http_port(
+    broker_with: Callable[..., BrokerHandle],
+) -> None:
+    """The HTTP port serves the same management API (as the official emulator does for .NET
+    clients): no token or a bad one is a 401, a Manage token reads and creates entities."""
+    from replication.broker.auth import EMULATOR_KEY, EMULATOR_RULE_NAME, generate_sas_token
+
+    broker = broker_with(http_port=0)
+    assert broker.broker is not None and broker.broker.http_port
+    port = broker.broker.http_port
+
+    def sas(key: str) -> str:
+        return generate_sas_token(f"http://localhost:{port}", EMULATOR_RULE_NAME, key,
+                                  int(time.time()) + 600)  # fmt: skip
+
+    conn = http.client.HTTPConnection(HOST, port, timeout=10)
+    conn.request("GET", "/$namespaceinfo?api-version=2021-05")
+    response = conn.getresponse()
+    assert response.status == 401 and b"MissingToken" in response.read()
+    conn.request("GET", "/$namespaceinfo?api-version=2021-05",
+                 headers={"Authorization": sas("d3Jvbmcta2V5")})  # fmt: skip
+    response = conn.getresponse()
+    assert response.status == 401 and response.read()
+    body = (
+        '<entry xmlns="http://www.w3.org/2005/Atom"><content type="application/xml">'
+        '<QueueDescription xmlns="http://schemas.microsoft.com/netservices/2010/10/'
+        'servicebus/connect"><MaxDeliveryCount>3</MaxDeliveryCount></QueueDescription>'
+        "</content></entry>"
+    )
+    conn.request("PUT", "/plain-http-q?api-version=2021-05", body=body,
+                 headers={"Authorization": sas(EMULATOR_KEY),
+                          "Content-Type": "application/atom+xml"})  # fmt: skip
+    response = conn.getresponse()
+    created = response.read()
+    assert response.status == 201, created
+    assert b"<MaxDeliveryCount>3</MaxDeliveryCount>" in created
+    conn.close()
+    send(broker, "plain-http-q", ServiceBusMessage(b"x", message_id="h1"))
+    assert broker.count("plain-http-q") == 1  # AMQP sees the queue the API made
