@@ -44,6 +44,8 @@ class HostConfig:
     """Ends the run when true (checked twice a second): the demo stops once it is done."""
     before_stop: Callable[[Host], Awaitable[None]] | None = None
     """Awaited after the triggers stopped, while the brokers still run (the demo's report)."""
+    data_dir: Path | None = None
+    """The embedded brokers' state; None: ``<directory>/.replication``."""
 
 
 class Host:
@@ -77,7 +79,8 @@ class Host:
         )
         pipelines = load_pipelines(pipelines_path, settings=self.settings)
         plan = plan_brokers(pipelines.pipelines, self.settings)
-        self.brokers = await start_brokers(plan, self.config.directory / ".replication")
+        data_dir = self.config.data_dir or self.config.directory / ".replication"
+        self.brokers = await start_brokers(plan, data_dir)
         for broker in self.brokers:
             log.info("embedded broker on localhost:%d (%d entities)", broker.port,
                      len(broker.entities))  # fmt: skip

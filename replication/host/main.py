@@ -37,6 +37,11 @@ def run_start(args: argparse.Namespace) -> int:
         directory=args.dir, settings_file=args.settings, metrics_port=args.metrics_port,
         progress=not args.no_progress,
     )  # fmt: skip
+    if args.demo:  # a fresh namespace each time: what the demo shows is what this run moved
+        import shutil
+
+        config.data_dir = args.dir / ".replication" / "demo"
+        shutil.rmtree(config.data_dir, ignore_errors=True)
     try:
         host = Host(config)
     except (SettingsError, OSError) as exc:
@@ -105,7 +110,7 @@ async def _show_arrivals(host: object) -> None:
 
     directory = host.config.directory  # type: ignore[attr-defined]
     settings = host.settings  # type: ignore[attr-defined]
-    print("\nwhat arrived on the secondary (python -m replication peek <entity>):")
+    print("\nwhat arrived on the secondary in this run (its state: .replication/demo):")
     for entity, session, count in (
         ("orders", "customer-0", 4), ("telemetry-json", None, 2), ("events-eu", None, 2)
     ):
