@@ -21,6 +21,8 @@ SECTIONS = [
     ("KeySource", "Key", "A key that steps read from an app setting."),
 ]
 
+TITLES = {name: title for name, title, _ in SECTIONS}
+
 
 def markdown_reference(schema: dict[str, Any]) -> str:
     defs: dict[str, Any] = schema.get("$defs", {})
@@ -99,7 +101,7 @@ def _table(node: dict[str, Any], defs: dict[str, Any], anchors: dict[str, str]) 
 def _type(spec: dict[str, Any], defs: dict[str, Any], anchors: dict[str, str]) -> str:
     if "$ref" in spec:
         name = str(spec["$ref"]).rsplit("/", 1)[-1]
-        title = {n: t for n, t, _ in SECTIONS}.get(name, name)
+        title = TITLES.get(name, name)
         return f"[{title}](#{anchors[name]})" if name in anchors else title
     for key in ("anyOf", "oneOf"):
         if key in spec:

@@ -109,7 +109,7 @@ class Route:
 
     @property
     def auth_path(self) -> str:
-        """The entity the caller's token must cover."""
+        """The entity (or subscription) the request acts on, as error messages name it."""
         if self.subscription:
             return f"{self.entity}{SUBSCRIPTIONS}{self.subscription}"
         return self.entity
@@ -172,7 +172,7 @@ class AdminApi:
                 f"The request body is {len(request.body)} bytes; at most {MAX_BODY} are accepted."
             ))  # fmt: skip
         target = route(request.path)
-        grant = self._authorize(request, target.auth_path)
+        grant = self._authorize(request)
         method = request.method.upper()
         handlers: dict[tuple[str, str], Callable[[Request, Route, Grant], Response]] = {
             ("namespace", "GET"): self._namespace_info,
@@ -200,20 +200,15 @@ class AdminApi:
 
     # ------------------------------------------------------------------ authorization
 
-    def _authorize(self, request: Request, path: str) -> Grant:
-        """Manage over ``path`` (the entity the call acts on), or over the very URL asked for:
-        the JavaScript client signs each request's own URL (a rule's, not its
-        subscription's), which Service Bus accepts as it covers the resource requested."""
+    def _authorize(self, request: Request) -> Grant:
+        """Manage over the resource asked for, as Service Bus checks it: the token's resource
+        must cover the request's path (the JavaScript client signs each request's own URL, a
+        rule's rather than its subscription's; a namespace or entity token covers it too)."""
         token = request.headers.get("authorization")
         if not token:
             raise ApiError(401, "MissingToken: The authorization header was not provided.")
-        try:
-            return self._grant(token, path, MANAGE)
-        except ApiError:
-            requested = unquote(request.path).strip("/")
-            if requested.lower() == path.lower():
-                raise
-            return self._grant(token, requested, MANAGE)
+        requested = "/".join(unquote(s) for s in request.path.strip("/").split("/"))
+        return self._grant(token, requested, MANAGE)
 
     def _grant(self, token: str, path: str, right: str) -> Grant:
         authorizer = self.broker.authorizer
