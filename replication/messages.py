@@ -49,6 +49,8 @@ class Message:
     enqueued_time: datetime | None = None
     sequence_number: int | None = None
     delivery_count: int | None = None
+    locked_until: datetime | None = None
+    """When the source lock was due to expire as received (None: not peek-locked)."""
     dead_letter_reason: str | None = None
     dead_letter_description: str | None = None
     dead_letter_source: str | None = None
@@ -121,11 +123,19 @@ def from_received(message: ServiceBusReceivedMessage) -> Message:
         enqueued_time=_utc(message.enqueued_time_utc),
         sequence_number=message.sequence_number,
         delivery_count=message.delivery_count,
+        locked_until=_locked_until(message),
         dead_letter_reason=message.dead_letter_reason,
         dead_letter_description=message.dead_letter_error_description,
         dead_letter_source=message.dead_letter_source,
         source=message,
     )
+
+
+def _locked_until(message: ServiceBusReceivedMessage) -> datetime | None:
+    try:
+        return _utc(message.locked_until_utc)
+    except (AttributeError, TypeError, ValueError):  # received and delete, or no annotation
+        return None
 
 
 # ---------------------------------------------------------------------- adapter out

@@ -172,6 +172,10 @@ class Receiver(_LinkEndpoint):
         self._taken()
         return items
 
+    def unread(self) -> list[ReceivedMessage]:
+        """The messages that arrived but were not taken yet, oldest first."""
+        return list(self.queue._queue)  # type: ignore[attr-defined]  (asyncio.Queue's deque)
+
     def release_unread(self) -> int:
         """Releases every message that arrived but was not taken (before closing the link:
         the sender may give them to someone else without counting a delivery attempt)."""

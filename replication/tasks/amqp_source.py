@@ -317,6 +317,7 @@ _SCHEDULED_ENQUEUE_TIME = "x-opt-scheduled-enqueue-time"
 _ENQUEUED_TIME = "x-opt-enqueued-time"
 _SEQUENCE_NUMBER = "x-opt-sequence-number"
 _DEAD_LETTER_SOURCE = "x-opt-deadletter-source"
+_LOCKED_UNTIL = "x-opt-locked-until"
 _CE_ZERO_MS = -62_135_596_800_000
 """What brokers write for "no time" (0001-01-01); the SDK makes it ``datetime.min``."""
 _PLAIN = (str, int, float, bool, bytes, type(None))
@@ -366,6 +367,7 @@ def to_message(amqp: AmqpMessage, source: Any = None) -> Message:
         enqueued_time=_time(annotations.get(_ENQUEUED_TIME)),
         sequence_number=_int(annotations.get(_SEQUENCE_NUMBER)),
         delivery_count=int(header.delivery_count) if header is not None else None,
+        locked_until=_time(annotations.get(_LOCKED_UNTIL)),
         dead_letter_reason=dead_letter_reason,
         dead_letter_description=dead_letter_description,
         dead_letter_source=_text_only(annotations.get(_DEAD_LETTER_SOURCE)),
@@ -409,6 +411,7 @@ _WANTED_ANNOTATIONS = {
     _ENQUEUED_TIME.encode(): "enqueued",
     _SEQUENCE_NUMBER.encode(): "sequence",
     _DEAD_LETTER_SOURCE.encode(): "dead_letter_source",
+    _LOCKED_UNTIL.encode(): "locked_until",
 }
 _FIXED_WIDTH = {
     **dict.fromkeys((0x40, 0x41, 0x42, 0x43, 0x44, 0x45), 0),
@@ -531,6 +534,7 @@ def _fast_decode(payload: bytes, source: Any) -> Message:
         enqueued_time=_time(found.get("enqueued")),
         sequence_number=_int(found.get("sequence")),
         delivery_count=delivery_count,
+        locked_until=_time(found.get("locked_until")),
         dead_letter_reason=dead_letter_reason,
         dead_letter_description=dead_letter_description,
         dead_letter_source=_text_only(found.get("dead_letter_source")),
@@ -884,6 +888,15 @@ class AmqpReceiver:
             else:  # given back: MaxDeliveryCount dead-letters it in the end
                 log.error("cannot decode a message of %s (abandoned): %s", self.path, message)
                 self.link.settle([item], Modified(delivery_failed=True))
+        return messages
+
+    def unread(self) -> list[Message]:
+        """Prefetched messages not taken yet: locked since they arrived (``LockKeeper``)."""
+        messages = []
+        for item in self.link.unread():
+            if type(item.message) is Message:
+                item.message.source = item
+                messages.append(item.message)
         return messages
 
     # -- settlement: sent settled, together with the rest of the loop turn's output

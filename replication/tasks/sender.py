@@ -33,6 +33,7 @@ from azure.servicebus.exceptions import (
 )
 
 from ..messages import Message, to_sdk
+from .breaker import Breaker, Breakers
 
 log = logging.getLogger("replication.tasks.sender")
 
@@ -95,9 +96,16 @@ def retryable(error: BaseException) -> bool:
 
 
 async def send_ordered(
-    messages: list[Message], sender_for: SenderFor, policy: SendPolicy | None = None
+    messages: list[Message],
+    sender_for: SenderFor,
+    policy: SendPolicy | None = None,
+    breakers: Breakers | None = None,
 ) -> SendResult:
-    """Sends ``messages`` (each to its ``target``) keeping per-group order; see the module."""
+    """Sends ``messages`` (each to its ``target``) keeping per-group order; see the module.
+
+    With ``breakers``, a target that stays unreachable after the policy's attempts does not
+    fail the messages: its breaker opens and the sends wait for it (see ``breaker``); they
+    fail only with errors the target gave (or ``TargetUnavailable`` when it is stopped)."""
     policy = policy or SendPolicy()
     errors: list[BaseException | None] = [None] * len(messages)
     groups: dict[tuple[str | None, str | None, str | None], _Group] = {}
@@ -108,7 +116,8 @@ async def send_ordered(
 
     async def run(group: _Group) -> None:
         async with limit:
-            await _send_group(group, messages, errors, sender_for, policy)
+            breaker = breakers(group.target) if breakers is not None else None
+            await _send_group(group, messages, errors, sender_for, policy, breaker)
 
     await asyncio.gather(*(run(group) for group in groups.values()))
     return SendResult(errors)
@@ -120,10 +129,11 @@ async def _send_group(
     errors: list[BaseException | None],
     sender_for: SenderFor,
     policy: SendPolicy,
+    breaker: Breaker | None,
 ) -> None:
     try:
         async with sender_for(group.target) as sender:
-            await _send_in_order(sender, group, messages, errors, policy)
+            await _send_in_order(sender, group, messages, errors, policy, breaker)
     except Exception as exc:  # no sender for the target (unknown name, cannot connect)
         for index in group.indexes:
             if errors[index] is None:
@@ -136,6 +146,7 @@ async def _send_in_order(
     messages: list[Message],
     errors: list[BaseException | None],
     policy: SendPolicy,
+    breaker: Breaker | None,
 ) -> None:
     pending = list(group.indexes)
     while pending:
@@ -145,7 +156,7 @@ async def _send_in_order(
             for index in pending:
                 errors[index] = exc
             return
-        error = await _send_with_retries(sender, batch, policy, group.target)
+        error = await _send_with_retries(sender, batch, policy, group.target, breaker)
         if isinstance(error, MessageSizeExceededError) and count > 1:
             policy = replace(policy, max_batch_messages=max(1, count // 2))
             continue  # the estimate was short: the same messages in smaller batches
@@ -194,20 +205,45 @@ async def _fill_batch(
 
 
 async def _send_with_retries(
-    sender: AsyncSender, batch: Any, policy: SendPolicy, target: str | None
+    sender: AsyncSender, batch: Any, policy: SendPolicy, target: str | None,
+    breaker: Breaker | None = None,
 ) -> BaseException | None:
+    """None once the batch was accepted, else the error that ends trying. Without a
+    breaker, transient errors are retried ``policy.attempts`` times; with one, a target
+    still unreachable then opens it and the batch waits for its turn to probe."""
     delay = policy.backoff_initial
-    for attempt in range(1, policy.attempts + 1):
+    attempt = 0
+    while True:
+        if breaker is not None:
+            try:
+                await breaker.turn()
+            except ConnectionError as exc:  # TargetUnavailable: stopped while unreachable
+                return exc
+        attempt += 1
         try:
             await sender.send_messages(batch)
-            return None
         except Exception as exc:
-            if attempt == policy.attempts or not retryable(exc):
+            if not retryable(exc):
+                if breaker is not None:
+                    breaker.answered()
                 log.warning("send to %s failed for good (attempt %d): %r", target, attempt, exc)
                 return exc
+            if breaker is not None and breaker.is_open:
+                breaker.failed(exc)
+                continue
+            if attempt >= policy.attempts:
+                if breaker is None:
+                    log.warning("send to %s failed for good (attempt %d): %r", target,
+                                attempt, exc)  # fmt: skip
+                    return exc
+                breaker.trip(exc)
+                continue
             pause = random.uniform(0, delay)  # full jitter
             log.info("send to %s failed (attempt %d), retrying in %.2fs: %r",
                      target, attempt, pause, exc)  # fmt: skip
             await asyncio.sleep(pause)
             delay = min(delay * 2, policy.backoff_max)
-    return None
+            continue
+        if breaker is not None:
+            breaker.answered()
+        return None

@@ -18,6 +18,7 @@ from enum import Enum
 from urllib.parse import urlparse
 
 from ..messages import Message
+from .breaker import Breakers
 from .sender import SenderFor, SendPolicy, send_ordered
 from .stamping import stamp
 from .steps import BoundStep, Outcome, run_chain
@@ -95,9 +96,15 @@ class ReplicationTask:
 
 
 async def process_batch(
-    task: ReplicationTask, messages: list[Message], sender_for: SenderFor
+    task: ReplicationTask,
+    messages: list[Message],
+    sender_for: SenderFor,
+    breakers: Breakers | None = None,
 ) -> list[Settlement]:
-    """Plans, sends and decides; the caller settles each source message as decided."""
+    """Plans, sends and decides; the caller settles each source message as decided.
+
+    With ``breakers`` an unreachable target holds the batch here until it answers again
+    (the caller keeps the source locks meanwhile), so an outage costs no delivery."""
     outcomes = [task.plan(message) for message in messages]
     outputs: list[Message] = []
     owners: list[int] = []
@@ -105,7 +112,7 @@ async def process_batch(
         for output in outcome.outputs:
             outputs.append(output)
             owners.append(index)
-    result = await send_ordered(outputs, sender_for, task.policy)
+    result = await send_ordered(outputs, sender_for, task.policy, breakers)
     failed = {owners[i]: result.errors[i] for i in result.failed()}
     settlements = []
     for index, (message, outcome) in enumerate(zip(messages, outcomes, strict=True)):

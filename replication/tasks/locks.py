@@ -1,0 +1,227 @@
+"""Keeps the peek-locks of what a receiver holds, so slow work costs no delivery.
+
+A message's lock runs from its arrival: in the prefetch buffer, in a batch a function or a
+task is working on, in a batch that waits for an unreachable target. Letting it lapse makes
+Service Bus deliver the message again (a duplicate, a delivery counted and, after
+MaxDeliveryCount, a healthy message dead-lettered). ``LockKeeper`` renews, with one
+``renew-lock`` request per round, the lock of every message its receiver holds (taken and
+not settled, or still unread in the prefetch buffer) when half of its lock time is gone;
+a session receiver renews its session lock instead. Work handed to someone else may be
+limited (``max_duration``: host.json ``maxAutoLockRenewalDuration``); the buffer never is.
+
+Time is an input: ``clock`` (Unix seconds, the clock lock expiries are written in) and
+``sleep`` are the keeper's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+import weakref
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from ..messages import Message
+from .amqp_management import Management, lock_token
+from .amqp_source import AmqpConnection, AmqpReceiver, SourceError
+
+log = logging.getLogger("replication.tasks.locks")
+
+FIRST_RENEWAL = 2.5
+"""Seconds after arrival when a lock of unknown expiry is renewed (Service Bus's shortest
+LockDuration is 5 s)."""
+IDLE_LOOK = 1.0
+"""How often the prefetch buffer is looked at for new arrivals."""
+
+_managements: weakref.WeakKeyDictionary[AmqpConnection, Management] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def management_for(connection: AmqpConnection) -> Management:
+    """One ``$management`` client per connection (its links are opened per entity)."""
+    management = _managements.get(connection)
+    if management is None:
+        management = _managements[connection] = Management(connection)
+    return management
+
+
+@dataclass(slots=True)
+class _Held:
+    message: Message
+    since: float
+    renewed: float
+    until: float
+    limited: bool
+
+    @property
+    def renew_at(self) -> float:
+        return self.renewed + (self.until - self.renewed) / 2
+
+
+class LockKeeper:
+    """Renews the locks of one receiver's held messages until they are settled."""
+
+    def __init__(
+        self,
+        receiver: AmqpReceiver,
+        *,
+        max_duration: float | None = None,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        management: Management | None = None,
+    ) -> None:
+        self.receiver = receiver
+        self.max_duration = max_duration
+        self.clock = clock
+        self.sleep = sleep
+        self.management = management or management_for(receiver.connection)
+        self.renewals = 0
+        """Renew requests that succeeded (for tests and metrics)."""
+        self._held: dict[uuid.UUID, _Held] = {}
+        self._session_renewed = clock()
+        locked = receiver.session_locked_until
+        self._session_until = locked.timestamp() if locked else self._session_renewed + 5.0
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    # -- what is held
+
+    def hold(self, messages: Iterable[Message], *, limited: bool = True) -> None:
+        """Keeps these messages' locks (``limited``: for at most ``max_duration``)."""
+        now = self.clock()
+        for message in messages:
+            token = lock_token(message)
+            if token is None:
+                continue
+            held = self._held.get(token)
+            if held is None:
+                until = _seconds(message.locked_until, now + 2 * FIRST_RENEWAL)
+                self._held[token] = _Held(message, now, now, until, limited)
+            else:
+                held.limited = limited
+                held.since = now
+        self._wake()
+
+    def settled(self, messages: Iterable[Message]) -> None:
+        """No longer held (settled, or given up)."""
+        for message in messages:
+            token = lock_token(message)
+            if token is not None:
+                self._held.pop(token, None)
+
+    @property
+    def held(self) -> int:
+        return len(self._held)
+
+    # -- running
+
+    def start(self) -> LockKeeper:
+        self._task = asyncio.create_task(self.run(), name=f"locks {self.receiver.path}")
+        return self
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def __aenter__(self) -> LockKeeper:
+        return self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def run(self) -> None:
+        """Renews what is due, then sleeps until the next renewal (or a new arrival)."""
+        while self.receiver.is_open:
+            self._look_at_buffer()
+            now = self.clock()
+            try:
+                if self.receiver.session_id is not None:
+                    next_at = await self._keep_session(now)
+                else:
+                    next_at = await self._keep_messages(now)
+            except SourceError as exc:  # the link or connection is gone: the locks with it
+                log.warning("renewing locks on %s failed: %s", self.receiver.path, exc)
+                next_at = now + IDLE_LOOK
+            await self._wait(min(next_at, now + IDLE_LOOK) - now)
+
+    def _look_at_buffer(self) -> None:
+        unread = [m for m in self.receiver.unread() if lock_token(m) not in self._held]
+        if unread:
+            self.hold(unread, limited=False)
+
+    async def _keep_session(self, now: float) -> float:
+        renew_at = self._session_renewed + (self._session_until - self._session_renewed) / 2
+        if now >= renew_at:
+            until = await self.management.renew_locks(self.receiver, [])
+            self._session_renewed, self._session_until = now, until.timestamp()
+            self.receiver.session_locked_until = until
+            self.renewals += 1
+            renew_at = now + (self._session_until - now) / 2
+        return renew_at
+
+    async def _keep_messages(self, now: float) -> float:
+        if self.max_duration is not None:
+            for token, held in list(self._held.items()):
+                if held.limited and now - held.since > self.max_duration:
+                    log.info("%s: lock of %s no longer renewed (held %.0f s, "
+                             "maxAutoLockRenewalDuration %g s)", self.receiver.path,
+                             held.message.message_id, now - held.since,
+                             self.max_duration)  # fmt: skip
+                    del self._held[token]
+        due = [t for t, h in self._held.items() if h.renew_at <= now]
+        if due:
+            await self._renew(due, now)
+        return min((h.renew_at for h in self._held.values()), default=now + IDLE_LOOK)
+
+    async def _renew(self, tokens: list[uuid.UUID], now: float) -> None:
+        messages = [self._held[t].message for t in tokens]
+        try:
+            until = await self.management.renew_locks(self.receiver, messages)
+        except SourceError as exc:
+            if exc.retryable and not _lock_lost(exc):
+                raise
+            if len(tokens) > 1:  # one lost lock fails the whole request: one at a time
+                for token in tokens:
+                    await self._renew([token], now)
+                return
+            log.info("%s: the lock of %s is lost (%s)", self.receiver.path,
+                     messages[0].message_id, exc)  # fmt: skip
+            self._held.pop(tokens[0], None)
+            return
+        self.renewals += 1
+        for token in tokens:
+            held = self._held.get(token)
+            if held is not None:
+                held.renewed, held.until = now, max(until.timestamp(), now + 1.0)
+
+    async def _wait(self, seconds: float) -> None:
+        changed = asyncio.ensure_future(self._changed.wait())
+        pause = asyncio.ensure_future(self.sleep(max(seconds, 0.0)))
+        try:
+            await asyncio.wait({changed, pause}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for future in (changed, pause):
+                future.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await future
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+
+def _seconds(value: datetime | None, default: float) -> float:
+    return value.timestamp() if value is not None else default
+
+
+def _lock_lost(error: SourceError) -> bool:
+    text = f"{error.condition or ''} {error}".lower()
+    return "lock" in text or "410" in text or "not-found" in text
