@@ -2,43 +2,55 @@
 
 ``register_pipelines(app, pipelines)`` adds, for every pipeline and each of its sources, a
 ``service_bus_queue_trigger`` or ``service_bus_topic_trigger`` function with the source's
-connection app-setting name, ``cardinality=many`` and sessions as the source needs them.
+connection app-setting name, ``cardinality=many``, sessions as the source needs them and
+``auto_complete_messages=False``. The functions take the SDK-type bindings of
+``azurefunctions-extensions-bindings-servicebus``: a list of
+``azure.servicebus.ServiceBusReceivedMessage`` and a ``ServiceBusMessageActions``.
 
-Settlement, and why it keeps at-least-once: the Python worker cannot settle single messages
-(the SDK-type Service Bus bindings that would allow it are not available to us), so the
-functions run with ``autoCompleteMessages: true`` (host.json): the host completes the whole
-batch when the function returns and abandons it when the function raises. The function
-returns only after every copy of every message was accepted by its target; if any send
-failed for good it raises, the batch is abandoned, and Service Bus redelivers it (delivery
-count, MaxDeliveryCount dead-lettering). Copies that had already been sent are then sent
-again: duplicates, removed by message-id at the target (RequiresDuplicateDetection or the
-``dedupe`` step). A step's dead-letter decision cannot dead-letter one message of a batch
-here, so that message goes to the pipeline's ``error_target`` with ``DeadLetterReason`` /
-``DeadLetterErrorDescription`` properties; without an error target the batch fails.
+Settlement, one message at a time, after its fate is known:
+
+- complete, once every copy of the message was accepted by its targets (or the steps
+  filtered it out);
+- dead-letter with the step's reason and description when a step decides so; with an
+  ``error_target`` the message goes there instead (reason and description as
+  ``DeadLetterReason`` / ``DeadLetterErrorDescription`` properties) and is completed;
+- abandon only what failed: a target refused the copy (too big, not found, no rights);
+  within a session the messages after it are left unsettled and the session is released,
+  so nothing overtakes it and they come again after it without a delivery counted (the
+  local host releases them; in Azure they return with the session).
+
+Nothing else in the batch is touched. A target that is unreachable does not make anything
+fail: its breaker opens (``tasks.breaker``), the sends wait for it, and meanwhile the batch's
+locks are renewed through the same actions, so the length of an outage costs no delivery.
+While the batch waits the function does not return, so the host hands it nothing new
+(``maxConcurrentCalls`` batches at most are held). Duplicates can occur where a complete is
+lost after the copies were accepted (lock lost, host killed): the message comes again and is
+sent again; the target removes it by message-id (RequiresDuplicateDetection or ``dedupe``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import time
 import typing
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import azure.functions as func
+import azurefunctions.extensions.bindings.servicebus as servicebus
 
 from . import metrics
-from .messages import Message, from_functions
-from .tasks.task import Decision, process_batch
+from .messages import Message, from_received
+from .tasks.breaker import Breakers
+from .tasks.task import Decision, Settlement, process_batch
 
 log = logging.getLogger("replication.functions")
 
 ERROR_TARGET = "error_target"
-
-
-class BatchFailedError(RuntimeError):
-    """Raised so the Functions host abandons the batch (it will be redelivered)."""
+MIN_RENEW_INTERVAL = 1.0
 
 
 class PipelineRuntime:
@@ -54,45 +66,121 @@ class PipelineRuntime:
         self.task = built.task
         self.targets = built.targets
         self._pool = SenderPool(self.targets)
+        self.breakers = Breakers()
 
-    async def handle(self, messages: list[Message], source: int = 0) -> None:
-        """Processes one trigger batch; raises ``BatchFailedError`` to have it abandoned."""
+    async def handle(
+        self, received: list[Any], actions: Any, source: int = 0, *, sessions: bool = False
+    ) -> list[Settlement]:
+        """Processes one trigger batch and settles each message through ``actions``."""
+        messages = [from_received(m) for m in received]
         metrics.RECEIVED.labels(self.name).inc(len(messages))
-        settlements = await process_batch(self.tasks[source], messages, self._pool)
-        dead = [s for s in settlements if s.decision is Decision.DEAD_LETTER]
-        failed = [s for s in settlements if s.decision is Decision.ABANDON]
-        if dead:
-            failed += await self._to_error_target(dead)
-        complete = [s for s in settlements if s.decision is Decision.COMPLETE]
-        filtered = sum(1 for s in complete if s.outputs == 0)
-        metrics.FORWARDED.labels(self.name).inc(len(complete) - filtered)
-        metrics.FILTERED.labels(self.name).inc(filtered)
-        metrics.DEAD_LETTERED.labels(self.name).inc(len(dead))
-        if failed:
-            metrics.FAILED.labels(self.name).inc()
-            first = failed[0]
-            raise BatchFailedError(
-                f"{self.name}: {len(failed)} of {len(settlements)} messages not delivered "
-                f"(first: {first.message.message_id}: {first.reason} {first.description}); "
-                "the batch is abandoned for redelivery"
+        async with self._locks_kept(messages, actions, sessions):
+            settlements = await process_batch(
+                self.tasks[source], messages, self._pool, self.breakers
             )
+            dead = [s for s in settlements if s.decision is Decision.DEAD_LETTER]
+            if dead and ERROR_TARGET in self.targets:
+                await self._to_error_target(dead)
+        await asyncio.to_thread(_settle_all, actions, settlements)
+        self._count(settlements)
+        return settlements
 
-    async def _to_error_target(self, dead: list[Any]) -> list[Any]:
+    async def _to_error_target(self, dead: list[Settlement]) -> None:
+        """Sends dead-letter decisions to the error target: completed once accepted,
+        abandoned if it refused them."""
         from .tasks.sender import send_ordered
 
-        if ERROR_TARGET not in self.targets:
-            for item in dead:
-                log.error("%s: %s must be dead-lettered (%s) but there is no error_target",
-                          self.name, item.message.message_id, item.reason)  # fmt: skip
-            return dead
         copies = []
         for item in dead:
             props = dict(item.message.application_properties)
             props["DeadLetterReason"] = item.reason
             props["DeadLetterErrorDescription"] = item.description
             copies.append(item.message.copy(application_properties=props, target=ERROR_TARGET))
-        result = await send_ordered(copies, self._pool, self.task.policy)
-        return [dead[i] for i in result.failed()]
+        result = await send_ordered(copies, self._pool, self.task.policy, self.breakers)
+        for index, item in enumerate(dead):
+            error = result.errors[index]
+            if error is None:
+                item.decision, item.outputs = Decision.COMPLETE, 1
+            else:
+                item.decision, item.description = Decision.ABANDON, repr(error)
+
+    def _count(self, settlements: list[Settlement]) -> None:
+        complete = [s for s in settlements if s.decision is Decision.COMPLETE]
+        filtered = sum(1 for s in complete if s.outputs == 0)
+        failed = [s for s in settlements if s.decision in (Decision.ABANDON, Decision.RELEASE)]
+        dead = sum(1 for s in settlements if s.decision is Decision.DEAD_LETTER)
+        to_errors = sum(1 for s in complete if s.reason)  # a dead-letter decision sent on
+        metrics.FORWARDED.labels(self.name).inc(len(complete) - filtered - to_errors)
+        metrics.FILTERED.labels(self.name).inc(filtered)
+        metrics.DEAD_LETTERED.labels(self.name).inc(dead + to_errors)
+        if failed:
+            metrics.FAILED.labels(self.name).inc()
+            first = failed[0]
+            log.warning("%s: %d of %d messages abandoned for redelivery (first: %s: %s %s)",
+                        self.name, len(failed), len(settlements), first.message.message_id,
+                        first.reason, first.description)  # fmt: skip
+
+    @contextlib.asynccontextmanager
+    async def _locks_kept(
+        self, messages: list[Message], actions: Any, sessions: bool
+    ) -> AsyncIterator[None]:
+        """While one of the targets is held by its breaker, renews the batch's locks (the
+        host renews them only up to ``maxAutoLockRenewalDuration``)."""
+        keeper = asyncio.create_task(_keep_locks(messages, actions, sessions, self.breakers))
+        try:
+            yield
+        finally:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
+
+
+async def _keep_locks(
+    messages: list[Message], actions: Any, sessions: bool, breakers: Breakers,
+    clock: Callable[[], float] = time.time,
+) -> None:  # fmt: skip
+    """Renews every lock of the batch each half lock period, while a breaker is open."""
+    now = clock()
+    remaining = [m.locked_until.timestamp() - now for m in messages if m.locked_until]
+    interval = max(MIN_RENEW_INTERVAL, min(remaining, default=10.0) / 2)
+    while True:
+        await asyncio.sleep(interval)
+        if breakers.open():
+            await asyncio.to_thread(_renew_all, actions, messages, sessions)
+
+
+def _renew_all(actions: Any, messages: list[Message], sessions: bool) -> None:
+    if sessions:
+        for session_id in {m.session_id for m in messages if m.session_id}:
+            _quietly(actions.renew_session_lock, session_id)
+        return
+    for message in messages:
+        _quietly(actions.renew_message_lock, message.source)
+
+
+def _settle_all(actions: Any, settlements: list[Settlement]) -> None:
+    """Blocking gRPC calls: run in a thread, off the worker's event loop."""
+    let_go: set[str] = set()
+    for item in settlements:
+        received = item.message.source
+        if item.decision is Decision.COMPLETE:
+            _quietly(actions.complete, received)
+        elif item.decision is Decision.DEAD_LETTER:
+            _quietly(actions.deadletter, received, item.reason[:256], item.description[:1024])
+        elif item.decision is Decision.ABANDON:
+            _quietly(actions.abandon, received)
+        if item.decision in (Decision.ABANDON, Decision.RELEASE) and item.message.session_id:
+            let_go.add(item.message.session_id)
+    for session_id in sorted(let_go):  # the abandoned head comes first to the next taker
+        _quietly(actions.release_session, session_id)
+
+
+def _quietly(action: Callable[..., Any], *args: Any) -> None:
+    """A settlement that fails (the lock was lost) means the message comes again: logged."""
+    try:
+        action(*args)
+    except Exception as exc:  # SettlementError, or the channel is gone
+        log.warning("%s failed: %s", getattr(action, "__name__", action), exc)
 
 
 def register_pipelines(
@@ -107,17 +195,19 @@ def register_pipelines(
         for index, (source, name) in enumerate(
             zip(pipeline.sources, pipeline.function_names(), strict=True)
         ):
-            handler = _handler(pipeline, runtime, settings, name, index)
+            handler = _handler(pipeline, runtime, settings, name, index, source.sessions)
             if source.is_subscription:
                 trigger = app.service_bus_topic_trigger(
                     arg_name="messages", topic_name=source.topic,
                     subscription_name=source.subscription, connection=source.connection,
                     cardinality=func.Cardinality.MANY, is_sessions_enabled=source.sessions,
+                    auto_complete_messages=False,
                 )  # fmt: skip
             else:
                 trigger = app.service_bus_queue_trigger(
                     arg_name="messages", queue_name=source.queue, connection=source.connection,
                     cardinality=func.Cardinality.MANY, is_sessions_enabled=source.sessions,
+                    auto_complete_messages=False,
                 )  # fmt: skip
             app.function_name(name)(trigger(handler))
             names.append(name)
@@ -126,15 +216,15 @@ def register_pipelines(
 
 def _handler(
     pipeline: Any, runtime: list[PipelineRuntime], settings: Mapping[str, str], name: str,
-    source: int,
-) -> Any:
+    source: int, sessions: bool,
+) -> Any:  # fmt: skip
     lock = asyncio.Lock()
 
-    async def handler(messages: list[func.ServiceBusMessage]) -> None:
+    async def handler(messages: list[Any], message_actions: Any) -> None:
         async with lock:
             if not runtime:
                 runtime.append(PipelineRuntime(pipeline, settings))
-        await runtime[0].handle([from_functions(m) for m in messages], source)
+        await runtime[0].handle(messages, message_actions, source, sessions=sessions)
 
     handler.__name__ = handler.__qualname__ = name
     handler.pipeline_name = pipeline.name  # type: ignore[attr-defined]  (the host's metrics)
@@ -142,6 +232,10 @@ def _handler(
     # per-pipeline trigger settings: host.json-wide in Azure, applied per function locally
     handler.batch_size = pipeline.batch_size  # type: ignore[attr-defined]
     handler.concurrency = pipeline.concurrency  # type: ignore[attr-defined]
-    # the worker reads the annotation to pick the binding's data type; keep it a real type
-    handler.__annotations__ = {"messages": typing.List[func.ServiceBusMessage], "return": None}  # noqa: UP006
+    # the worker reads the annotations to pick the bindings: the SDK types, real types
+    handler.__annotations__ = {
+        "messages": typing.List[servicebus.ServiceBusReceivedMessage],  # noqa: UP006
+        "message_actions": servicebus.ServiceBusMessageActions,
+        "return": None,
+    }
     return handler

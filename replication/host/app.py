@@ -29,6 +29,7 @@ from .discovery import ServiceBusTrigger, load_app, service_bus_triggers
 from .embedded import plan_brokers, start_brokers
 from .settings import load_settings
 from .trigger import HostOptions, TriggerRunner
+from .worker import Worker
 
 log = logging.getLogger("replication.host")
 
@@ -46,6 +47,8 @@ class HostConfig:
     """Awaited after the triggers stopped, while the brokers still run (the demo's report)."""
     data_dir: Path | None = None
     """The embedded brokers' state; None: ``<directory>/.replication``."""
+    stop_grace: float = 30.0
+    """Seconds a stop waits for the batches in flight before it cancels them."""
 
 
 class Host:
@@ -88,10 +91,11 @@ class Host:
         self.triggers = service_bus_triggers(app, self.settings)
         if not self.triggers:
             log.warning("function_app.py has no Service Bus triggers: nothing to run")
+        worker = Worker()
         self.runners = [
             TriggerRunner(
-                t, self.settings[t.connection], self.options.for_function(t.function),
-                failover=source_failover(pipelines, t, self.settings),
+                t, self.settings[t.connection], self.options.for_trigger(t),
+                failover=source_failover(pipelines, t, self.settings), worker=worker,
             )
             for t in self.triggers
         ]  # fmt: skip
@@ -104,10 +108,19 @@ class Host:
         finally:
             self.stop.set()
             log.info("stopping: in-flight batches finish and settle")
+            _, late = await asyncio.wait(jobs, timeout=self.config.stop_grace)
+            if late:  # e.g. held for a target that is down: released, no delivery spent
+                log.warning("%d trigger(s) still busy after %g s: their messages are released",
+                            len(late), self.config.stop_grace)  # fmt: skip
+                for job in late:
+                    job.cancel()
             results = await asyncio.gather(*jobs, return_exceptions=True)
+            worker.stop()
             log.info("triggers stopped")
             for result in results:
-                if isinstance(result, BaseException):
+                if isinstance(result, BaseException) and not isinstance(
+                    result, asyncio.CancelledError
+                ):
                     log.error("trigger ended with %r", result)
             if self.config.before_stop is not None:
                 await self.config.before_stop(self)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -28,6 +29,12 @@ class ServiceBusTrigger:
     subscription: str | None
     sessions: bool
     many: bool
+    auto_complete: bool | None = None
+    """The binding's ``autoCompleteMessages`` (None: host.json decides)."""
+    annotation: Any = None
+    """The trigger parameter's type (the SDK types make it an SDK-type binding)."""
+    settlement_arg: str | None = None
+    """The parameter that takes ``ServiceBusMessageActions``, if the function has one."""
 
     @property
     def entity(self) -> str:
@@ -68,12 +75,39 @@ def service_bus_triggers(
             return None if raw is None else resolve(str(raw), settings)
 
         cardinality = binding.get("cardinality")
+        user_function = function.get_user_function()
+        arg_name = str(binding["name"])
+        annotations = _annotations(user_function)
+        auto_complete = binding.get("autoCompleteMessages")
         triggers.append(ServiceBusTrigger(
-            name=function.get_function_name(), function=function.get_user_function(),
-            arg_name=str(binding["name"]), connection=str(binding["connection"]),
+            name=function.get_function_name(), function=user_function,
+            arg_name=arg_name, connection=str(binding["connection"]),
             queue=value("queueName"), topic=value("topicName"),
             subscription=value("subscriptionName"),
             sessions=bool(binding.get("isSessionsEnabled")),
             many=str(getattr(cardinality, "value", cardinality)) == "many",
+            auto_complete=None if auto_complete is None else bool(auto_complete),
+            annotation=annotations.get(arg_name),
+            settlement_arg=_settlement_arg(user_function, arg_name, annotations),
         ))  # fmt: skip
     return triggers
+
+
+def _annotations(function: Callable[..., Any]) -> dict[str, Any]:
+    try:
+        return inspect.get_annotations(function, eval_str=True)
+    except Exception:  # a name the module does not define: take what is there
+        return dict(getattr(function, "__annotations__", {}) or {})
+
+
+def _settlement_arg(
+    function: Callable[..., Any], trigger_arg: str, annotations: dict[str, Any]
+) -> str | None:
+    """The one parameter besides the trigger's, when it takes the settlement client (as
+    the worker decides: a single unbound parameter of a gRPC client type)."""
+    from .bindings import is_settlement_client
+
+    others = [p for p in inspect.signature(function).parameters if p != trigger_arg]
+    if len(others) != 1 or not is_settlement_client(annotations.get(others[0])):
+        return None
+    return others[0]

@@ -2,37 +2,57 @@
 
 What the host does for a Python function with a Service Bus trigger, and so what we do:
 receive with peek-lock (prefetch), hand the function a batch (``cardinality=many``, at most
-``maxMessageBatchSize``) or one message, then with ``autoCompleteMessages`` complete every
-message when the function returned and abandon every message when it raised. Session
-triggers take the next available session per worker, at most ``maxConcurrentSessions``
-sessions at a time, and keep a session until it has been idle (``sessionIdleTimeout``), so
-a session's messages reach the function in order. Sync functions run in a worker thread.
+``maxMessageBatchSize``) or one message, renew the locks of what it holds (and of what
+waits in the prefetch buffer) for up to ``maxAutoLockRenewalDuration``, and settle:
+
+- a function with the SDK-type bindings settles each message itself through
+  ``ServiceBusMessageActions`` (the ``Settlement`` service of ``settlement.py``); messages it
+  left unsettled are completed after it returned when ``autoCompleteMessages`` is on, and
+  abandoned when it raised;
+- a function with ``azure.functions.ServiceBusMessage`` gets the same messages, and
+  ``autoCompleteMessages`` settles the batch: complete when it returned, abandon when it
+  raised.
+
+Session triggers take the next available session per worker, at most
+``maxConcurrentSessions`` sessions at a time, and keep a session until it has been idle
+(``sessionIdleTimeout``), the function released it, or one of its messages was abandoned
+(its successors must not overtake it: the session is given back and whoever takes it next
+starts at that message). Functions run on the worker's loop (``worker.py``). Stopping lets
+every batch in flight finish and settle; one that is cancelled instead (the host gave up
+waiting) has its unsettled messages released, which costs them no delivery.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import azure.functions as func
 from azure.functions.servicebus import ServiceBusMessage as FunctionsMessage
-from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusReceivedMessage
-from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
-from azure.servicebus.exceptions import OperationTimeoutError, ServiceBusError
 
-from ..messages import body_bytes, properties_from_amqp
-from ..tasks.pump import sdk_receiver
+from ..messages import Message, body_bytes, properties_from_amqp
+from ..tasks.amqp_management import lock_token
+from ..tasks.amqp_source import AmqpReceiver, AmqpSource, Endpoint, NoSessionAvailable, SourceError
+from ..tasks.locks import LockKeeper
+from . import bindings
 from .discovery import ServiceBusTrigger
+from .settlement import Held, HeldSession, SettlementService
+from .worker import Worker
 
 if TYPE_CHECKING:
+    from azure.servicebus import ServiceBusReceivedMessage
+
     from ..failover import Failover
 
 log = logging.getLogger("replication.host")
+
+RETRY_PAUSE = 1.0
+BROKEN_PAUSE = 10.0
+"""Seconds before a trigger whose source cannot work (wrong key, no entity) tries again."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -46,12 +66,12 @@ class HostOptions:
     max_concurrent_sessions: int = 8
     session_idle_timeout: float = 1.0
     auto_complete_messages: bool = True
+    max_auto_lock_renewal_duration: float = 300.0
+    """Seconds a message handed to a function has its lock renewed (0: never)."""
 
     def for_function(self, function: Any) -> HostOptions:
         """These options with a pipeline's own batch size and concurrency (set by
         ``replication.functions`` on the functions it generates), when it has them."""
-        from dataclasses import replace
-
         changes: dict[str, int] = {}
         batch = getattr(function, "batch_size", None)
         if batch:
@@ -63,19 +83,33 @@ class HostOptions:
             changes["max_concurrent_calls"] = min(int(concurrency), 4)
         return replace(self, **changes)
 
+    def for_trigger(self, trigger: ServiceBusTrigger) -> HostOptions:
+        """``for_function``, and the binding's own ``autoCompleteMessages``."""
+        options = self.for_function(trigger.function)
+        if trigger.auto_complete is not None:
+            options = replace(options, auto_complete_messages=trigger.auto_complete)
+        return options
+
     @classmethod
     def from_host_json(cls, data: dict[str, Any]) -> HostOptions:
         sb = (data.get("extensions") or {}).get("serviceBus") or {}
-        idle = str(sb.get("sessionIdleTimeout", "00:00:01"))
-        hours, minutes, seconds = (float(part) for part in idle.split(":"))
         return cls(
             prefetch_count=int(sb.get("prefetchCount", 100)),
             max_message_batch_size=int(sb.get("maxMessageBatchSize", 100)),
             max_concurrent_calls=max(1, min(int(sb.get("maxConcurrentCalls", 1)), 4)),
             max_concurrent_sessions=int(sb.get("maxConcurrentSessions", 8)),
-            session_idle_timeout=hours * 3600 + minutes * 60 + seconds,
+            session_idle_timeout=_timespan(sb.get("sessionIdleTimeout", "00:00:01")),
             auto_complete_messages=bool(sb.get("autoCompleteMessages", True)),
+            max_auto_lock_renewal_duration=_timespan(
+                sb.get("maxAutoLockRenewalDuration", "00:05:00")
+            ),
         )
+
+
+def _timespan(value: Any) -> float:
+    """A .NET TimeSpan as host.json writes it (``hh:mm:ss``), in seconds."""
+    hours, minutes, seconds = (float(part) for part in str(value).split(":"))
+    return hours * 3600 + minutes * 60 + seconds
 
 
 @dataclass(slots=True)
@@ -83,6 +117,8 @@ class TriggerStats:
     received: int = 0
     completed: int = 0
     abandoned: int = 0
+    dead_lettered: int = 0
+    deferred: int = 0
     failed_calls: int = 0
 
 
@@ -124,6 +160,8 @@ class TriggerRunner:
         options: HostOptions,
         on_batch: Callable[[ServiceBusTrigger, int, bool], None] | None = None,
         failover: Failover | None = None,
+        worker: Worker | None = None,
+        settlement: SettlementService | None = None,
     ) -> None:
         self.trigger = trigger
         self.connection_string = connection_string
@@ -131,7 +169,11 @@ class TriggerRunner:
         self.options = options
         self.on_batch = on_batch
         self.failover = failover
+        self.worker = worker or Worker()
+        self.settlement = settlement or SettlementService.shared()
+        self.sdk_types = bindings.is_sdk_type(trigger.annotation)
         self.stats = TriggerStats()
+        self._actions: Any = None
 
     async def run(self, stop: asyncio.Event) -> None:
         """Receives until ``stop``; with ``failover``, wherever it resolves (on a switch the
@@ -145,88 +187,155 @@ class TriggerRunner:
 
     async def _run_on(self, connection_string: str, stop: asyncio.Event) -> None:
         self.connection_string = connection_string
-        # Session triggers: no SDK retries. Waiting for a free session ends in a timeout
-        # that the SDK would retry 3 times with backoff (half a minute before Ctrl-C is
-        # noticed); our worker loop tries again itself, checking ``stop`` in between. With
-        # failover, a dead namespace must show quickly too.
-        retry = self.trigger.sessions or self.failover is not None
-        options = {"retry_total": 0} if retry else {}
-        async with ServiceBusClient.from_connection_string(connection_string, **options) as client:
-            workers = (
-                self.options.max_concurrent_sessions if self.trigger.sessions
-                else self.options.max_concurrent_calls
-            )  # fmt: skip
-            await asyncio.gather(*(self._worker(client, stop) for _ in range(workers)))
+        workers = (
+            self.options.max_concurrent_sessions
+            if self.trigger.sessions
+            else self.options.max_concurrent_calls
+        )
+        async with AmqpSource(Endpoint.from_connection_string(connection_string)) as namespace:
+            await asyncio.gather(*(self._worker(namespace, stop) for _ in range(workers)))
 
-    def _receiver(self, client: ServiceBusClient, **kwargs: Any) -> ServiceBusReceiver:
-        t = self.trigger
-        kwargs.setdefault("prefetch_count", self.options.prefetch_count)
-        entity = t.queue if t.queue is not None else str(t.topic)
-        return sdk_receiver(client, entity, t.subscription if t.queue is None else None, **kwargs)
-
-    async def _worker(self, client: ServiceBusClient, stop: asyncio.Event) -> None:
+    async def _worker(self, namespace: AmqpSource, stop: asyncio.Event) -> None:
+        path = self.trigger.entity
         while not stop.is_set():
             try:
                 if self.trigger.sessions:
-                    receiver = self._receiver(
-                        client, session_id=NEXT_AVAILABLE_SESSION,
-                        max_wait_time=self.options.session_idle_timeout,
+                    receiver = await namespace.receiver(
+                        path, prefetch=self.options.prefetch_count, session=True,
+                        wait=self.options.session_idle_timeout,
                     )  # fmt: skip
                 else:
-                    receiver = self._receiver(client)
-                async with receiver:
-                    await self._drain(receiver, stop)
-            except OperationTimeoutError:
+                    receiver = await namespace.receiver(path, prefetch=self.options.prefetch_count)
+            except NoSessionAvailable:
                 continue  # no session free right now
-            except ServiceBusError as exc:
-                if self.failover is not None and await self.failover.report_failure(exc):
-                    return  # switched: ``run`` starts again on the new namespace
-                log.warning("%s: receiver failed: %r; retrying", self.trigger.name, exc)
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(stop.wait(), 1.0)
-
-    async def _drain(self, receiver: ServiceBusReceiver, stop: asyncio.Event) -> None:
-        size = self.options.max_message_batch_size if self.trigger.many else 1
-        wait = self.options.session_idle_timeout
-        while not stop.is_set():
-            batch = await receiver.receive_messages(max_message_count=size, max_wait_time=wait)
-            if not batch:
-                if self.trigger.sessions:
-                    return  # the session went idle: let it go
+            except SourceError as exc:
+                if await self._failed(exc, stop):
+                    return
                 continue
-            self.stats.received += len(batch)
             if self.failover is not None:
                 self.failover.report_success()
-            ok = await self._call(batch)
-            for message in batch:
-                try:
-                    if ok and self.options.auto_complete_messages:
-                        await receiver.complete_message(message)
-                    elif not ok:
-                        await receiver.abandon_message(message)
-                except ServiceBusError as exc:  # lock lost: it comes again (at-least-once)
-                    log.warning("%s: settling failed: %r", self.trigger.name, exc)
-            if ok:
-                self.stats.completed += len(batch)
-            else:
-                self.stats.abandoned += len(batch)
-            if self.on_batch is not None:
-                self.on_batch(self.trigger, len(batch), ok)
-            if not ok and self.trigger.sessions:
-                return  # give the session back; its head comes first again
+            renewal = self.options.max_auto_lock_renewal_duration
+            keeper = LockKeeper(receiver, max_duration=renewal)
+            try:
+                async with keeper:
+                    await self._drain(receiver, keeper, stop)
+            except SourceError as exc:
+                if await self._failed(exc, stop):
+                    return
+            finally:
+                await receiver.close()
 
-    async def _call(self, batch: list[ServiceBusReceivedMessage]) -> bool:
-        messages = [to_functions_message(m) for m in batch]
-        argument: Any = messages if self.trigger.many else messages[0]
-        function = self.trigger.function
+    async def _failed(self, error: SourceError, stop: asyncio.Event) -> bool:
+        """Reports a receive failure; True when failover moved the trigger elsewhere."""
+        if self.failover is not None and await self.failover.report_failure(error):
+            return True
+        pause = RETRY_PAUSE if error.retryable else BROKEN_PAUSE
+        log.warning("%s: receiver failed: %s; retrying in %g s", self.trigger.name, error, pause)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), pause)
+        return False
+
+    async def _drain(self, receiver: AmqpReceiver, keeper: LockKeeper, stop: asyncio.Event) -> None:
+        size = self.options.max_message_batch_size if self.trigger.many else 1
+        wait = self.options.session_idle_timeout
+        session: HeldSession | None = None
+        if receiver.session_id is not None:
+            session = HeldSession(receiver, asyncio.get_running_loop())
+            self.settlement.hold_session(receiver.session_id, session)
         try:
-            if inspect.iscoroutinefunction(function):
-                await function(**{self.trigger.arg_name: argument})
-            else:
-                await asyncio.to_thread(function, **{self.trigger.arg_name: argument})
+            while not stop.is_set():
+                batch = await receiver.receive(size, wait)
+                if not batch:
+                    if self.trigger.sessions:
+                        return  # the session went idle: let it go
+                    continue
+                self.stats.received += len(batch)
+                keeper.hold(batch)
+                try:
+                    ok = await self._invoke(receiver, batch, session)
+                finally:
+                    keeper.settled(batch)
+                if self.on_batch is not None:
+                    self.on_batch(self.trigger, len(batch), ok)
+                if session is not None and (not ok or session.released or session.abandoned):
+                    return  # give the session back; an abandoned message comes first again
+        finally:
+            if session is not None and receiver.session_id is not None:
+                self.settlement.let_go_session(receiver.session_id, session)
+
+    async def _invoke(
+        self, receiver: AmqpReceiver, batch: list[Message], session: HeldSession | None
+    ) -> bool:
+        """Calls the function with the batch, then settles what it left (see the module)."""
+        loop = asyncio.get_running_loop()
+        held: list[tuple[Any, Held]] = []
+        for message in batch:
+            token = lock_token(message)
+            item = Held(message, receiver, loop)
+            held.append((token, item))
+            self.settlement.hold(token, item)  # type: ignore[arg-type]
+        try:
+            ok = await self._call(batch, [t for t, _ in held])
+        except asyncio.CancelledError:  # the host stopped waiting: no delivery spent
+            receiver.release([h.message for _, h in held if h.outcome is None])
+            raise
+        finally:
+            for token, _ in held:
+                self.settlement.let_go(token)
+        self._settle_rest(receiver, [h for _, h in held], ok, session)
+        return ok
+
+    async def _call(self, batch: list[Message], tokens: list[Any]) -> bool:
+        try:
+            contents = [
+                bindings.binding_content(m.source.delivery.payload, t)
+                for m, t in zip(batch, tokens, strict=True)
+            ]
+            messages = bindings.decode(contents, self.trigger.many, self.trigger.annotation)
+            if not self.sdk_types:
+                many = self.trigger.many
+                messages = [to_functions_message(m) for m in messages] if many else (
+                    to_functions_message(messages)
+                )  # fmt: skip
+            arguments = {self.trigger.arg_name: messages}
+            if self.trigger.settlement_arg is not None:
+                arguments[self.trigger.settlement_arg] = self._settlement_client()
+            await self.worker.invoke(self.trigger.function, arguments)
             return True
         except Exception as exc:
             self.stats.failed_calls += 1
-            log.warning("%s: function failed, %d message(s) abandoned: %s",
+            log.warning("%s: function failed on %d message(s): %s",
                         self.trigger.name, len(batch), exc)  # fmt: skip
             return False
+
+    def _settlement_client(self) -> Any:
+        if self._actions is None:
+            self._actions = bindings.settlement_client(self.settlement.worker_arguments())
+        return self._actions
+
+    def _settle_rest(
+        self, receiver: AmqpReceiver, held: list[Held], ok: bool, session: HeldSession | None
+    ) -> None:
+        stats = self.stats
+        for item in held:
+            if item.outcome == "complete":
+                stats.completed += 1
+            elif item.outcome == "abandon":
+                stats.abandoned += 1
+            elif item.outcome == "deadletter":
+                stats.dead_lettered += 1
+            elif item.outcome == "defer":
+                stats.deferred += 1
+        rest = [item.message for item in held if item.outcome is None]
+        if not rest:
+            return
+        if not ok:
+            stats.abandoned += receiver.abandon(rest)
+        elif self.options.auto_complete_messages:
+            stats.completed += receiver.complete(rest)
+        elif session is not None and (session.released or session.abandoned):
+            receiver.release(rest)  # they go back with the session, no delivery counted
+        else:
+            log.warning("%s: the function returned without settling %d message(s) and "
+                        "autoCompleteMessages is off: they come again when their locks expire",
+                        self.trigger.name, len(rest))  # fmt: skip

@@ -905,9 +905,23 @@ class AmqpReceiver:
         """Completes messages; consecutive deliveries share one disposition frame."""
         return self._settle(messages, Accepted())
 
-    def abandon(self, messages: Iterable[Message]) -> int:
-        """Gives messages back; their delivery count goes up (``modified(delivery-failed)``)."""
-        return self._settle(messages, Modified(delivery_failed=True, undeliverable_here=False))
+    def abandon(
+        self, messages: Iterable[Message], annotations: dict[Any, Any] | None = None
+    ) -> int:
+        """Gives messages back; their delivery count goes up (``modified(delivery-failed)``).
+        ``annotations``: properties to change on them as they go back."""
+        outcome = Modified(
+            delivery_failed=True, undeliverable_here=False, message_annotations=annotations
+        )
+        return self._settle(messages, outcome)
+
+    def defer(self, messages: Iterable[Message], annotations: dict[Any, Any] | None = None) -> int:
+        """Sets messages aside, to be received by sequence number later
+        (``modified(undeliverable-here)``, as the SDKs defer)."""
+        outcome = Modified(
+            delivery_failed=True, undeliverable_here=True, message_annotations=annotations
+        )
+        return self._settle(messages, outcome)
 
     def release(self, messages: Iterable[Message]) -> int:
         """Gives messages back without counting a delivery attempt."""

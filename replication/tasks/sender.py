@@ -3,7 +3,8 @@
 Messages are grouped by (target, session id, partition key). Inside a group they are sent in
 the order given, in batches bounded by the target's size limit and a count; a group's next
 batch goes only after the previous one was accepted, and once a batch fails for good the
-rest of its group is not sent (sending it would overtake the failed messages). Groups go
+rest of a session's group is not sent (sending it would overtake the failed messages;
+without a session there is no order to keep, and the rest go on). Groups go
 concurrently, at most ``max_concurrent_groups`` at a time. A batch that fails with a
 transient error is retried with exponential backoff and full jitter.
 
@@ -79,6 +80,8 @@ class SendResult:
 @dataclass(slots=True)
 class _Group:
     target: str | None
+    ordered: bool
+    """A session's messages: one that fails stops the rest (they must not overtake it)."""
     indexes: list[int] = field(default_factory=list)
 
 
@@ -111,7 +114,8 @@ async def send_ordered(
     groups: dict[tuple[str | None, str | None, str | None], _Group] = {}
     for index, message in enumerate(messages):
         key = (message.target, message.session_id, message.partition_key)
-        groups.setdefault(key, _Group(message.target)).indexes.append(index)
+        group = groups.setdefault(key, _Group(message.target, message.session_id is not None))
+        group.indexes.append(index)
     limit = asyncio.Semaphore(policy.max_concurrent_groups)
 
     async def run(group: _Group) -> None:
@@ -160,10 +164,12 @@ async def _send_in_order(
         if isinstance(error, MessageSizeExceededError) and count > 1:
             policy = replace(policy, max_batch_messages=max(1, count // 2))
             continue  # the estimate was short: the same messages in smaller batches
-        if error is not None:
+        if error is not None and group.ordered:
             for index in pending:  # the rest would overtake what failed: not sent either
                 errors[index] = error
             return
+        for index in pending[:count] if error is not None else ():
+            errors[index] = error  # no order to keep (no session): the rest go on
         pending = pending[count:]
 
 

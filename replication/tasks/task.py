@@ -48,6 +48,10 @@ class Decision(Enum):
     COMPLETE = "complete"
     ABANDON = "abandon"
     DEAD_LETTER = "dead-letter"
+    RELEASE = "release"
+    """Held back behind a failed message of its session (it must not overtake it): given
+    back without counting a delivery (the session is let go, so the failed one comes
+    first again)."""
 
 
 @dataclass(slots=True)
@@ -58,6 +62,9 @@ class Settlement:
     description: str = ""
     outputs: int = 0
     """Copies sent for this message (0 on COMPLETE: the steps filtered it out)."""
+    error: BaseException | None = field(default=None, repr=False, compare=False)
+    """ABANDON: the send error (``TargetUnavailable``: a target outage that outlasted the
+    runner, which may then release the message instead of counting a delivery)."""
 
 
 @dataclass(slots=True)
@@ -115,16 +122,21 @@ async def process_batch(
     result = await send_ordered(outputs, sender_for, task.policy, breakers)
     failed = {owners[i]: result.errors[i] for i in result.failed()}
     settlements = []
+    failed_sessions: set[str] = set()
     for index, (message, outcome) in enumerate(zip(messages, outcomes, strict=True)):
         if outcome.dead_letter is not None:
             reason, description = outcome.dead_letter
             settlements.append(Settlement(message, Decision.DEAD_LETTER, reason, description))
         elif index in failed:
+            error = failed[index]
+            session = message.session_id
+            held_back = session is not None and session in failed_sessions
+            decision = Decision.RELEASE if held_back else Decision.ABANDON
             settlements.append(
-                Settlement(message, Decision.ABANDON, "SendFailed", repr(failed[index]))
+                Settlement(message, decision, "SendFailed", repr(error), error=error)
             )
+            if session is not None:
+                failed_sessions.add(session)
         else:
-            settlements.append(
-                Settlement(message, Decision.COMPLETE, outputs=len(outcome.outputs))
-            )
+            settlements.append(Settlement(message, Decision.COMPLETE, outputs=len(outcome.outputs)))
     return settlements

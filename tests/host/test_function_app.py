@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import azure.functions as func
-import pytest
 
-from replication.functions import BatchFailedError, PipelineRuntime, register_pipelines
+from replication.functions import register_pipelines
 from replication.host.discovery import load_app, service_bus_triggers
-from replication.messages import Message
 from replication.pipeline import load_pipelines, parse_pipelines
-from tests.broker.conftest import REPO_ROOT, BrokerHandle, make_config
+from tests.broker.conftest import REPO_ROOT
 
 SETTINGS = {"PrimaryServiceBus": "x", "SecondaryServiceBus": "y"}
 
@@ -59,45 +55,6 @@ pipelines:
     assert bindings["merge_all_2"]["topicName"] == "t"
     assert bindings["merge_all_2"]["subscriptionName"] == "s"
     assert bindings["merge_all_2"]["isSessionsEnabled"] is True
-
-
-def test_a_failed_send_raises_so_the_host_abandons(broker_factory: object) -> None:
-    broker: BrokerHandle = broker_factory(make_config({"in": {}}))  # type: ignore[operator]
-    text = """\
-pipelines:
-  - name: nowhere
-    source: {connection: Source, queue: in}
-    target: {connection: Target, queue: missing-queue}
-"""
-    settings = {"Source": broker.connection_string, "Target": broker.connection_string}
-    runtime = PipelineRuntime(parse_pipelines(text).pipelines[0], settings)
-    with pytest.raises(BatchFailedError, match="not delivered"):
-        asyncio.run(runtime.handle([Message(b"x", message_id="m1")]))
-
-
-def test_dead_letter_decisions_go_to_the_error_target(broker_factory: object) -> None:
-    broker: BrokerHandle = broker_factory(make_config({"in": {}, "out": {}, "errors": {}}))  # type: ignore[operator]
-    text = """\
-pipelines:
-  - name: strict
-    source: {connection: Bus, queue: in}
-    steps:
-      - transcode: {from: json, to: json}
-    target: {connection: Bus, queue: out}
-    error_target: {connection: Bus, queue: errors}
-"""
-    runtime = PipelineRuntime(
-        parse_pipelines(text).pipelines[0], {"Bus": broker.connection_string}
-    )
-    asyncio.run(runtime.handle([
-        Message(b'{"ok": 1}', message_id="good"), Message(b"not json", message_id="bad"),
-    ]))  # fmt: skip
-    with broker.client() as client, client.get_queue_receiver("errors") as receiver:
-        (error,) = receiver.receive_messages(max_message_count=5, max_wait_time=3)
-        receiver.complete_message(error)
-    assert error.message_id == "bad"
-    assert error.application_properties[b"DeadLetterReason"].startswith(b"transcode:")
-    assert broker.count("out") == 1
 
 
 def test_pipeline_batch_size_and_concurrency_reach_the_local_host() -> None:

@@ -1,0 +1,107 @@
+"""The binding data the Functions host gives a Service Bus trigger, made by the local host.
+
+For the SDK-type bindings (``azurefunctions-extensions-bindings-servicebus``) the host sends
+each message as *model binding data*: source ``AzureServiceBusReceivedMessage``, content
+type ``application/octet-stream``, and content = the 16 bytes of the lock token (.NET GUID
+byte order) followed by the AMQP message. A batch (``cardinality=many``) is a collection of
+them. The worker hands that to the extension's ``ServiceBusConverter``, which finds the
+first ``x-opt-lock-token`` in the content, takes the lock token from the 16 bytes before
+and decodes the AMQP message from the bytes *after* that symbol (with uamqp). So the
+message bytes here start with a delivery-annotations section holding only the lock token,
+and the message as it was received follows whole: header, annotations (enqueued time,
+sequence number, locked-until), properties, application properties, body. (With the
+sections in wire order, header first, the converter would skip the header and the message
+annotations of our broker, which also carry ``x-opt-lock-token``.)
+
+The settlement argument (``ServiceBusMessageActions``) is the extension's own client: it
+reads ``--host``, ``--port`` and ``--functions-grpc-max-message-length`` from the worker's
+command line, the address of the host's gRPC server, and calls the ``Settlement`` service
+there. Our functions run in this process, so the worker's command line is ``sys.argv``
+with those arguments while the client is made.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from azurefunctions.extensions.base import Datum, get_binding_registry
+
+from ..amqp.message import Message as AmqpMessage
+from ..amqp.message import encode_message
+from ..amqp.types import symbol
+
+SOURCE = "AzureServiceBusReceivedMessage"
+CONTENT_TYPE = "application/octet-stream"
+VERSION = "1.0"
+TRIGGER_BINDING = "serviceBusTrigger"
+CLIENT_BINDING = "serviceBusClient"
+LOCK_TOKEN = symbol("x-opt-lock-token")
+
+
+@dataclass(slots=True, frozen=True)
+class ModelBindingData:
+    """The worker protocol's ``ModelBindingData`` (the fields the converter reads)."""
+
+    content: bytes
+    version: str = VERSION
+    source: str = SOURCE
+    content_type: str = CONTENT_TYPE
+
+
+@dataclass(slots=True, frozen=True)
+class CollectionModelBindingData:
+    model_binding_data: list[ModelBindingData]
+
+
+def binding_content(payload: bytes, lock_token: uuid.UUID) -> bytes:
+    """The content for one received message (``payload``: its transfer bytes)."""
+    annotations = encode_message(
+        AmqpMessage(body=[], delivery_annotations={LOCK_TOKEN: lock_token})
+    )
+    return lock_token.bytes_le + annotations + payload
+
+
+def binding_datum(contents: list[bytes], many: bool) -> Datum:
+    """What the worker decodes for the trigger parameter."""
+    items = [ModelBindingData(content) for content in contents]
+    if many:
+        return Datum(CollectionModelBindingData(items), "collection_model_binding_data")
+    return Datum(items[0], "model_binding_data")
+
+
+def is_sdk_type(annotation: Any) -> bool:
+    """True when the parameter takes the SDK types (``ServiceBusReceivedMessage`` or a list
+    of them), as the worker decides it with the extension's registry."""
+    return bool(get_binding_registry().check_supported_type(annotation))
+
+
+def is_settlement_client(annotation: Any) -> bool:
+    return bool(get_binding_registry().check_supported_grpc_client_type(annotation))
+
+
+def decode(contents: list[bytes], many: bool, annotation: Any) -> Any:
+    """The trigger argument, decoded by the extension's converter (the SDK's
+    ``ServiceBusReceivedMessage``, or a list of them)."""
+    converter = get_binding_registry().get(TRIGGER_BINDING)
+    return converter.decode(binding_datum(contents, many), trigger_metadata={}, pytype=annotation)
+
+
+def settlement_client(worker_arguments: list[str]) -> Any:
+    """The extension's ``ServiceBusMessageActions``, pointed at our settlement service."""
+    with _command_line(worker_arguments):
+        return get_binding_registry().get(CLIENT_BINDING).get_client()
+
+
+@contextlib.contextmanager
+def _command_line(arguments: list[str]) -> Iterator[None]:
+    before = list(sys.argv)
+    sys.argv[:] = [*before[:1], *arguments]
+    try:
+        yield
+    finally:
+        sys.argv[:] = before
