@@ -33,6 +33,8 @@ def run_start(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )  # fmt: skip
     logging.getLogger("azure").setLevel(logging.WARNING)
+    # uamqp (the extension's decoder) logs at INFO for every optional header field absent
+    logging.getLogger("uamqp").setLevel(logging.WARNING)
     config = HostConfig(
         directory=args.dir, settings_file=args.settings, metrics_port=args.metrics_port,
         progress=not args.no_progress,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 
 from azure.servicebus import ServiceBusMessage
@@ -86,17 +87,18 @@ async def test_the_host_follows_a_flipped_file_to_the_other_namespace(tmp_path: 
     assert metrics.FAILOVERS.labels("failing-over/target")._value.get() >= 1
 
 
-def test_functions_send_where_the_target_failover_points(
+async def test_functions_send_where_the_target_failover_points(
     broker_factory: object, tmp_path: Path
 ) -> None:
-    """The Azure Functions path (PipelineRuntime) sends to the namespace the file names, and
-    follows a rewrite of the file."""
-    from replication.functions import PipelineRuntime
-    from replication.messages import Message
-    from replication.pipeline import parse_pipelines
+    """The Azure Functions path (the generated functions, run as the host runs them) sends
+    to the namespace the file names, and follows a rewrite of the file."""
+    from azure.servicebus import ServiceBusMessage as Outgoing
+
     from tests.broker.conftest import BrokerHandle, make_config
 
-    east: BrokerHandle = broker_factory(make_config({"out": {}}))  # type: ignore[operator]
+    from .support import pipeline_app, run_app
+
+    east: BrokerHandle = broker_factory(make_config({"in": {}, "out": {}}))  # type: ignore[operator]
     west: BrokerHandle = broker_factory(make_config({"out": {}}))  # type: ignore[operator]
     share = tmp_path / "primary.txt"
     share.write_text("east.example.net\n")
@@ -114,15 +116,19 @@ pipelines:
         "REPLICATION_FAILOVER_HOSTS": f"east.example.net=127.0.0.1:{east.port};"
         f"west.example.net=127.0.0.1:{west.port}",
     }  # fmt: skip
-    runtime = PipelineRuntime(parse_pipelines(text).pipelines[0], settings)
 
-    async def run() -> None:
-        await runtime.handle([Message(b"1", message_id="m1")])
-        share.write_text("west.example.net\n")
-        await asyncio.sleep(0.2)
-        await runtime.handle([Message(b"2", message_id="m2")])
-        await runtime._pool.close()
+    def send(message_id: str) -> None:
+        with east.client() as client, client.get_queue_sender("in") as sender:
+            sender.send_messages(Outgoing(message_id, message_id=message_id))
 
-    asyncio.run(run())
+    def flipped_once_m1_arrived(_: object) -> bool:
+        if not share.read_text().startswith("west") and east.message_ids("out") == ["m1"]:
+            share.write_text("west.example.net\n")
+            time.sleep(0.3)  # past the recheck interval
+            send("m2")
+        return west.count("out") >= 1
+
+    send("m1")
+    await run_app(pipeline_app(text, settings), settings, until=flipped_once_m1_arrived)
     assert east.message_ids("out") == ["m1"]
     assert west.message_ids("out") == ["m2"]

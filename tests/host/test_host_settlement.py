@@ -1,0 +1,227 @@
+"""Issue 18's scenarios through ``python -m replication start``: a poison message among
+healthy ones, and a target that is SIGKILLed mid-stream and comes back."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
+
+from tests.broker.conftest import REPO_ROOT, free_port, make_config, write_config
+
+from .test_host import _metric, project, start, wait_for_port
+
+pytestmark = pytest.mark.timeout(300)
+
+SCHEMA = {"type": "object", "required": ["n"], "properties": {"n": {"type": "integer"}}}
+VALIDATE = """\
+pipelines:
+  - name: checked
+    source: {connection: PrimaryServiceBus, queue: work}
+    steps:
+      - validate: {json_schema_file: schema.json}
+    target: {connection: SecondaryServiceBus, queue: work}
+"""
+
+
+def metrics(port: int) -> str:
+    return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+
+
+def receive_all(connection: str, queue: str, sub_queue: Any = None) -> list[Any]:
+    out: list[Any] = []
+    with (
+        ServiceBusClient.from_connection_string(connection) as client,
+        client.get_queue_receiver(queue, sub_queue=sub_queue, prefetch_count=100) as receiver,
+    ):
+        while batch := receiver.receive_messages(100, max_wait_time=2):
+            for message in batch:
+                receiver.complete_message(message)
+            out += batch
+    return out
+
+
+def test_one_bad_message_in_25_is_dead_lettered_alone(tmp_path: Path) -> None:
+    """The issue's scenario: 500 messages sent in batches of 10, one in 25 fails the schema,
+    no error_target. Every good one reaches the target and none of them is dead-lettered;
+    every bad one is dead-lettered at the source with the step's reason; /metrics agrees."""
+    directory, settings = project(tmp_path, VALIDATE)
+    (directory / "schema.json").write_text(json.dumps(SCHEMA))
+    port = free_port()
+    process = start(directory, "--metrics-port", str(port), "--no-progress")
+    try:
+        wait_for_port(settings["PrimaryServiceBus"], process)
+        bad = {f"m{n}" for n in range(500) if n % 25 == 24}
+        with (
+            ServiceBusClient.from_connection_string(settings["PrimaryServiceBus"]) as client,
+            client.get_queue_sender("work") as sender,
+        ):
+            for start_at in range(0, 500, 10):
+                sender.send_messages([
+                    ServiceBusMessage(b"{oops" if f"m{n}" in bad else json.dumps({"n": n}),
+                                      message_id=f"m{n}")
+                    for n in range(start_at, start_at + 10)
+                ])  # fmt: skip
+        deadline = time.monotonic() + 120
+        while True:
+            text = metrics(port)
+            done = _metric(text, "replication_forwarded_messages_total", "checked") >= 480
+            if done and _metric(text, "replication_dead_lettered_messages_total", "checked") >= 20:
+                break
+            assert time.monotonic() < deadline, text
+            time.sleep(0.2)
+        time.sleep(1.0)  # nothing more may happen
+        text = metrics(port)
+        assert _metric(text, "replication_received_messages_total", "checked") == 500
+        assert _metric(text, "replication_forwarded_messages_total", "checked") == 480
+        assert _metric(text, "replication_dead_lettered_messages_total", "checked") == 20
+        assert _metric(text, "replication_failed_batches_total", "checked") == 0
+        arrived = receive_all(settings["SecondaryServiceBus"], "work")
+        assert sorted(str(m.message_id) for m in arrived) == sorted(
+            f"m{n}" for n in range(500) if f"m{n}" not in bad
+        )
+        dead = receive_all(settings["PrimaryServiceBus"], "work", ServiceBusSubQueue.DEAD_LETTER)
+        assert {str(m.message_id) for m in dead} == bad
+        assert all(str(m.dead_letter_reason).startswith("validate:") for m in dead)
+        assert receive_all(settings["PrimaryServiceBus"], "work") == []
+    finally:
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, output
+
+
+# ---------------------------------------------------------------------- a target outage
+
+OUTAGE = """\
+pipelines:
+  - name: held
+    source: {connection: PrimaryServiceBus, queue: work}
+    target: {connection: TargetBus, queue: work}
+"""
+TARGET_HOST = "127.0.0.2"
+"""The killable target listens here: a local address the host does not start a broker for."""
+
+
+class Target:
+    """``python -m replication broker`` on 127.0.0.2, SIGKILLed and restarted by the test."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.port = free_port()
+        self.config = write_config(tmp_path / "target.json", make_config({"work": {
+            "RequiresDuplicateDetection": True, "DuplicateDetectionHistoryTimeWindow": "PT10M",
+        }}))  # fmt: skip
+        self.data = tmp_path / "target-data"
+        self.log = tmp_path / "target.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def connection_string(self) -> str:
+        return (
+            f"Endpoint=sb://{TARGET_HOST}:{self.port};SharedAccessKeyName="
+            "RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;"
+        )
+
+    def start(self) -> None:
+        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "replication", "broker", "--config", str(self.config),
+                 "--host", TARGET_HOST, "--port", str(self.port), "--no-http",
+                 "--data-dir", str(self.data)],
+                stdout=log, stderr=subprocess.STDOUT, env=env,
+            )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection((TARGET_HOST, self.port), 0.2).close()
+                return
+            except OSError:
+                time.sleep(0.1)
+        raise TimeoutError(self.log.read_text())
+
+    def kill(self) -> None:
+        if self.process is not None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(10)
+            self.process = None
+
+
+def test_a_target_killed_for_many_lock_periods_costs_no_delivery(tmp_path: Path) -> None:
+    """Source LockDuration 5 s, MaxDeliveryCount 3; the target is SIGKILLed while messages
+    stream and stays down for 40 s (8 lock periods, almost three times MaxDeliveryCount),
+    then comes back on the same port and data. The host holds its batch (the target's
+    breaker), keeps the locks and takes nothing new meanwhile: nothing is lost, nothing is
+    dead-lettered, nothing is left at the source."""
+    directory, settings = project(tmp_path, OUTAGE)
+    target = Target(tmp_path)
+    settings["TargetBus"] = target.connection_string
+    (directory / "local.settings.json").write_text(json.dumps({"Values": settings}))
+    host_json = json.loads((directory / "host.json").read_text())
+    host_json["extensions"]["serviceBus"].update(
+        {"maxMessageBatchSize": 20, "prefetchCount": 20, "maxConcurrentCalls": 1}
+    )
+    (directory / "host.json").write_text(json.dumps(host_json))
+    target.start()
+    process = start(directory, "--metrics-port", "0", "--no-progress")
+    total, outage = 600, 40.0
+    try:
+        wait_for_port(settings["PrimaryServiceBus"], process)
+        # the host made the source from the pipelines: give it the short lock and low count
+        _shorten_source_locks(settings["PrimaryServiceBus"])
+        with (
+            ServiceBusClient.from_connection_string(settings["PrimaryServiceBus"]) as client,
+            client.get_queue_sender("work") as sender,
+        ):
+            for n in range(0, total, 20):
+                sender.send_messages(
+                    [ServiceBusMessage(f"m{i}", message_id=f"m{i}") for i in range(n, n + 20)]
+                )
+                if n == 200:
+                    target.kill()
+                    killed = time.monotonic()
+        time.sleep(max(0.0, outage - (time.monotonic() - killed)))
+        target.start()
+        arrived: Counter[str] = Counter()
+        deadline = time.monotonic() + 120
+        with (
+            ServiceBusClient.from_connection_string(target.connection_string) as client,
+            client.get_queue_receiver("work", prefetch_count=100) as receiver,
+        ):
+            while len(arrived) < total and time.monotonic() < deadline:
+                for message in receiver.receive_messages(100, max_wait_time=2):
+                    receiver.complete_message(message)
+                    arrived[str(message.message_id)] += 1
+        missing = {f"m{i}" for i in range(total)} - set(arrived)
+        assert not missing, f"{len(missing)} lost, e.g. {sorted(missing)[:5]}"
+        dead = receive_all(settings["PrimaryServiceBus"], "work", ServiceBusSubQueue.DEAD_LETTER)
+        assert dead == [], [(m.message_id, m.dead_letter_reason) for m in dead]
+        assert receive_all(settings["PrimaryServiceBus"], "work") == []
+    finally:
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=90)
+        target.kill()
+    assert process.returncode == 0, output
+    assert "is unreachable" in output and "reachable again" in output
+
+
+def _shorten_source_locks(connection: str) -> None:
+    from azure.servicebus.management import ServiceBusAdministrationClient
+
+    with ServiceBusAdministrationClient.from_connection_string(connection) as admin:
+        queue = admin.get_queue("work")
+        queue.lock_duration = "PT5S"
+        queue.max_delivery_count = 3
+        admin.update_queue(queue)
+        updated = admin.get_queue("work")
+    assert updated.max_delivery_count == 3
