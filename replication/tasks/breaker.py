@@ -15,7 +15,6 @@ Time is an input: ``clock`` and ``sleep`` are the breaker's, so tests drive it e
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -112,11 +111,9 @@ class Breaker:
                                                      else self.max_probe_interval))  # fmt: skip
             try:
                 await asyncio.wait({changed, pause}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for future in (changed, pause):
-                    future.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await future
+            finally:  # cancelled, not awaited: awaiting one could swallow our own cancel
+                changed.cancel()
+                pause.cancel()
 
     def _probe_failed(self) -> None:
         self._probing = False
@@ -135,17 +132,22 @@ class Breakers:
     def __init__(self, **options: object) -> None:
         self._options = options
         self._breakers: dict[str | None, Breaker] = {}
+        self._stopped = False
 
     def __call__(self, target: str | None) -> Breaker:
         breaker = self._breakers.get(target)
         if breaker is None:
             name = "(default target)" if target is None else target
             breaker = self._breakers[target] = Breaker(name, **self._options)  # type: ignore[arg-type]
+            if self._stopped:  # first used by a batch still finishing after stop
+                breaker.stop()
         return breaker
 
     def open(self) -> list[Breaker]:
         return [b for b in self._breakers.values() if b.is_open]
 
     def stop(self) -> None:
+        """Stops every breaker, and those made from now on."""
+        self._stopped = True
         for breaker in self._breakers.values():
             breaker.stop()

@@ -16,7 +16,6 @@ Time is an input: ``clock`` (Unix seconds, the clock lock expiries are written i
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
@@ -37,9 +36,7 @@ LockDuration is 5 s)."""
 IDLE_LOOK = 1.0
 """How often the prefetch buffer is looked at for new arrivals."""
 
-_managements: weakref.WeakKeyDictionary[AmqpConnection, Management] = (
-    weakref.WeakKeyDictionary()
-)
+_managements: weakref.WeakKeyDictionary[AmqpConnection, Management] = weakref.WeakKeyDictionary()
 
 
 def management_for(connection: AmqpConnection) -> Management:
@@ -86,6 +83,7 @@ class LockKeeper:
         self._session_renewed = clock()
         locked = receiver.session_locked_until
         self._session_until = locked.timestamp() if locked else self._session_renewed + 5.0
+        self._session_given_up = False
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -126,10 +124,13 @@ class LockKeeper:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+            task, self._task = self._task, None
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                if _cancelling():  # the caller is being cancelled too: let that through
+                    raise
 
     async def __aenter__(self) -> LockKeeper:
         return self.start()
@@ -150,6 +151,9 @@ class LockKeeper:
             except SourceError as exc:  # the link or connection is gone: the locks with it
                 log.warning("renewing locks on %s failed: %s", self.receiver.path, exc)
                 next_at = now + IDLE_LOOK
+            except Exception:  # a keeper that died would let every lock lapse: go on
+                log.exception("renewing locks on %s failed", self.receiver.path)
+                next_at = now + IDLE_LOOK
             await self._wait(min(next_at, now + IDLE_LOOK) - now)
 
     def _look_at_buffer(self) -> None:
@@ -158,7 +162,20 @@ class LockKeeper:
             self.hold(unread, limited=False)
 
     async def _keep_session(self, now: float) -> float:
+        """The session lock covers its messages, held or prefetched. With ``max_duration``
+        it is no longer renewed while a batch has been held for longer than that (as the
+        message locks of a plain receiver would lapse)."""
         renew_at = self._session_renewed + (self._session_until - self._session_renewed) / 2
+        overdue = self._overdue(now)
+        if overdue is not None:
+            if not self._session_given_up:
+                self._session_given_up = True
+                log.info("%s: session %r no longer renewed (%s held %.0f s, "
+                         "maxAutoLockRenewalDuration %g s)", self.receiver.path,
+                         self.receiver.session_id, overdue.message.message_id,
+                         now - overdue.since, self.max_duration)  # fmt: skip
+            return now + IDLE_LOOK
+        self._session_given_up = False
         if now >= renew_at:
             until = await self.management.renew_locks(self.receiver, [])
             self._session_renewed, self._session_until = now, until.timestamp()
@@ -166,6 +183,15 @@ class LockKeeper:
             self.renewals += 1
             renew_at = now + (self._session_until - now) / 2
         return renew_at
+
+    def _overdue(self, now: float) -> _Held | None:
+        """A held message whose renewal time (``max_duration``) is up, if any."""
+        if self.max_duration is None:
+            return None
+        for held in self._held.values():
+            if held.limited and now - held.since > self.max_duration:
+                return held
+        return None
 
     async def _keep_messages(self, now: float) -> float:
         if self.max_duration is not None:
@@ -182,6 +208,9 @@ class LockKeeper:
         return min((h.renew_at for h in self._held.values()), default=now + IDLE_LOOK)
 
     async def _renew(self, tokens: list[uuid.UUID], now: float) -> None:
+        tokens = [t for t in tokens if t in self._held]  # settled while a request was out
+        if not tokens:
+            return
         messages = [self._held[t].message for t in tokens]
         try:
             until = await self.management.renew_locks(self.receiver, messages)
@@ -203,19 +232,25 @@ class LockKeeper:
                 held.renewed, held.until = now, max(until.timestamp(), now + 1.0)
 
     async def _wait(self, seconds: float) -> None:
+        """Until ``seconds`` passed or something was held. The helpers are cancelled, not
+        awaited: awaiting one while ``stop`` cancels this task would swallow that cancel
+        (the helper's CancelledError is the one that arrives), and the keeper ran on."""
         changed = asyncio.ensure_future(self._changed.wait())
         pause = asyncio.ensure_future(self.sleep(max(seconds, 0.0)))
         try:
             await asyncio.wait({changed, pause}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for future in (changed, pause):
-                future.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await future
+            changed.cancel()
+            pause.cancel()
 
     def _wake(self) -> None:
         self._changed.set()
         self._changed = asyncio.Event()
+
+
+def _cancelling() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def _seconds(value: datetime | None, default: float) -> float:

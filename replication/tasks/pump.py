@@ -12,6 +12,26 @@ Two receive backends, the same semantics: ``"amqp"`` reads over our own AMQP sta
 ``"sdk"`` with the asyncio azure-servicebus receiver. ``"auto"`` (the default) takes
 ``"amqp"`` whenever the client's endpoint and credential allow it (plain AMQP or TLS, a SAS
 key or token, or an Entra ID credential), else the SDK. Sending is the SDK's either way.
+
+Locks: a batch in flight keeps its peek-locks however long it takes (a slow step, a target
+that is down), so it is not delivered again and costs no delivery attempt. The AMQP backend
+runs a ``LockKeeper`` per receiver: it renews the batch being processed and what waits in
+the prefetch buffer (a session receiver renews its session lock). The SDK backend registers
+each batch's messages with the SDK's ``AutoLockRenewer`` (a session receiver gets it as
+``auto_lock_renewer``, which renews the session); the SDK does not show what waits in its
+prefetch buffer, so those locks are not renewed: a batch that outlives the lock duration
+costs the prefetched messages behind it one delivery (they come again, nothing is lost).
+``max_lock_renewal`` bounds how long a batch's locks are renewed (host.json
+``maxAutoLockRenewalDuration``); None renews as long as the pump holds the batch.
+
+Outages: sends go through a per-target breaker (``breaker.Breakers``). A target that stays
+unreachable holds the batch in flight (locks kept) until it answers again, and the drain
+loop, sequential per receiver, takes nothing new meanwhile. When ``stop`` is set the
+breakers let their waiting sends go and their source messages are given back without a
+delivery counted (it is a shutdown): released by the AMQP backend, left to go back with
+the session by an SDK session receiver; an SDK plain receiver cannot release, it abandons.
+Messages of a session held back behind a failed one (``Decision.RELEASE``) go back the
+same way, and the worker gives the session back so the failed one comes first again.
 """
 
 from __future__ import annotations
@@ -24,11 +44,13 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from azure.servicebus import NEXT_AVAILABLE_SESSION
-from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
+from azure.servicebus.aio import AutoLockRenewer, ServiceBusClient, ServiceBusReceiver
 from azure.servicebus.exceptions import OperationTimeoutError, ServiceBusError
 
 from ..messages import Message, from_received
 from .amqp_source import AmqpReceiver, AmqpSource, Endpoint, NoSessionAvailable, SourceError
+from .breaker import Breakers, TargetUnavailable
+from .locks import LockKeeper
 from .sender import SenderFor
 from .task import Decision, ReplicationTask, Settlement, process_batch
 
@@ -40,6 +62,8 @@ log = logging.getLogger("replication.tasks.pump")
 Backend = Literal["auto", "amqp", "sdk"]
 RETRY_PAUSE = 1.0
 """Seconds before a source that failed (connection lost, no session) is tried again."""
+UNLIMITED_RENEWAL = 10.0 * 365 * 24 * 3600
+"""The SDK's ``AutoLockRenewer`` wants a number of seconds: "as long as held" is ten years."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -62,6 +86,9 @@ class PumpStats:
     completed: int = 0
     abandoned: int = 0
     dead_lettered: int = 0
+    released: int = 0
+    """Given back without counting a delivery: held back behind a failed message of their
+    session, or still waiting for an unreachable target when the pump stopped."""
 
 
 def sdk_receiver(
@@ -105,11 +132,21 @@ async def _settle_one(receiver: ServiceBusReceiver, item: Settlement, stats: Pum
                 received, reason=item.reason[:256], error_description=item.description[:1024]
             )
             stats.dead_lettered += 1
-        else:
+        elif _let_go(item) and receiver.session is not None:
+            stats.released += 1  # left to go back with the session, given back after this
+        else:  # the SDK cannot release a plain receiver's message: abandoned
             await receiver.abandon_message(received)
             stats.abandoned += 1
     except ServiceBusError as exc:  # lock lost: the message comes again (at-least-once)
         log.warning("settling %s failed: %r", item.message.message_id, exc)
+
+
+def _let_go(item: Settlement) -> bool:
+    """Given back without counting a delivery: held back behind a failed message of its
+    session, or still waiting for an unreachable target when the pump stopped."""
+    return item.decision is Decision.RELEASE or (
+        item.decision is Decision.ABANDON and isinstance(item.error, TargetUnavailable)
+    )
 
 
 async def pump(
@@ -126,6 +163,8 @@ async def pump(
     on_batch: Callable[[PumpStats], None] | None = None,
     backend: Backend = "auto",
     prefetch: int | None = None,
+    max_lock_renewal: float | None = None,
+    breakers: Breakers | None = None,
 ) -> PumpStats:
     """Moves messages until ``stop`` is set; returns the counts.
 
@@ -134,21 +173,42 @@ async def pump(
     flight is finished and settled on its namespace, then reading goes on at the new one).
     ``prefetch`` (default ``2 * max_batch`` for ``"amqp"``, ``max_batch`` for the SDK) is how
     many messages may wait, locked, ahead of the batch being processed.
+
+    ``max_lock_renewal``: seconds a batch's locks are renewed at most (host.json
+    ``maxAutoLockRenewalDuration``); None (the default) renews them as long as the pump
+    holds the batch. ``breakers``: the targets' breakers (default: the pump's own); they
+    are stopped when ``stop`` is set, so sends waiting for an unreachable target end.
     """
+    breakers = Breakers() if breakers is None else breakers
     loop = _Loop(task, source, sender_for, stop, max_batch, max_wait, session_workers,
-                 stats or PumpStats(), on_batch, prefetch)  # fmt: skip
-    if isinstance(client, ServiceBusClient | str):
-        await loop.on(client, backend)
+                 stats or PumpStats(), on_batch, prefetch, max_lock_renewal=max_lock_renewal,
+                 breakers=breakers)  # fmt: skip
+    watcher = asyncio.create_task(_stop_breakers(stop, breakers), name="pump breakers")
+    try:
+        if isinstance(client, ServiceBusClient | str):
+            await loop.on(client, backend)
+            return loop.stats
+        from ..failover import run_switching
+
+        loop.failover = client
+
+        async def run(connection_string: str, inner: asyncio.Event) -> None:
+            await replace(loop, stop=inner).on(connection_string, backend)
+
+        await run_switching(client, stop, run)
         return loop.stats
-    from ..failover import run_switching
+    finally:
+        watcher.cancel()  # not awaited: that could swallow a cancel of the pump itself
 
-    loop.failover = client
 
-    async def run(connection_string: str, inner: asyncio.Event) -> None:
-        await replace(loop, stop=inner).on(connection_string, backend)
-
-    await run_switching(client, stop, run)
-    return loop.stats
+async def _stop_breakers(stop: asyncio.Event, breakers: Breakers) -> None:
+    """Sends held by an unreachable target end when the pump stops (not on a source
+    failover switch: the batch in flight is finished on its namespace first)."""
+    await stop.wait()
+    if breakers.open():
+        log.warning("stopping: releasing the messages held for %s",
+                    ", ".join(b.name for b in breakers.open()))  # fmt: skip
+    breakers.stop()
 
 
 def _amqp_endpoint(client: ServiceBusClient | str, backend: Backend) -> Endpoint | None:
@@ -183,6 +243,8 @@ class _Loop:
     on_batch: Callable[[PumpStats], None] | None
     prefetch: int | None
     failover: Failover | None = None
+    max_lock_renewal: float | None = None
+    breakers: Breakers | None = None
 
     async def on(self, client: ServiceBusClient | str, backend: Backend) -> None:
         """Runs on one namespace until ``stop`` (or, with failover, a switch)."""
@@ -205,27 +267,35 @@ class _Loop:
 
     async def processed(self, batch: list[Message]) -> list[Settlement]:
         self.stats.received += len(batch)
-        return await process_batch(self.task, batch, self.sender_for)
+        return await process_batch(self.task, batch, self.sender_for, self.breakers)
 
     def batch_done(self, settlements: list[Settlement], until_empty: bool) -> bool:
         """After settling: True when a session worker should give its session back (an
         abandoned head comes first again, for whoever takes the session next)."""
         if self.on_batch is not None:
             self.on_batch(self.stats)
-        return until_empty and any(s.decision is Decision.ABANDON for s in settlements)
+        return until_empty and any(
+            s.decision in (Decision.ABANDON, Decision.RELEASE) for s in settlements
+        )
 
     # ------------------------------------------------------------------ the SDK backend
 
     async def sdk(self, client: ServiceBusClient) -> None:
         prefetch = self.prefetch or self.max_batch
-        if self.source.sessions:
-            await asyncio.gather(*(self.sdk_session_worker(client, prefetch)
-                                   for _ in range(self.session_workers)))  # fmt: skip
-            return
-        async with _receiver(client, self.source, prefetch_count=prefetch) as receiver:
-            await self.sdk_drain(receiver, until_empty=False)
+        renewal = UNLIMITED_RENEWAL if self.max_lock_renewal is None else self.max_lock_renewal
+        async with AutoLockRenewer(max_lock_renewal_duration=renewal) as renewer:
+            if self.source.sessions:
+                await asyncio.gather(*(self.sdk_session_worker(client, prefetch, renewer)
+                                       for _ in range(self.session_workers)))  # fmt: skip
+                return
+            async with _receiver(client, self.source, prefetch_count=prefetch) as receiver:
+                await self.sdk_drain(receiver, renewer, until_empty=False)
 
-    async def sdk_drain(self, receiver: ServiceBusReceiver, until_empty: bool) -> None:
+    async def sdk_drain(
+        self, receiver: ServiceBusReceiver, renewer: AutoLockRenewer, until_empty: bool
+    ) -> None:
+        """A session receiver's lock (and with it its messages') is renewed by ``renewer``
+        since the session was taken; a plain receiver's batch is registered here."""
         while not self.stop.is_set():
             batch = await receiver.receive_messages(
                 max_message_count=self.max_batch, max_wait_time=self.max_wait
@@ -234,20 +304,26 @@ class _Loop:
                 if until_empty:
                     return
                 continue
+            if receiver.session is None:
+                for received in batch:  # renewed until settled (or max_lock_renewal)
+                    renewer.register(receiver, received)
             settlements = await self.processed([from_received(m) for m in batch])
             await settle(receiver, settlements, self.stats)
             if self.batch_done(settlements, until_empty):
                 return
 
-    async def sdk_session_worker(self, client: ServiceBusClient, prefetch: int) -> None:
+    async def sdk_session_worker(
+        self, client: ServiceBusClient, prefetch: int, renewer: AutoLockRenewer
+    ) -> None:
         while not self.stop.is_set():
             try:
                 receiver = _receiver(
                     client, self.source, session_id=NEXT_AVAILABLE_SESSION,
                     max_wait_time=self.max_wait, prefetch_count=prefetch,
+                    auto_lock_renewer=renewer,
                 )  # fmt: skip
                 async with receiver:
-                    await self.sdk_drain(receiver, until_empty=True)
+                    await self.sdk_drain(receiver, renewer, until_empty=True)
             except OperationTimeoutError:
                 continue  # no session free right now
             except ServiceBusError as exc:
@@ -274,7 +350,8 @@ class _Loop:
                     receiver = await namespace.receiver(str(self.source), prefetch=prefetch)
                     self.received_fine()
                     try:
-                        await self.amqp_drain(receiver, until_empty=False)
+                        async with self.keeper(receiver) as keeper:
+                            await self.amqp_drain(receiver, keeper, until_empty=False)
                     finally:
                         await receiver.close()
                 except SourceError as exc:
@@ -304,34 +381,49 @@ class _Loop:
                 continue
             self.received_fine()
             try:
-                await self.amqp_drain(receiver, until_empty=True)
+                async with self.keeper(receiver) as keeper:
+                    await self.amqp_drain(receiver, keeper, until_empty=True)
             except SourceError as exc:  # e.g. the session lock was lost: another worker takes it
                 log.warning("session %r of %s failed: %s", receiver.session_id, path, exc)
             finally:
                 await receiver.close()
 
-    async def amqp_drain(self, receiver: AmqpReceiver, until_empty: bool) -> None:
+    def keeper(self, receiver: AmqpReceiver) -> LockKeeper:
+        """Keeps the receiver's locks (batch and prefetch buffer) while it is open."""
+        return LockKeeper(receiver, max_duration=self.max_lock_renewal)
+
+    async def amqp_drain(self, receiver: AmqpReceiver, keeper: LockKeeper,
+                         until_empty: bool) -> None:  # fmt: skip
         while not self.stop.is_set():
             batch = await receiver.receive(self.max_batch, self.max_wait)
             if not batch:
                 if until_empty:
                     return
                 continue
-            settlements = await self.processed(batch)
-            settle_amqp(receiver, settlements, self.stats)
+            keeper.hold(batch)
+            try:
+                settlements = await self.processed(batch)
+                settle_amqp(receiver, settlements, self.stats)
+            finally:
+                keeper.settled(batch)
             if self.batch_done(settlements, until_empty):
                 return
 
 
 def settle_amqp(receiver: AmqpReceiver, settlements: list[Settlement], stats: PumpStats) -> None:
     """All completes of the batch at once (ranged dispositions), then each other outcome.
-    Sent settled, without waiting: a lost complete means a redelivery (at-least-once)."""
+    Sent settled, without waiting: a lost complete means a redelivery (at-least-once).
+    Released (given back without counting a delivery): messages held back behind a failed
+    one of their session, and those whose sends still waited for an unreachable target when
+    the pump stopped (a shutdown is not their fault)."""
     completes = [s.message for s in settlements if s.decision is Decision.COMPLETE]
     stats.completed += receiver.complete(completes)
     for item in settlements:
         if item.decision is Decision.DEAD_LETTER:
             stats.dead_lettered += receiver.dead_letter(item.message, item.reason,
                                                         item.description)  # fmt: skip
+        elif _let_go(item):
+            stats.released += receiver.release([item.message])
         elif item.decision is Decision.ABANDON:
             stats.abandoned += receiver.abandon([item.message])
 

@@ -18,6 +18,7 @@ from azure.servicebus import ServiceBusMessage
 
 from replication import metrics
 from replication.failover import HOST_MAP_SETTING, FailoverSpec
+from replication.tasks.breaker import Breakers
 from replication.tasks.pump import PumpStats, Source, pump
 from replication.tasks.sender import SendPolicy
 from replication.tasks.targets import SenderPool, Target
@@ -189,18 +190,21 @@ async def test_a_dead_dns_server_is_retried_never_a_crash_and_loses_nothing(
     stop.set()
     await asyncio.wait_for(job, 10)
     assert "dead/source: cannot resolve (no answer from DNS server" in caplog.text
-    # a failover target that cannot resolve: the batch is abandoned, nothing is lost
+    # a failover target that cannot resolve: its breaker opens and holds the batch (nothing
+    # abandoned, no delivery spent); stopping gives the batch back: nothing is lost
     target = spec.build("dead/target", sb1.connection_string)
     pool = SenderPool({None: Target(sb1.connection_string, "dst", target)})
     stop = asyncio.Event()
     task = ReplicationTask("dead", policy=SendPolicy(attempts=2, backoff_initial=0.01))
     stats = PumpStats()
+    breakers = Breakers()
     job = asyncio.create_task(pump(task, src.connection_string, Source("src"), pool, stop,
-                                   stats=stats))  # fmt: skip
-    await wait_until(lambda: stats.abandoned >= 20, timeout=30)
+                                   stats=stats, breakers=breakers))  # fmt: skip
+    await wait_until(lambda: breakers(None).is_open and stats.received > 0, timeout=30)
     stop.set()
     await asyncio.wait_for(job, 10)
     await pool.close()
-    assert stats.completed == 0
+    assert (stats.completed, stats.abandoned) == (0, 0)
+    assert stats.released == stats.received
     assert sorted(src.message_ids("src")) == sorted(f"m-{i}" for i in range(20))
     assert sb1.count("dst") == 0
