@@ -149,38 +149,47 @@ async def _keep_locks(
             await asyncio.to_thread(_renew_all, actions, messages, sessions)
 
 
-def _renew_all(actions: Any, messages: list[Message], sessions: bool) -> None:
-    if sessions:
-        for session_id in {m.session_id for m in messages if m.session_id}:
-            _quietly(actions.renew_session_lock, session_id)
-        return
-    for message in messages:
-        _quietly(actions.renew_message_lock, message.source)
-
-
 def _settle_all(actions: Any, settlements: list[Settlement]) -> None:
-    """Blocking gRPC calls: run in a thread, off the worker's event loop."""
+    """Blocking gRPC calls: run in a thread, off the worker's event loop. A settlement that
+    fails (the lock was lost with the source's connection) means the message comes again:
+    logged once per batch."""
     let_go: set[str] = set()
+    failures: list[str] = []
     for item in settlements:
         received = item.message.source
         if item.decision is Decision.COMPLETE:
-            _quietly(actions.complete, received)
+            _try(failures, actions.complete, received)
         elif item.decision is Decision.DEAD_LETTER:
-            _quietly(actions.deadletter, received, item.reason[:256], item.description[:1024])
+            reason, description = item.reason[:256], item.description[:1024]
+            _try(failures, actions.deadletter, received, reason, description)
         elif item.decision is Decision.ABANDON:
-            _quietly(actions.abandon, received)
+            _try(failures, actions.abandon, received)
         if item.decision in (Decision.ABANDON, Decision.RELEASE) and item.message.session_id:
             let_go.add(item.message.session_id)
     for session_id in sorted(let_go):  # the abandoned head comes first to the next taker
-        _quietly(actions.release_session, session_id)
+        _try(failures, actions.release_session, session_id)
+    if failures:
+        log.warning("%d of %d settlements failed (they come again): %s", len(failures),
+                    len(settlements), failures[0])  # fmt: skip
 
 
-def _quietly(action: Callable[..., Any], *args: Any) -> None:
-    """A settlement that fails (the lock was lost) means the message comes again: logged."""
+def _renew_all(actions: Any, messages: list[Message], sessions: bool) -> None:
+    failures: list[str] = []
+    if sessions:
+        for session_id in {m.session_id for m in messages if m.session_id}:
+            _try(failures, actions.renew_session_lock, session_id)
+    else:
+        for message in messages:
+            _try(failures, actions.renew_message_lock, message.source)
+    if failures:
+        log.warning("%d lock renewals failed: %s", len(failures), failures[0])
+
+
+def _try(failures: list[str], action: Callable[..., Any], *args: Any) -> None:
     try:
         action(*args)
     except Exception as exc:  # SettlementError, or the channel is gone
-        log.warning("%s failed: %s", getattr(action, "__name__", action), exc)
+        failures.append(f"{getattr(action, '__name__', action)}: {exc}")
 
 
 def register_pipelines(

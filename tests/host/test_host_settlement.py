@@ -20,7 +20,7 @@ from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQ
 
 from tests.broker.conftest import REPO_ROOT, free_port, make_config, write_config
 
-from .test_host import _metric, project, start, wait_for_port
+from .test_host import _metric, project, wait_for_port
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -33,6 +33,23 @@ pipelines:
       - validate: {json_schema_file: schema.json}
     target: {connection: SecondaryServiceBus, queue: work}
 """
+
+
+def start(directory: Path, *args: str) -> subprocess.Popen[str]:
+    """``python -m replication start`` with its output in ``host.log`` (a pipe nobody reads
+    while the test runs would fill and stall the host)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    with (directory / "host.log").open("w") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "replication", "start", "--dir", str(directory), *args],
+            cwd=directory, env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+
+
+def stop(process: subprocess.Popen[str], directory: Path) -> str:
+    process.send_signal(signal.SIGINT)
+    process.wait(timeout=90)
+    return (directory / "host.log").read_text()
 
 
 def metrics(port: int) -> str:
@@ -96,8 +113,7 @@ def test_one_bad_message_in_25_is_dead_lettered_alone(tmp_path: Path) -> None:
         assert all(str(m.dead_letter_reason).startswith("validate:") for m in dead)
         assert receive_all(settings["PrimaryServiceBus"], "work") == []
     finally:
-        process.send_signal(signal.SIGINT)
-        output, _ = process.communicate(timeout=60)
+        output = stop(process, directory)
     assert process.returncode == 0, output
 
 
@@ -109,20 +125,19 @@ pipelines:
     source: {connection: PrimaryServiceBus, queue: work}
     target: {connection: TargetBus, queue: work}
 """
+DEDUPE = {"RequiresDuplicateDetection": True, "DuplicateDetectionHistoryTimeWindow": "PT10M"}
 TARGET_HOST = "127.0.0.2"
 """The killable target listens here: a local address the host does not start a broker for."""
 
 
-class Target:
+class Killable:
     """``python -m replication broker`` on 127.0.0.2, SIGKILLed and restarted by the test."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, name: str, work: dict[str, Any]) -> None:
         self.port = free_port()
-        self.config = write_config(tmp_path / "target.json", make_config({"work": {
-            "RequiresDuplicateDetection": True, "DuplicateDetectionHistoryTimeWindow": "PT10M",
-        }}))  # fmt: skip
-        self.data = tmp_path / "target-data"
-        self.log = tmp_path / "target.log"
+        self.config = write_config(tmp_path / f"{name}.json", make_config({"work": work}))
+        self.data = tmp_path / f"{name}-data"
+        self.log = tmp_path / f"{name}.log"
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -164,7 +179,7 @@ def test_a_target_killed_for_many_lock_periods_costs_no_delivery(tmp_path: Path)
     then the target's breaker, which probes), keeps the locks and takes nothing new
     meanwhile: nothing is lost, nothing is dead-lettered, nothing is left at the source."""
     directory, settings = project(tmp_path, OUTAGE)
-    target = Target(tmp_path)
+    target = Killable(tmp_path, "target", DEDUPE)
     settings["TargetBus"] = target.connection_string
     (directory / "local.settings.json").write_text(json.dumps({"Values": settings}))
     host_json = json.loads((directory / "host.json").read_text())
@@ -208,8 +223,7 @@ def test_a_target_killed_for_many_lock_periods_costs_no_delivery(tmp_path: Path)
         assert dead == [], [(m.message_id, m.dead_letter_reason) for m in dead]
         assert receive_all(settings["PrimaryServiceBus"], "work") == []
     finally:
-        process.send_signal(signal.SIGINT)
-        output, _ = process.communicate(timeout=90)
+        output = stop(process, directory)
         target.kill()
     assert process.returncode == 0, output
     assert "is unreachable" in output and "reachable again" in output
@@ -231,3 +245,67 @@ def _shorten_source_locks(connection: str, directory: Path) -> None:
         admin.update_queue(queue)
         updated = admin.get_queue("work")
     assert updated.max_delivery_count == 3
+
+
+SOURCE_OUTAGE = """\
+pipelines:
+  - name: reread
+    source: {connection: SourceBus, queue: work}
+    target: {connection: SecondaryServiceBus, queue: work}
+"""
+
+
+def test_a_source_killed_mid_stream_loses_nothing(tmp_path: Path) -> None:
+    """The source broker (LockDuration 5 s, MaxDeliveryCount 3) is SIGKILLed while the host
+    reads it and stays down for 20 s; it comes back with its data. The host reconnects:
+    what was locked when it died is delivered again (a duplicate the target's duplicate
+    detection removes), nothing is lost, dead-lettered or left at the source."""
+    directory, settings = project(tmp_path, SOURCE_OUTAGE)
+    source = Killable(tmp_path, "source", {"LockDuration": "PT5S", "MaxDeliveryCount": 3})
+    settings["SourceBus"] = source.connection_string
+    (directory / "local.settings.json").write_text(json.dumps({"Values": settings}))
+    source.start()
+    total = 1_000
+    with (
+        ServiceBusClient.from_connection_string(source.connection_string) as client,
+        client.get_queue_sender("work") as sender,
+    ):
+        for n in range(0, total, 50):
+            sender.send_messages(
+                [ServiceBusMessage(f"m{i}", message_id=f"m{i}") for i in range(n, n + 50)]
+            )
+    process = start(directory, "--metrics-port", "0", "--no-progress")
+    try:
+        wait_for_port(settings["SecondaryServiceBus"], process)
+        deadline = time.monotonic() + 60
+        while _count(settings["SecondaryServiceBus"], directory) < 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        source.kill()
+        time.sleep(20)
+        source.start()
+        deadline = time.monotonic() + 120
+        while _count(settings["SecondaryServiceBus"], directory) < total:
+            assert time.monotonic() < deadline, _count(settings["SecondaryServiceBus"], directory)
+            time.sleep(0.5)
+        arrived = receive_all(settings["SecondaryServiceBus"], "work")
+        assert sorted(str(m.message_id) for m in arrived) == sorted(f"m{i}" for i in range(total))
+        dead = receive_all(source.connection_string, "work", ServiceBusSubQueue.DEAD_LETTER)
+        assert dead == [], [(m.message_id, m.dead_letter_reason) for m in dead]
+        assert receive_all(source.connection_string, "work") == []
+    finally:
+        output = stop(process, directory)
+        source.kill()
+    assert process.returncode == 0, output
+
+
+def _count(connection: str, directory: Path) -> int:
+    """Messages at the target queue, read through the management API (nothing received)."""
+    from azure.servicebus.management import ServiceBusAdministrationClient
+
+    port = connection.split("localhost:")[1].split(";")[0]
+    ca = directory / ".replication" / f"broker-{port}" / "tls" / "ca.pem"
+    with ServiceBusAdministrationClient.from_connection_string(
+        connection, connection_verify=str(ca)
+    ) as admin:
+        return int(admin.get_queue_runtime_properties("work").total_message_count)
