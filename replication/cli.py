@@ -71,6 +71,10 @@ def _validate(args: argparse.Namespace, rest: list[str]) -> int:
     for pipeline in loaded.pipelines:
         functions = ", ".join(pipeline.function_names())
         print(f"{pipeline.describe()} [function {functions}]")
+    from .host.checks import settlement_warnings
+
+    for warning in settlement_warnings(loaded, path.resolve().parent, settings):
+        print(f"warning: {warning}", file=sys.stderr)
     count = len(loaded.pipelines)
     print(f"{path}: {count} pipeline{'s' if count != 1 else ''} OK")
     return 0

@@ -1,0 +1,113 @@
+"""Deployment checks for ``validate``: will a poison message be dead-lettered alone?
+
+A pipeline whose steps (or router) can decide to dead-letter a message, without an
+``error_target``, needs per-message settlement: functions that take the SDK-type bindings
+(``ServiceBusMessageActions``) with ``autoCompleteMessages`` off, and the extension package
+in requirements.txt. A function that settles per batch (``azure.functions.ServiceBusMessage``
+with auto-complete) can only fail the whole batch: every healthy message in it is
+redelivered with the bad one until MaxDeliveryCount dead-letters them all. These checks say
+so before it is deployed.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+EXTENSION = "azurefunctions-extensions-bindings-servicebus"
+
+
+def settlement_warnings(pipelines: Any, folder: Path, settings: dict[str, str]) -> list[str]:
+    """Warnings for the app in ``folder`` (function_app.py, requirements.txt), if any."""
+    risky = {p.name: why for p in pipelines.pipelines if (why := _can_dead_letter(p))}
+    if not risky:
+        return []
+    warnings = []
+    requirements = folder / "requirements.txt"
+    if requirements.is_file() and not _lists(requirements.read_text(), EXTENSION):
+        warnings.append(
+            f"{requirements}: {EXTENSION} is not listed; function_app.py cannot settle "
+            "messages one at a time in Azure without it"
+        )
+    app_file = folder / "function_app.py"
+    if app_file.is_file():
+        sources = {
+            (s.connection, s.queue or f"{s.topic}/Subscriptions/{s.subscription}"): p.name
+            for p in pipelines.pipelines
+            for s in p.sources
+        }
+        warnings += _batch_settled(app_file, risky, sources, settings)
+    return warnings
+
+
+def _can_dead_letter(pipeline: Any) -> str | None:
+    """What in the pipeline can dead-letter a message (None: nothing, or an error target
+    takes those messages)."""
+    if pipeline.error_target is not None:
+        return None
+    for name, options in pipeline.steps:
+        if options.get("on_error", "dead-letter") == "dead-letter":
+            return f"step {name}"
+    if pipeline.routes and pipeline.default is None and pipeline.unmatched == "dead-letter":
+        return "routes with unmatched: dead-letter"
+    return None
+
+
+def _lists(requirements: str, package: str) -> bool:
+    names = (
+        re.split(r"[\s<>=!~;\[]", line.strip(), maxsplit=1)[0] for line in requirements.splitlines()
+    )
+    return any(n.lower().replace("_", "-") == package for n in names if n)
+
+
+def _batch_settled(
+    app_file: Path,
+    risky: dict[str, str],
+    sources: dict[tuple[str, str], str],
+    settings: dict[str, str],
+) -> list[str]:
+    """Warnings for the functions that read a risky pipeline's source and settle per batch
+    (a function is matched by the pipeline it was generated for, else by its source)."""
+    from .bindings import is_sdk_type
+    from .discovery import load_app, service_bus_triggers
+    from .trigger import HostOptions
+
+    try:
+        app = load_app(app_file)
+        triggers = service_bus_triggers(app, settings)
+    except Exception as exc:  # not importable here: say so, the rest was checked
+        return [f"{app_file}: cannot check how it settles messages ({exc})"]
+    auto_complete = HostOptions.from_host_json(_host_json(app_file.parent)).auto_complete_messages
+    warnings = []
+    for trigger in triggers:
+        pipeline = getattr(trigger.function, "pipeline_name", None)
+        if pipeline is None:
+            pipeline = sources.get((trigger.connection, trigger.entity))
+        if pipeline not in risky:
+            continue
+        per_message = (
+            is_sdk_type(trigger.annotation)
+            and trigger.settlement_arg is not None
+            and not (auto_complete if trigger.auto_complete is None else trigger.auto_complete)
+        )
+        if not per_message:
+            warnings.append(
+                f"{app_file}: function {trigger.name} settles its batch as a whole, but pipeline "
+                f"{pipeline!r} can dead-letter ({risky[pipeline]}): one bad message fails the "
+                "batch and its healthy neighbours are redelivered until MaxDeliveryCount "
+                "dead-letters them too. Take ServiceBusReceivedMessage and "
+                "ServiceBusMessageActions with auto_complete_messages=False (as "
+                "replication.functions.register_pipelines does), or give it an error_target."
+            )
+    return warnings
+
+
+def _host_json(folder: Path) -> dict[str, Any]:
+    import json
+
+    path = folder / "host.json"
+    try:
+        return dict(json.loads(path.read_text())) if path.is_file() else {}
+    except ValueError:
+        return {}
