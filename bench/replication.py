@@ -16,7 +16,12 @@ Starts the embedded broker as a subprocess (queues ``src``, ``dst``, ``plain``),
    ``--backend`` picks the pump's receive side: ``amqp`` (default, the faster: our own AMQP
    stack, ranged settlement) or ``sdk`` (the azure-servicebus receiver); sends use the SDK.
 
-Prints msgs/s for both and the ratio replicate / reference (target >= 0.5: replication also
+3. host: the same replication as a generated Azure Function run by the local host
+   (``python -m replication start``'s trigger runner): our AMQP receive, the binding data
+   decoded by the SDK-type bindings extension, the function on the worker loop, and every
+   message settled on its own through ``ServiceBusMessageActions`` (a gRPC call each).
+
+Prints msgs/s for each and the ratios to the reference (target >= 0.5: replication also
 receives and settles every message, so it does about twice the broker round trips).
 """
 
@@ -57,7 +62,7 @@ def free_port() -> int:
 
 def start_broker(workdir: Path) -> tuple[subprocess.Popen[str], str]:
     config = {"UserConfig": {"Namespaces": [{"Name": "sbemulatorns", "Queues": [
-        {"Name": name, "Properties": {}} for name in ("src", "dst", "plain")
+        {"Name": name, "Properties": {}} for name in ("src", "dst", "plain", "hsrc", "hdst")
     ]}], "Logging": {"Type": "Console"}}}  # fmt: skip
     (workdir / "Config.json").write_text(json.dumps(config))
     port = free_port()
@@ -137,6 +142,45 @@ async def replicate(
     return elapsed
 
 
+async def host(connection_string: str, count: int, batch: int) -> float:
+    """Seconds for the local host's trigger runner to move ``count`` messages hsrc -> hdst
+    through the generated function (per-message settlement over gRPC)."""
+    import azure.functions as func
+
+    from replication.functions import register_pipelines
+    from replication.host.discovery import service_bus_triggers
+    from replication.host.trigger import HostOptions, TriggerRunner
+    from replication.host.worker import Worker
+    from replication.pipeline import parse_pipelines
+
+    settings = {"Bus": connection_string}
+    text = f"""\
+pipelines:
+  - name: bench-host
+    source: {{connection: Bus, queue: hsrc}}
+    target: {{connection: Bus, queue: hdst}}
+    batch_size: {batch}
+"""
+    app = func.FunctionApp()
+    register_pipelines(app, parse_pipelines(text), settings)
+    (trigger,) = service_bus_triggers(app, settings)
+    worker = Worker()
+    options = HostOptions(prefetch_count=2 * batch, max_message_batch_size=batch)
+    runner = TriggerRunner(trigger, connection_string, options.for_trigger(trigger), worker=worker)
+    stop = asyncio.Event()
+    started = time.perf_counter()
+    job = asyncio.create_task(runner.run(stop))
+    while runner.stats.completed < count:
+        if job.done():
+            job.result()
+        await asyncio.sleep(0.01)
+    elapsed = time.perf_counter() - started
+    stop.set()
+    await job
+    worker.stop()
+    return elapsed
+
+
 async def run(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-replication-") as tmp:
         process, connection_string = start_broker(Path(tmp))
@@ -147,6 +191,8 @@ async def run(args: argparse.Namespace) -> None:
             elapsed = await replicate(
                 connection_string, args.messages, args.batch, args.workers, args.backend
             )
+            await send_all(connection_string, "hsrc", items, args.batch)  # load, untimed
+            host_elapsed = await host(connection_string, args.messages, args.batch)
         finally:
             process.terminate()
             process.wait(20)
@@ -162,6 +208,11 @@ async def run(args: argparse.Namespace) -> None:
         f"complete; {args.workers} worker(s)): {rate:,.0f} msgs/s"
     )
     print(f"ratio replicate / reference: {rate / plain_rate:.2f} (target >= 0.5)")
+    host_rate = args.messages / host_elapsed
+    print(
+        f"host (generated function, per-message settlement through ServiceBusMessageActions):"
+        f" {host_rate:,.0f} msgs/s; ratio host / reference: {host_rate / plain_rate:.2f}"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -31,6 +31,7 @@ sent again; the target removes it by message-id (RequiresDuplicateDetection or `
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import os
@@ -51,6 +52,8 @@ log = logging.getLogger("replication.functions")
 
 ERROR_TARGET = "error_target"
 MIN_RENEW_INTERVAL = 1.0
+SETTLE_CALLS = 8
+_SETTLERS = concurrent.futures.ThreadPoolExecutor(SETTLE_CALLS, thread_name_prefix="settle")
 
 
 class PipelineRuntime:
@@ -150,24 +153,28 @@ async def _keep_locks(
 
 
 def _settle_all(actions: Any, settlements: list[Settlement]) -> None:
-    """Blocking gRPC calls: run in a thread, off the worker's event loop. A settlement that
-    fails (the lock was lost with the source's connection) means the message comes again:
-    logged once per batch."""
+    """Blocking gRPC calls, run off the worker's event loop, ``SETTLE_CALLS`` at a time
+    (each is a round trip to the host; their order does not matter, the sessions to let go
+    are released after them). A settlement that fails (the lock was lost with the source's
+    connection) means the message comes again: logged once per batch."""
+    calls: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
     let_go: set[str] = set()
-    failures: list[str] = []
     for item in settlements:
         received = item.message.source
         if item.decision is Decision.COMPLETE:
-            _try(failures, actions.complete, received)
+            calls.append((actions.complete, (received,)))
         elif item.decision is Decision.DEAD_LETTER:
             reason, description = item.reason[:256], item.description[:1024]
-            _try(failures, actions.deadletter, received, reason, description)
+            calls.append((actions.deadletter, (received, reason, description)))
         elif item.decision is Decision.ABANDON:
-            _try(failures, actions.abandon, received)
+            calls.append((actions.abandon, (received,)))
         if item.decision in (Decision.ABANDON, Decision.RELEASE) and item.message.session_id:
             let_go.add(item.message.session_id)
+    failures = [f for f in _SETTLERS.map(_attempt, calls) if f is not None]
     for session_id in sorted(let_go):  # the abandoned head comes first to the next taker
-        _try(failures, actions.release_session, session_id)
+        failure = _attempt((actions.release_session, (session_id,)))
+        if failure is not None:
+            failures.append(failure)
     if failures:
         log.warning("%d of %d settlements failed (they come again): %s", len(failures),
                     len(settlements), failures[0])  # fmt: skip
@@ -186,10 +193,18 @@ def _renew_all(actions: Any, messages: list[Message], sessions: bool) -> None:
 
 
 def _try(failures: list[str], action: Callable[..., Any], *args: Any) -> None:
+    failure = _attempt((action, args))
+    if failure is not None:
+        failures.append(failure)
+
+
+def _attempt(call: tuple[Callable[..., Any], tuple[Any, ...]]) -> str | None:
+    action, args = call
     try:
         action(*args)
     except Exception as exc:  # SettlementError, or the channel is gone
-        failures.append(f"{getattr(action, '__name__', action)}: {exc}")
+        return f"{getattr(action, '__name__', action)}: {exc}"
+    return None
 
 
 def register_pipelines(

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import azurefunctions.extensions.bindings.servicebus  # noqa: F401  (registers its converters)
 from azurefunctions.extensions.base import Datum, get_binding_registry
 
 from ..amqp.message import Message as AmqpMessage

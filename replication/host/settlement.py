@@ -236,14 +236,21 @@ class SettlementService(pb_grpc.SettlementServicer):
         return session
 
     def _settle(self, held: Held, outcome: str, settle: Callable[[], int], context: Any) -> None:
-        settled = self._call(held.loop, settle, context)
-        if not settled:
+        """Settles on the trigger's loop without waiting for it: the disposition goes out
+        with the loop's next turn, as every settlement of ours does (sent settled, not
+        confirmed; a lost one means a redelivery). A closed link means a lost lock."""
+        if not held.receiver.is_open:
             context.abort(
                 grpc.StatusCode.ABORTED,
                 f"the lock of message {held.message.message_id} is lost "
                 f"(its receiver on {held.receiver.path} is closed)",
             )
         held.outcome = outcome
+        try:
+            held.loop.call_soon_threadsafe(settle)
+        except RuntimeError:  # the loop is closed: the host stopped, the lock went with it
+            held.outcome = None
+            context.abort(grpc.StatusCode.UNAVAILABLE, "the host is stopping")
         if outcome == "abandon" and held.message.session_id is not None:
             with self._lock:
                 session = self._sessions.get(held.message.session_id)
