@@ -338,3 +338,38 @@ def test_the_generated_functions_take_the_sdk_types() -> None:
     assert trigger.annotation == typing.List[servicebus.ServiceBusReceivedMessage]  # noqa: UP006
     hints = typing.get_type_hints(trigger.function)
     assert set(hints) == {"messages", "message_actions", "return"}
+
+
+async def test_a_classic_function_still_gets_its_batch_settled_as_a_whole(
+    broker_factory: Any,
+) -> None:
+    """``azure.functions.ServiceBusMessage`` and autoCompleteMessages (no SDK types): the
+    host completes the batch when the function returns and abandons it when it raises."""
+    broker = broker_factory(make_config({"in": {"MaxDeliveryCount": 2}}))
+    settings = {"Bus": broker.connection_string}
+    seen: list[tuple[str, int]] = []
+    app = func.FunctionApp()
+
+    @app.service_bus_queue_trigger(
+        arg_name="batch", queue_name="in", connection="Bus", cardinality="many"
+    )
+    def classic(batch: list[func.ServiceBusMessage]) -> None:
+        seen.extend((str(m.message_id), int(m.delivery_count or 0)) for m in batch)
+        if any(m.get_body() == b"boom" for m in batch):
+            raise RuntimeError("boom")
+
+    def send(body: bytes) -> None:
+        with broker.client() as client, client.get_queue_sender("in") as sender:
+            sender.send_messages([ServiceBusMessage(body, message_id=body.decode())])
+
+    def boom_after_ok(runners: list[Any]) -> bool:
+        if runners[0].stats.completed == 1 and not any(s[0] == "boom" for s in seen):
+            send(b"boom")
+        return runners[0].stats.abandoned >= 2
+
+    send(b"ok")
+    runners = await run_app(app, settings, until=boom_after_ok)
+    assert seen == [("ok", 0), ("boom", 0), ("boom", 1)]
+    assert runners[0].stats.failed_calls == 2 and runners[0].stats.completed == 1
+    (dead,) = drain(broker, "in", DEAD_LETTER)
+    assert dead.message_id == "boom" and dead.dead_letter_reason == "MaxDeliveryCountExceeded"
