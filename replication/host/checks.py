@@ -11,7 +11,10 @@ so before it is deployed.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +77,9 @@ def _batch_settled(
     from .trigger import HostOptions
 
     try:
-        app = load_app(app_file)
-        triggers = service_bus_triggers(app, settings)
+        with _quiet():  # azure.functions warns that an app without HTTP has no auth level
+            app = load_app(app_file)
+            triggers = service_bus_triggers(app, settings)
     except Exception as exc:  # not importable here: say so, the rest was checked
         return [f"{app_file}: cannot check how it settles messages ({exc})"]
     auto_complete = HostOptions.from_host_json(_host_json(app_file.parent)).auto_complete_messages
@@ -111,3 +115,12 @@ def _host_json(folder: Path) -> dict[str, Any]:
         return dict(json.loads(path.read_text())) if path.is_file() else {}
     except ValueError:
         return {}
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    logging.disable(logging.WARNING)
+    try:
+        yield
+    finally:
+        logging.disable(logging.NOTSET)

@@ -140,12 +140,7 @@ class SettlementService(pb_grpc.SettlementServicer):
         return empty_pb2.Empty()
 
     def Abandon(self, request: Any, context: Any) -> Any:
-        held = self._held(request.locktoken, context)
-        annotations = _properties(request.propertiesToModify, context)
-        self._settle(
-            held, "abandon", lambda: held.receiver.abandon([held.message], annotations), context
-        )
-        return empty_pb2.Empty()
+        return self._modify(request, context, "abandon")
 
     def Deadletter(self, request: Any, context: Any) -> Any:
         held = self._held(request.locktoken, context)
@@ -164,11 +159,14 @@ class SettlementService(pb_grpc.SettlementServicer):
         return empty_pb2.Empty()
 
     def Defer(self, request: Any, context: Any) -> Any:
+        return self._modify(request, context, "defer")
+
+    def _modify(self, request: Any, context: Any, outcome: str) -> Any:
+        """Abandon or defer, with the properties to change on the message."""
         held = self._held(request.locktoken, context)
         annotations = _properties(request.propertiesToModify, context)
-        self._settle(
-            held, "defer", lambda: held.receiver.defer([held.message], annotations), context
-        )
+        settle = held.receiver.abandon if outcome == "abandon" else held.receiver.defer
+        self._settle(held, outcome, lambda: settle([held.message], annotations), context)
         return empty_pb2.Empty()
 
     def RenewMessageLock(self, request: Any, context: Any) -> Any:

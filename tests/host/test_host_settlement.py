@@ -231,14 +231,8 @@ def test_a_target_killed_for_many_lock_periods_costs_no_delivery(tmp_path: Path)
 
 
 def _shorten_source_locks(connection: str, directory: Path) -> None:
-    """Through the management API, as an operator would (HTTPS, the local CA trusted)."""
-    from azure.servicebus.management import ServiceBusAdministrationClient
-
-    port = connection.split("localhost:")[1].split(";")[0]
-    ca = directory / ".replication" / f"broker-{port}" / "tls" / "ca.pem"
-    with ServiceBusAdministrationClient.from_connection_string(
-        connection, connection_verify=str(ca)
-    ) as admin:
+    """Through the management API, as an operator would."""
+    with _admin(connection, directory) as admin:
         queue = admin.get_queue("work")
         queue.lock_duration = "PT5S"
         queue.max_delivery_count = 3
@@ -301,11 +295,16 @@ def test_a_source_killed_mid_stream_loses_nothing(tmp_path: Path) -> None:
 
 def _count(connection: str, directory: Path) -> int:
     """Messages at the target queue, read through the management API (nothing received)."""
+    with _admin(connection, directory) as admin:
+        return int(admin.get_queue_runtime_properties("work").total_message_count)
+
+
+def _admin(connection: str, directory: Path) -> Any:
+    """The SDK's management client on a host-embedded broker (HTTPS, its local CA trusted)."""
     from azure.servicebus.management import ServiceBusAdministrationClient
 
     port = connection.split("localhost:")[1].split(";")[0]
     ca = directory / ".replication" / f"broker-{port}" / "tls" / "ca.pem"
-    with ServiceBusAdministrationClient.from_connection_string(
+    return ServiceBusAdministrationClient.from_connection_string(
         connection, connection_verify=str(ca)
-    ) as admin:
-        return int(admin.get_queue_runtime_properties("work").total_message_count)
+    )

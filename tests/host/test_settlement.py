@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 import typing
+from collections.abc import Iterator
 from typing import Any
 
 import azure.functions as func
@@ -17,7 +18,7 @@ from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
 from azurefunctions.extensions.bindings.servicebus.serviceBusMessageActions import SettlementError
 
 from replication.messages import Message
-from replication.tasks.steps import StepOptions, step
+from replication.tasks.steps import STEPS, StepOptions, step
 from tests.broker.conftest import BrokerHandle, make_config
 
 from .support import FAST, pipeline_app, run_app, settled, stats
@@ -152,7 +153,6 @@ class NapOptions(StepOptions):
 NAPS: list[float] = []
 
 
-@step("test-nap", NapOptions)
 def _nap(options: NapOptions, context: Any) -> Any:
     """Sleeps once (the first message it sees) for ``seconds``: a batch slower than a lock."""
 
@@ -165,6 +165,17 @@ def _nap(options: NapOptions, context: Any) -> Any:
     return run
 
 
+@pytest.fixture
+def test_steps() -> Iterator[None]:
+    """This file's steps, registered for one test only (the schema stays as shipped)."""
+    step("test-nap", NapOptions)(_nap)
+    step("test-bloat")(_bloat)
+    yield
+    for name in ("test-nap", "test-bloat"):
+        STEPS.pop(name, None)
+
+
+@pytest.mark.usefixtures("test_steps")
 @pytest.mark.parametrize("sessions", [False, True], ids=["queue", "sessions"])
 async def test_a_batch_slower_than_the_lock_completes_without_redelivery(
     broker_factory: Any, sessions: bool
@@ -190,6 +201,7 @@ pipelines:
     assert drain(broker, "in", DEAD_LETTER) == []
 
 
+@pytest.mark.usefixtures("test_steps")
 async def test_a_refused_message_holds_back_its_session_until_it_is_dead_lettered(
     broker_factory: Any,
 ) -> None:
@@ -225,7 +237,6 @@ pipelines:
     assert dead.delivery_count == 3  # one per try, none for its successors' sake
 
 
-@step("test-bloat")
 def _bloat(options: StepOptions, context: Any) -> Any:
     """Makes a message with ``lost = 1`` bigger than any target takes (300 KiB)."""
 

@@ -18,11 +18,10 @@ import pytest
 from azure.servicebus import ServiceBusMessage
 
 from replication import metrics
-from replication.functions import PipelineRuntime
-from replication.messages import from_received
 from replication.pipeline import load_pipelines
 from replication.spark.runner import SparkPipeline
 from tests.broker.conftest import REPO_ROOT, BrokerHandle, make_config
+from tests.host.support import pipeline_app, run_app, settled
 from tests.spark.support import fill, properties, received_messages
 
 pytestmark = pytest.mark.timeout(300)
@@ -87,21 +86,9 @@ def test_an_editor_pipeline_gives_the_same_output_as_the_local_host(
     fill(broker, "in-host", orders(150))
     fill(broker, "in-spark", orders(150))
 
-    # the Functions / local host path: the function the host calls, with what it receives
-    runtime = PipelineRuntime(loaded.get("host"), settings)
-
-    async def host_side() -> None:
-        from azure.servicebus.aio import ServiceBusClient
-
-        client = ServiceBusClient.from_connection_string(broker.connection_string)
-        async with client, client.get_queue_receiver("in-host") as receiver:
-            while batch := await receiver.receive_messages(100, max_wait_time=1):
-                await runtime.handle([from_received(m) for m in batch])
-                for message in batch:
-                    await receiver.complete_message(message)
-        await runtime._pool.close()
-
-    asyncio.run(host_side())
+    # the Functions / local host path: the generated function, run as the local host runs it
+    host_app = pipeline_app(EDITOR.format(name="host", side="host"), settings)
+    asyncio.run(run_app(host_app, settings, until=settled(150)))
     SparkPipeline(spark, loaded.get("spark"), folder / "pipelines.yaml", settings).stream(
         tmp_path / "checkpoint", available_now=True, max_per_trigger=100
     )
