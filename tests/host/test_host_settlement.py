@@ -174,7 +174,7 @@ class Killable:
 
 def test_a_target_killed_for_many_lock_periods_costs_no_delivery(tmp_path: Path) -> None:
     """Source LockDuration 5 s, MaxDeliveryCount 3; the target is SIGKILLed while messages
-    stream and stays down for 75 s (15 lock periods, five times MaxDeliveryCount), then
+    stream and stays down for 100 s (20 lock periods, almost seven times MaxDeliveryCount), then
     comes back on the same port and data. The host holds its batch (the SDK's retries first,
     then the target's breaker, which probes), keeps the locks and takes nothing new
     meanwhile: nothing is lost, nothing is dead-lettered, nothing is left at the source."""
@@ -189,7 +189,7 @@ def test_a_target_killed_for_many_lock_periods_costs_no_delivery(tmp_path: Path)
     (directory / "host.json").write_text(json.dumps(host_json))
     target.start()
     process = start(directory, "--metrics-port", "0", "--no-progress")
-    total, outage = 600, 75.0
+    total, outage = 600, 100.0
     try:
         wait_for_port(settings["PrimaryServiceBus"], process)
         # the host made the source from the pipelines: give it the short lock and low count
