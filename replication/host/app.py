@@ -77,11 +77,12 @@ class Host:
     async def _run(self) -> int:
         from ..pipeline import load_pipelines
 
-        pipelines_path = self.config.directory / self.settings.get(
-            "REPLICATION_PIPELINES", "pipelines.yaml"
-        )
-        pipelines = load_pipelines(pipelines_path, settings=self.settings)
-        plan = plan_brokers(pipelines.pipelines, self.settings)
+        named = self.settings.get("REPLICATION_PIPELINES")
+        pipelines_path = self.config.directory / (named or "pipelines.yaml")
+        pipelines = None  # any function app runs, with or without a pipeline file
+        if named or pipelines_path.is_file():
+            pipelines = load_pipelines(pipelines_path, settings=self.settings)
+        plan = plan_brokers(pipelines.pipelines if pipelines else [], self.settings)
         data_dir = self.config.data_dir or self.config.directory / ".replication"
         self.brokers = await start_brokers(plan, data_dir)
         for broker in self.brokers:
@@ -216,7 +217,7 @@ def source_failover(pipelines: Any, trigger: ServiceBusTrigger,
     (what the Functions host cannot do in Azure, our host does: read where it resolves)."""
     name = getattr(trigger.function, "pipeline_name", None)
     index = getattr(trigger.function, "source_index", None)
-    if name is None or index is None:
+    if pipelines is None or name is None or index is None:
         return None
     try:
         pipeline = pipelines.get(name)
