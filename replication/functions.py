@@ -37,7 +37,7 @@ import logging
 import os
 import time
 import typing
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import azure.functions as func
@@ -133,21 +133,20 @@ class PipelineRuntime:
         try:
             yield
         finally:
-            keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await keeper
+            keeper.cancel()  # not awaited: that could swallow a cancel meant for us
 
 
 async def _keep_locks(
     messages: list[Message], actions: Any, sessions: bool, breakers: Breakers,
     clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> None:  # fmt: skip
     """Renews every lock of the batch each half lock period, while a breaker is open."""
     now = clock()
     remaining = [m.locked_until.timestamp() - now for m in messages if m.locked_until]
     interval = max(MIN_RENEW_INTERVAL, min(remaining, default=10.0) / 2)
     while True:
-        await asyncio.sleep(interval)
+        await sleep(interval)
         if breakers.open():
             await asyncio.to_thread(_renew_all, actions, messages, sessions)
 

@@ -48,9 +48,7 @@ pipelines:
     assert names == ["merge_all_1", "merge_all_2"]
     again = register_pipelines(func.FunctionApp(), parse_pipelines(text), settings={})
     assert again == names
-    bindings = {
-        f.get_function_name(): f.get_trigger().get_dict_repr() for f in app.get_functions()
-    }
+    bindings = {f.get_function_name(): f.get_trigger().get_dict_repr() for f in app.get_functions()}
     assert bindings["merge_all_1"]["queueName"] == "one"
     assert bindings["merge_all_2"]["topicName"] == "t"
     assert bindings["merge_all_2"]["subscriptionName"] == "s"
@@ -80,3 +78,48 @@ pipelines:
     plain = base.for_function(functions["plain"])
     assert plain.max_message_batch_size == 100  # the pipeline default
     assert plain.max_concurrent_sessions == 8  # no concurrency given: host.json's
+
+
+async def test_the_batch_locks_are_renewed_through_the_actions_while_a_target_is_held() -> None:
+    """Past the host's maxAutoLockRenewalDuration only the function can keep its locks: it
+    renews them through ServiceBusMessageActions every half lock period, while a breaker is
+    open, and not otherwise."""
+    import asyncio
+    from datetime import UTC, datetime, timedelta
+
+    from replication.functions import _keep_locks
+    from replication.messages import Message
+    from replication.tasks.breaker import Breakers
+
+    now = datetime.now(UTC).timestamp()
+    locked = datetime.fromtimestamp(now + 30, UTC)
+    messages = [Message(b"x", message_id=f"m{i}", locked_until=locked) for i in range(3)]
+    for message in messages:
+        message.source = message.message_id  # what the actions are called with
+    renewed: list[str] = []
+    pauses: list[float] = []
+
+    class Actions:
+        def renew_message_lock(self, received: str) -> None:
+            renewed.append(received)
+
+    breakers = Breakers()
+    turns = asyncio.Queue[None]()
+
+    async def sleep(seconds: float) -> None:
+        pauses.append(seconds)
+        await turns.get()
+
+    keeper = asyncio.create_task(
+        _keep_locks(messages, Actions(), False, breakers, clock=lambda: now, sleep=sleep)
+    )
+    await turns.put(None)  # a half period passes, every target fine: nothing renewed
+    await asyncio.sleep(0.05)
+    assert renewed == []
+    breakers("target").trip(ConnectionError("down"))
+    await turns.put(None)  # the next half period, a target held
+    while len(renewed) < 3:
+        await asyncio.sleep(0.01)
+    keeper.cancel()
+    assert renewed == ["m0", "m1", "m2"]
+    assert pauses[0] == timedelta(seconds=15).total_seconds()
