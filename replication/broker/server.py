@@ -164,6 +164,9 @@ class Peer:
     grants: dict[str, Grant] = field(default_factory=dict)
     plain_grant: Grant | None = None
     reply_links: dict[str, Link] = field(default_factory=dict)
+    """Node -> the last link the peer attached to receive that node's replies."""
+    reply_targets: dict[str, Link] = field(default_factory=dict)
+    """The same links by their target address: the ``reply-to`` a request names."""
     consumers: dict[int, Consumer] = field(default_factory=dict)  # id(link) -> Consumer
     entity_links: dict[int, tuple[Link, str]] = field(default_factory=dict)
     links: set[int] = field(default_factory=set)
@@ -455,6 +458,9 @@ class Broker:
                 link.flow(LINK_CREDIT)
             else:
                 peer.reply_links[path.lower()] = link
+                target = getattr(link.remote_target, "address", None)
+                if target:
+                    peer.reply_targets[str(target)] = link
             return
         entity = self.entities.get(path.lower())
         if entity is None:
@@ -592,9 +598,10 @@ class Broker:
         self.transactions.forget_link(link)  # a controller's transactions roll back
         peer.links.discard(id(link))
         peer.entity_links.pop(id(link), None)
-        for name, reply in list(peer.reply_links.items()):
-            if reply is link:
-                del peer.reply_links[name]
+        for links in (peer.reply_links, peer.reply_targets):
+            for name, reply in list(links.items()):
+                if reply is link:
+                    del links[name]
         consumer = peer.consumers.pop(id(link), None)
         if consumer is not None:
             consumers = self._consumers_by_queue.get(consumer.queue.name.lower(), [])
@@ -706,7 +713,10 @@ class Broker:
     def _reply(
         self, peer: Peer, node: str, request: Message, properties: dict[str, Any], body: Any = None
     ) -> None:
-        link = peer.reply_links.get(node.lower())
+        reply_to = request.properties.reply_to if request.properties else None
+        link = peer.reply_targets.get(str(reply_to)) if reply_to else None
+        if link is None:  # no reply-to, or none of the peer's links: the node's last link
+            link = peer.reply_links.get(node.lower())
         if link is None or not link.is_open:
             log.warning("no reply link for %s; response dropped", node)
             return

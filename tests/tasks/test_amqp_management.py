@@ -57,3 +57,18 @@ async def test_a_refused_request_says_why(broker_factory) -> None:  # type: igno
         with pytest.raises(SourceError, match="renew-lock on short: 410"):
             await management.request("short", "com.microsoft:renew-lock",
                                      {"lock-tokens": [uuid.uuid4()]})  # fmt: skip
+
+
+async def test_replies_go_to_the_link_the_request_names(broker_factory) -> None:  # type: ignore[no-untyped-def]
+    """Two management clients on one connection, each with its own reply link on the same
+    node: each answer goes to the link its request's ``reply-to`` names (seed 000), not to
+    the node's last reply link (the first client would wait for an answer forever)."""
+    broker: BrokerHandle = broker_factory(CONFIG)
+    endpoint = Endpoint.from_connection_string(broker.connection_string)
+    async with AmqpSource(endpoint, timeout=5) as source:
+        connection = await source.connection()
+        first, second = Management(connection), Management(connection)
+        for management in (first, second, first, second):
+            with pytest.raises(SourceError, match="renew-lock on short: 410"):
+                await management.request("short", "com.microsoft:renew-lock",
+                                         {"lock-tokens": [uuid.uuid4()]})  # fmt: skip
