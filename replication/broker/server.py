@@ -906,10 +906,9 @@ class Broker:
                 if problem is not None and link.is_open:
                     link.detach(error("amqp:unauthorized-access", f"token expired: {problem}"))
                     self._touched.add(peer.driver)
-            if (
+            if (  # seed 000: a valid token within 20 s of connecting, or the connection goes
                 not peer.grants and peer.plain_grant is None
                 and time.monotonic() - peer.opened_at > TOKEN_GRACE_SECONDS
-                and peer.entity_links
             ):  # fmt: skip
                 peer.driver.connection.close(
                     error("amqp:unauthorized-access", "no token within the grace period")

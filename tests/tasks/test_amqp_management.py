@@ -11,7 +11,7 @@ import pytest
 from azure.servicebus import ServiceBusMessage
 
 from replication.tasks.amqp_management import Management, lock_token
-from replication.tasks.amqp_source import AmqpSource, Endpoint, SourceError
+from replication.tasks.amqp_source import AmqpConnection, AmqpSource, Endpoint, SourceError
 from tests.broker.conftest import BrokerHandle, make_config
 
 pytestmark = pytest.mark.timeout(60)
@@ -72,3 +72,24 @@ async def test_replies_go_to_the_link_the_request_names(broker_factory) -> None:
             with pytest.raises(SourceError, match="renew-lock on short: 410"):
                 await management.request("short", "com.microsoft:renew-lock",
                                          {"lock-tokens": [uuid.uuid4()]})  # fmt: skip
+
+
+async def test_a_connection_without_a_token_is_closed_after_the_grace_period(
+    broker_factory, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """Seed 000: a valid token must be put within 20 s of connecting (1 s here), even by a
+    connection that holds nothing but its ``$cbs`` links; one that did stays open."""
+    from replication.broker import server
+
+    monkeypatch.setattr(server, "TOKEN_GRACE_SECONDS", 1.0)
+    broker: BrokerHandle = broker_factory(CONFIG)
+    endpoint = Endpoint.from_connection_string(broker.connection_string)
+    idle = await AmqpConnection.open(endpoint, timeout=5)
+    authorized = await AmqpConnection.open(endpoint, timeout=5)
+    await authorized.authorize("short")
+    try:
+        await asyncio.wait_for(idle.client.driver.closed.wait(), 10)
+        assert not authorized.closed
+    finally:
+        await idle.close()
+        await authorized.close()
