@@ -78,6 +78,8 @@ class QueueSettings:
     max_message_size: int = 256 * 1024
     forward_to: str | None = None
     forward_dead_lettered_messages_to: str | None = None
+    status: str = "Active"
+    """Active, Disabled, SendDisabled or ReceiveDisabled (``server.disabled``)."""
 
 
 class Destination(Protocol):

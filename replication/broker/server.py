@@ -124,6 +124,20 @@ def error(condition: str, description: str) -> Error:
     return Error(condition=symbol(condition), description=description)
 
 
+ENTITY_DISABLED = "com.microsoft:entity-disabled"
+_STOPS = {"Send": ("Disabled", "SendDisabled"), "Listen": ("Disabled", "ReceiveDisabled")}
+
+
+def disabled(entity: Any, right: str) -> str | None:
+    """Why the entity's ``Status`` refuses sends (``right`` Send) or receives (Listen), if
+    it does (the SDKs raise ``MessagingEntityDisabledError`` for ``entity-disabled``)."""
+    status = getattr(entity.settings, "status", "Active")
+    if status not in _STOPS[right]:
+        return None
+    what = "sending to" if right == "Send" else "receiving from"
+    return f"Messaging entity '{entity.name}' is {status}: {what} it is not allowed."
+
+
 @dataclass(slots=True, eq=False)
 class Consumer:
     """Our sending link to a peer that receives from a queue."""
@@ -484,6 +498,10 @@ class Broker:
         if problem is not None:
             link.refuse(error("amqp:unauthorized-access", problem))
             return
+        stopped = disabled(entity, right)
+        if stopped is not None:
+            link.refuse(error(ENTITY_DISABLED, stopped))
+            return
         if link.is_receiver and TRANSFER_DESTINATION in (link.remote_properties or {}):
             self.transactions.attach_send_via(peer, link)  # send-via (transactions.py)
             return
@@ -638,6 +656,10 @@ class Broker:
         problem = self._authorization_problem(peer, entity.name, "Send")
         if problem is not None:
             delivery.update(Rejected(error=error("amqp:unauthorized-access", problem)))
+            return
+        stopped = disabled(entity, "Send")
+        if stopped is not None:
+            delivery.update(Rejected(error=error(ENTITY_DISABLED, stopped)))
             return
         if len(delivery.payload) > entity.settings.max_message_size:
             delivery.update(Rejected(error=error(
@@ -1121,6 +1143,17 @@ class Broker:
         self.store.save_managed_entity(record)
         self.managed[key] = record
         self._commit()
+        self._detach_disabled(entity)
+
+    def _detach_disabled(self, entity: Entity) -> None:
+        """Links the entity's new ``Status`` refuses are detached, as Service Bus does."""
+        for peer in list(self.peers.values()):
+            for link, name in list(peer.entity_links.values()):
+                stopped = disabled(entity, "Send" if link.is_receiver else "Listen")
+                if name.lower() == entity.name.lower() and stopped and link.is_open:
+                    link.detach(error(ENTITY_DISABLED, stopped))
+                    self._forget_link(peer, link)
+                    self._touched.add(peer.driver)
 
     def delete_entity(self, path: str) -> None:
         """Deletes an entity with its messages (a topic with its subscriptions); links to it

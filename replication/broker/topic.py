@@ -30,6 +30,7 @@ class TopicSettings:
     requires_duplicate_detection: bool = False
     duplicate_detection_window: timedelta = timedelta(minutes=10)
     max_message_size: int = 256 * 1024
+    status: str = "Active"
 
 
 class SessionRequiredError(Exception):

@@ -272,6 +272,7 @@ def settings_of(kind: str, description: Description) -> QueueSettings | TopicSet
             requires_duplicate_detection=d["RequiresDuplicateDetection"],
             duplicate_detection_window=d["DuplicateDetectionHistoryTimeWindow"],
             max_message_size=d["MaxMessageSizeInKilobytes"] * 1024,
+            status=d.get("Status", "Active"),
         )
     return QueueSettings(
         lock_duration=d["LockDuration"],
@@ -286,6 +287,7 @@ def settings_of(kind: str, description: Description) -> QueueSettings | TopicSet
         max_message_size=d.get("MaxMessageSizeInKilobytes", STANDARD_MESSAGE_SIZE_KB) * 1024,
         forward_to=d["ForwardTo"],
         forward_dead_lettered_messages_to=d["ForwardDeadLetteredMessagesTo"],
+        status=d.get("Status", "Active"),
     )
 
 
@@ -297,6 +299,7 @@ def description_of(
     d = defaults(kind)
     d.update(extra or {})
     d["DefaultMessageTimeToLive"] = settings.default_ttl
+    d["Status"] = settings.status
     d["RequiresDuplicateDetection"] = settings.requires_duplicate_detection
     d["DuplicateDetectionHistoryTimeWindow"] = settings.duplicate_detection_window
     if isinstance(settings, QueueSettings):
