@@ -19,6 +19,11 @@
 //   receive  receive --count messages from --queue in peek-lock, complete them, report them.
 //   management  peekMessages, scheduleMessages + cancelScheduledMessages, each on a fresh
 //            connection (only the $management token there), then renewMessageLock.
+//   no-message-id  send to --queue (one message and a batch of two) and to --topic (one)
+//            without a messageId; receive them with lock auto-renewal on (the SDK's
+//            default), abandon one and read it again, complete the rest; the queue's last
+//            one through subscribe() streaming. Every message must come with a message-id
+//            (Service Bus assigns one), the same on redelivery.
 //
 // The connection string may come from SERVICEBUS_CONNECTION_STRING, entity names from
 // SB_QUEUE, SB_TOPIC, SB_SUBSCRIPTION. Always one JSON line on stdout: {"ok": true, "mode",
@@ -32,7 +37,7 @@ import { isDeepStrictEqual, parseArgs } from "node:util";
 import { ServiceBusClient } from "@azure/service-bus";
 
 const USAGE =
-  "usage: node roundtrip.mjs <queue|session|topic|send|receive|management> " +
+  "usage: node roundtrip.mjs <queue|session|topic|send|receive|management|no-message-id> " +
   "[--connection-string CS] " +
   "[--queue NAME] [--topic NAME] [--subscription NAME] [--count N] [--timeout-ms MS] " +
   "[--empty-timeout-ms MS]";
@@ -627,6 +632,77 @@ async function runManagement(client, args) {
   };
 }
 
+/**
+ * Messages sent without a messageId: the JS receiver keys its lock auto-renewal by message-id
+ * (completeMessage throws "Failed to stop auto lock renewal - no message ID" without one), so
+ * this runs with auto-renewal on, as applications do by default.
+ */
+async function runNoMessageId(client, args) {
+  const queue = required(args, "queue");
+  const topic = required(args, "topic");
+  const subscription = required(args, "subscription");
+  const make = (n) => ({ body: { noId: true, n }, applicationProperties: { n } });
+  const sender = client.createSender(queue);
+  await sender.sendMessages(make(0));
+  await sendBatch(sender, [make(1), make(2)], "no-message-id");
+  await sender.sendMessages(make(3)); // for subscribe()
+  await sender.close();
+  const topicSender = client.createSender(topic);
+  await topicSender.sendMessages(make(10));
+  await topicSender.close();
+
+  const received = [];
+  const note = (step, message) => received.push({ step, ...summary(message) });
+  const receiver = client.createReceiver(queue, { receiveMode: "peekLock" });
+  const got = await receiveN(receiver, 4, "no-message-id queue");
+  got.forEach((message) => note("peekLock", message));
+  expectEqual(
+    got.map((m) => m.applicationProperties.n),
+    [0, 1, 2, 3],
+    "no-message-id order",
+  );
+  await receiver.abandonMessage(got[1]);
+  await receiver.completeMessage(got[0]);
+  await receiver.completeMessage(got[2]);
+  await receiver.abandonMessage(got[3]);
+  const [again] = await receiveN(receiver, 1, "no-message-id redelivery");
+  note("redelivered", again);
+  await receiver.completeMessage(again);
+  await receiver.close();
+
+  // subscribe(): the SDK's streaming receiver, auto-complete on
+  const streaming = client.createReceiver(queue, { receiveMode: "peekLock" });
+  const streamed = await new Promise((resolve, reject) => {
+    const timer = setTimeout(
+      () => reject(new CheckError("subscribe(): no message within the step's time")),
+      stepTimeoutMs,
+    );
+    const subscription = streaming.subscribe({
+      processMessage: async (message) => {
+        clearTimeout(timer);
+        note("subscribe", message);
+        resolve(subscription);
+      },
+      processError: async ({ error }) => {
+        clearTimeout(timer);
+        reject(error);
+      },
+    });
+  });
+  // let the auto-complete after processMessage go through before closing
+  await new Promise((resolve) => setTimeout(resolve, 500));
+  await streamed.close();
+  await streaming.close();
+
+  const subReceiver = client.createReceiver(topic, subscription, { receiveMode: "peekLock" });
+  const [fromTopic] = await receiveN(subReceiver, 1, "no-message-id subscription");
+  note("subscription", fromTopic);
+  await subReceiver.completeMessage(fromTopic);
+  await expectNothingMore(subReceiver, "no-message-id subscription");
+  await subReceiver.close();
+  return { queue, topic, subscription, received };
+}
+
 // ------------------------------------------------------------------------------ main
 
 const MODES = {
@@ -636,6 +712,7 @@ const MODES = {
   send: runSend,
   receive: runReceive,
   management: runManagement,
+  "no-message-id": runNoMessageId,
 };
 
 function required(args, name) {
