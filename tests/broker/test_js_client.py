@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -285,7 +286,7 @@ def test_js_management_operations(js_node: str, broker: BrokerHandle) -> None:
 # ---------------------------------------------------------------------------- sessions
 
 
-@pytest.mark.broker_config(make_config({"sq": {"RequiresSession": True, "LockDuration": "PT1M"}}))
+@pytest.mark.broker_config(make_config({"sq": {"RequiresSession": True, "LockDuration": "PT30S"}}))
 def test_js_sessions(js_node: str, broker: BrokerHandle) -> None:
     """acceptSession(queue, "s1") and acceptNextSession: FIFO inside each session, session
     state set and read back (and read by the Python SDK), and acceptNextSession giving up
@@ -484,3 +485,65 @@ def test_python_messages_without_message_id(broker: BrokerHandle) -> None:
         assert messages[2].application_properties == {b"k": b"v"}
         for message in messages:
             receiver.complete_message(message)
+
+
+# ---------------------------------------------------------------------------- session locks
+
+SESSION_LOCK_CONFIG = make_config(
+    {"sq": {"RequiresSession": True, "LockDuration": "PT1M"}},
+    topics={"t": {"Subscriptions": {"ss": {"Properties": {
+        "RequiresSession": True, "LockDuration": "PT1M"
+    }}}}},
+)  # fmt: skip
+
+
+@pytest.mark.broker_config(SESSION_LOCK_CONFIG)
+def test_js_session_locks(js_node: str, broker: BrokerHandle) -> None:
+    """acceptSession on a fresh session (nothing sent to it yet) and acceptNextSession, on a
+    queue and a subscription with a 60 s lock: the session lock the JS SDK decodes from the
+    attach (.NET ticks), renewSessionLock's (a timestamp) and the messages' locks are all
+    about a minute ahead, and state, receive and complete work (no SessionLockLost)."""
+    result = run_js(
+        js_node, "session-locks", broker, "--queue", "sq", "--topic", "t",
+        "--subscription", "ss", "--lock-ms", "60000",
+    )  # fmt: skip
+    sessions = result["sessions"]
+    assert sorted(sessions) == [
+        "queue fresh", "queue next", "subscription fresh", "subscription next"
+    ]  # fmt: skip
+    for name, report in sessions.items():
+        assert 55_000 <= report["lockAheadMs"] <= 61_000, (name, report)
+        assert 55_000 <= report["renewedAheadMs"] <= 61_000, (name, report)
+        assert report["stateBefore"] is None, (name, report)
+    assert sessions["queue next"]["received"] == ["queue-next-0", "queue-next-1"]
+    assert sessions["subscription next"]["received"] == [
+        "subscription-next-0", "subscription-next-1"
+    ]  # fmt: skip
+    assert broker.count("sq") == 0 and broker.count("t/Subscriptions/ss") == 0
+    # The same sessions as the Python SDK sees them: state kept, lock a minute ahead.
+    with (
+        broker.client() as client,
+        client.get_queue_receiver("sq", session_id="queue-fresh") as receiver,
+    ):
+        assert receiver.session.get_state() == b'{"what":"queue fresh"}'
+        ahead = receiver.session.locked_until_utc.timestamp() - time.time()
+        assert 55 <= ahead <= 61, ahead
+
+
+# ---------------------------------------------------------------------------- large messages
+
+
+@pytest.mark.broker_config(
+    make_config({"q": {}, "sq": {"RequiresSession": True, "LockDuration": "PT1M"}})
+)
+def test_js_large_messages(js_node: str, broker: BrokerHandle) -> None:
+    """250 KiB messages (a single one, one in a batch with a small one, subscribe(), a
+    session) received and completed by the JS SDK: each completion is answered, nothing is
+    delivered again."""
+    result = run_js(js_node, "large", broker, "--queue", "q", "--session-queue", "sq")
+    assert [(e["step"], e["messageId"], e["size"]) for e in result["received"]] == [
+        ("peekLock", "large-0", 256_000), ("peekLock", "large-1", 256_000),
+        ("peekLock", "small-2", 5), ("peekLock", "large-3", 256_000),
+        ("subscribe", "large-subscribe", 256_000), ("session", "large-session", 256_000),
+    ]  # fmt: skip
+    assert broker.count("q") == 0 and broker.count("sq") == 0
