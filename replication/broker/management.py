@@ -260,6 +260,13 @@ def _set_session_state(
     return 200, {}
 
 
+DATETIME_MAX_MS = 253_402_300_799_999
+""".NET's DateTime.MaxValue (9999-12-31T23:59:59.9999999Z) in whole milliseconds. Clients send
+it as 253402300800000 (rounded up: the Python SDK 7.15, .NET, Java); .NET's decoder clamps
+anything beyond it back to MaxValue, and Service Bus compares with MaxValue to pick the
+listing without a cutoff. So any time from this one on means "no cutoff"."""
+
+
 @operation("com.microsoft:get-message-sessions")
 def _get_message_sessions(
     broker: Broker, peer: Peer, queue: Queue, body: dict[str, Any]
@@ -270,8 +277,10 @@ def _get_message_sessions(
         )
     since = body.get("last-updated-time")
     since_ms = int(since) if since is not None else None
-    if since_ms is not None and since_ms <= 0:
-        since_ms = None  # DateTime.MinValue: every session with messages or state
+    if since_ms is not None and (since_ms <= 0 or since_ms >= DATETIME_MAX_MS):
+        # DateTime.MaxValue (the Python SDK 7.15 and .NET send it for "no cutoff"), or
+        # MinValue (older clients): every session with active messages or stored state
+        since_ms = None
     skip = int(body.get("skip", 0))
     top = int(body.get("top", 2**31 - 1))
     ids = broker.store.session_ids(queue.entity, since_ms)[skip : skip + top]

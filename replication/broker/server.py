@@ -692,6 +692,7 @@ class Broker:
         numbers assigned at ``entity`` (scheduled messages of a topic, queue messages)."""
         now = now_ms()
         for message in messages:
+            wire.ensure_message_id(message)  # Service Bus: every message has one
             self.admit(entity, message, now)
         seqs = []
         for message in messages:

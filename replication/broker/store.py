@@ -376,7 +376,8 @@ class MessageStore:
         )
 
     def session_ids(self, entity: int, updated_since_ms: int | None) -> list[str]:
-        """Sessions with messages or state (``None``); or with state updated since a time."""
+        """Sessions with active messages (deferred ones count, scheduled ones do not) or
+        stored state (``None``); or with state updated since a time."""
         if updated_since_ms is not None:
             rows = self._db.execute(
                 "SELECT session_id FROM session_state WHERE entity = ? AND updated_ms >= ? "
@@ -386,9 +387,9 @@ class MessageStore:
             return [row[0] for row in rows]
         rows = self._db.execute(
             "SELECT DISTINCT session_id FROM message WHERE id >= ? AND id <= ? "
-            "AND session_id IS NOT NULL "
+            "AND session_id IS NOT NULL AND state != ? "
             "UNION SELECT session_id FROM session_state WHERE entity = ? ORDER BY 1",
-            (_key(entity, 0), _key(entity, _SEQ_MASK), entity),
+            (_key(entity, 0), _key(entity, _SEQ_MASK), STATE_SCHEDULED, entity),
         )
         return [row[0] for row in rows]
 

@@ -8,6 +8,7 @@ message is never re-encoded on its way through.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -74,6 +75,37 @@ class IncomingMessage:
     def scheduled_ms(self) -> int | None:
         value = self.annotations.get(SCHEDULED_TIME)
         return int(value) if value is not None else None
+
+
+def ensure_message_id(message: IncomingMessage) -> IncomingMessage:
+    """Gives a message sent without a message-id one, as Service Bus does: a new GUID as 32
+    hex digits, written into the kept bare message (so it is durable, and the same on every
+    delivery). Only the properties section is rewritten (or added in front of the bare
+    message); every other section keeps the sender's bytes."""
+    if message.properties is not None and message.properties.message_id is not None:
+        return message
+    properties = message.properties or Properties()
+    properties = dataclasses.replace(properties, message_id=new_message_id())
+    encoded = bytearray()
+    codec.encode_into(encoded, properties)
+    bare = message.bare
+    start = end = 0  # no properties section: insert one at the front
+    pos = 0
+    while pos < len(bare):
+        section_start = pos
+        section, pos = codec.decode_at(bare, pos)
+        if type(section) is Properties:
+            start, end = section_start, pos
+            break
+    message.bare = bare[:start] + bytes(encoded) + bare[end:]
+    message.size += len(message.bare) - len(bare)
+    message.properties = properties
+    return message
+
+
+def new_message_id() -> str:
+    """A message-id as Service Bus assigns one: a random GUID, 32 hex digits, no dashes."""
+    return uuid.uuid4().hex
 
 
 def parse_message(payload: bytes) -> IncomingMessage:

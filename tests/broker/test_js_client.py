@@ -17,15 +17,17 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from azure.servicebus import ServiceBusMessage
-from azure.servicebus.amqp import AmqpMessageBodyType
+from azure.servicebus.amqp import AmqpAnnotatedMessage, AmqpMessageBodyType
 
 from .conftest import NAMESPACE, BrokerHandle, body_bytes, make_config, nothing_more, receive_n
 
@@ -421,3 +423,127 @@ def test_js_administration_client(js_node: str, broker: BrokerHandle) -> None:
     assert result["missing"] == "MessageEntityNotFoundError"  # Service Bus: 200, empty feed
     assert result["namespace"] == "sbemulatorns"
     assert broker.count("js-q") == 3
+
+
+# ---------------------------------------------------------------------------- message-id
+
+GUID_HEX = re.compile(r"[0-9a-f]{32}")
+"""A message-id the broker assigns: a new GUID, 32 hex digits (Service Bus: a GUID)."""
+
+
+@pytest.mark.broker_config(make_config({"q": {}}, topics={"t": {"Subscriptions": {"s": {}}}}))
+def test_js_messages_without_message_id(js_node: str, broker: BrokerHandle) -> None:
+    """Messages the JS SDK sends without a messageId get one from the broker, as Service Bus
+    gives every message one: the JS receiver's lock auto-renewal is keyed by it (without it,
+    completeMessage throws "Failed to stop auto lock renewal - no message ID" and the
+    message comes back). Queue, batch, redelivery, subscribe() and a topic subscription."""
+    result = run_js(
+        js_node, "no-message-id", broker, "--queue", "q", "--topic", "t", "--subscription", "s"
+    )
+    received = result["received"]
+    assert [(e["step"], e["applicationProperties"]["n"]) for e in received] == [
+        ("peekLock", 0), ("peekLock", 1), ("peekLock", 2), ("peekLock", 3),
+        ("redelivered", 1), ("subscribe", 3), ("subscription", 10),
+    ]  # fmt: skip
+    for entry in received:
+        assert GUID_HEX.fullmatch(entry["messageId"]), entry
+    first = [e["messageId"] for e in received if e["step"] == "peekLock"]
+    assert len(set(first)) == 4  # one each
+    assert received[4]["messageId"] == first[1]  # the same one on redelivery
+    assert received[5]["messageId"] == first[3]
+    assert broker.count("q") == 0 and broker.count("t/Subscriptions/s") == 0
+
+
+@pytest.mark.broker_config(make_config({"q": {}}))
+def test_python_messages_without_message_id(broker: BrokerHandle) -> None:
+    """What the Python SDK sees of the same rule. Its ServiceBusMessage always carries a
+    message-id of the SDK's own (a dashed UUID), kept as it is; an AmqpAnnotatedMessage sent
+    without one (no properties section at all, or one without message-id) is received with
+    the broker's, the same after a restart (it is stored with the message), the other
+    properties and the body untouched."""
+    with broker.client() as client, client.get_queue_sender("q") as sender:
+        own = ServiceBusMessage(b"sdk id")
+        sender.send_messages(own)
+        sender.send_messages([
+            AmqpAnnotatedMessage(data_body=b"no properties"),
+            AmqpAnnotatedMessage(
+                data_body=b"no id", properties={"subject": "subj", "correlation_id": "corr"},
+                application_properties={"k": "v"},
+            ),
+        ])  # fmt: skip
+    assert broker.count("q") == 3
+    stored = broker.message_ids("q")
+    assert stored[0] == own.message_id
+    assert all(GUID_HEX.fullmatch(i or "") for i in stored[1:]) and stored[1] != stored[2]
+
+    broker.restart()
+    with broker.client() as client, client.get_queue_receiver("q") as receiver:
+        messages = receive_n(receiver, 3)
+        assert [m.message_id for m in messages] == stored
+        assert [body_bytes(m) for m in messages] == [b"sdk id", b"no properties", b"no id"]
+        assert messages[2].subject == "subj" and messages[2].correlation_id == "corr"
+        assert messages[2].application_properties == {b"k": b"v"}
+        for message in messages:
+            receiver.complete_message(message)
+
+
+# ---------------------------------------------------------------------------- session locks
+
+SESSION_LOCK_CONFIG = make_config(
+    {"sq": {"RequiresSession": True, "LockDuration": "PT1M"}},
+    topics={"t": {"Subscriptions": {"ss": {"Properties": {
+        "RequiresSession": True, "LockDuration": "PT1M"
+    }}}}},
+)  # fmt: skip
+
+
+@pytest.mark.broker_config(SESSION_LOCK_CONFIG)
+def test_js_session_locks(js_node: str, broker: BrokerHandle) -> None:
+    """acceptSession on a fresh session (nothing sent to it yet) and acceptNextSession, on a
+    queue and a subscription with a 60 s lock: the session lock the JS SDK decodes from the
+    attach (.NET ticks), renewSessionLock's (a timestamp) and the messages' locks are all
+    about a minute ahead, and state, receive and complete work (no SessionLockLost)."""
+    result = run_js(
+        js_node, "session-locks", broker, "--queue", "sq", "--topic", "t",
+        "--subscription", "ss", "--lock-ms", "60000",
+    )  # fmt: skip
+    sessions = result["sessions"]
+    assert sorted(sessions) == [
+        "queue fresh", "queue next", "subscription fresh", "subscription next"
+    ]  # fmt: skip
+    for name, report in sessions.items():
+        assert 55_000 <= report["lockAheadMs"] <= 61_000, (name, report)
+        assert 55_000 <= report["renewedAheadMs"] <= 61_000, (name, report)
+        assert report["stateBefore"] is None, (name, report)
+    assert sessions["queue next"]["received"] == ["queue-next-0", "queue-next-1"]
+    assert sessions["subscription next"]["received"] == [
+        "subscription-next-0", "subscription-next-1"
+    ]  # fmt: skip
+    assert broker.count("sq") == 0 and broker.count("t/Subscriptions/ss") == 0
+    # The same sessions as the Python SDK sees them: state kept, lock a minute ahead.
+    with (
+        broker.client() as client,
+        client.get_queue_receiver("sq", session_id="queue-fresh") as receiver,
+    ):
+        assert receiver.session.get_state() == b'{"what":"queue fresh"}'
+        ahead = receiver.session.locked_until_utc.timestamp() - time.time()
+        assert 55 <= ahead <= 61, ahead
+
+
+# ---------------------------------------------------------------------------- large messages
+
+
+@pytest.mark.broker_config(
+    make_config({"q": {}, "sq": {"RequiresSession": True, "LockDuration": "PT1M"}})
+)
+def test_js_large_messages(js_node: str, broker: BrokerHandle) -> None:
+    """250 KiB messages (a single one, one in a batch with a small one, subscribe(), a
+    session) received and completed by the JS SDK: each completion is answered, nothing is
+    delivered again."""
+    result = run_js(js_node, "large", broker, "--queue", "q", "--session-queue", "sq")
+    assert [(e["step"], e["messageId"], e["size"]) for e in result["received"]] == [
+        ("peekLock", "large-0", 256_000), ("peekLock", "large-1", 256_000),
+        ("peekLock", "small-2", 5), ("peekLock", "large-3", 256_000),
+        ("subscribe", "large-subscribe", 256_000), ("session", "large-session", 256_000),
+    ]  # fmt: skip
+    assert broker.count("q") == 0 and broker.count("sq") == 0

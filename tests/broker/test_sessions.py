@@ -9,6 +9,7 @@ receiver does not count one; and a sessionless send to a session queue fails cle
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusMessage
@@ -240,3 +241,47 @@ async def test_async_session_receiver(broker: BrokerHandle) -> None:
         for message in received:
             await receiver.complete_message(message)
         assert await receiver.session.get_state() == b"async state"
+
+
+LIST_CONFIG = make_config(
+    {"s": {"RequiresSession": True}},
+    topics={"t": {"Subscriptions": {"ss": {"Properties": {"RequiresSession": True}}}}},
+)
+
+
+@pytest.mark.broker_config(LIST_CONFIG)
+def test_list_sessions_without_and_with_a_cutoff(broker: BrokerHandle) -> None:
+    """``list_queue_sessions`` / ``list_subscription_sessions`` (SDK 7.15): without
+    ``state_updated_after`` (the SDK sends DateTime.MaxValue) the sessions with active messages
+    or stored state; a session whose messages are all settled, or only scheduled, is not
+    listed. With a cutoff: the sessions whose state was set after it."""
+    with broker.client() as client:
+        with client.get_queue_sender("s") as sender:
+            sender.send_messages(
+                [ServiceBusMessage(b, session_id=s) for s, b in [("b", "1"), ("a", "2")]]
+            )
+            sender.send_messages([ServiceBusMessage("done", session_id="done")])
+            sender.schedule_messages(
+                ServiceBusMessage("later", session_id="later"),
+                datetime.now(UTC) + timedelta(hours=1),
+            )
+        with client.get_queue_receiver("s", session_id="done") as receiver:
+            for message in receive_n(receiver, 1):
+                receiver.complete_message(message)
+        with client.get_queue_receiver("s", session_id="z") as receiver:
+            receiver.session.set_state(b"state only")
+        assert sorted(client.list_queue_sessions("s")) == ["a", "b", "z"]
+        cutoff = datetime.now(UTC)
+        time.sleep(0.05)
+        assert list(client.list_queue_sessions("s", state_updated_after=cutoff)) == []
+        with client.get_queue_receiver("s", session_id="a") as receiver:
+            receiver.session.set_state(b"a's state")
+        assert list(client.list_queue_sessions("s", state_updated_after=cutoff)) == ["a"]
+        assert sorted(
+            client.list_queue_sessions("s", state_updated_after=cutoff - timedelta(hours=1))
+        ) == ["a", "z"]
+
+        with client.get_topic_sender("t") as sender:
+            sender.send_messages([ServiceBusMessage("x", session_id="sub-1")])
+        assert list(client.list_subscription_sessions("t", "ss")) == ["sub-1"]
+        assert list(client.list_subscription_sessions("t", "ss", state_updated_after=cutoff)) == []

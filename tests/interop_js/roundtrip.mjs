@@ -19,6 +19,19 @@
 //   receive  receive --count messages from --queue in peek-lock, complete them, report them.
 //   management  peekMessages, scheduleMessages + cancelScheduledMessages, each on a fresh
 //            connection (only the $management token there), then renewMessageLock.
+//   no-message-id  send to --queue (one message and a batch of two) and to --topic (one)
+//            without a messageId; receive them with lock auto-renewal on (the SDK's
+//            default), abandon one and read it again, complete the rest; the queue's last
+//            one through subscribe() streaming. Every message must come with a message-id
+//            (Service Bus assigns one), the same on redelivery.
+//   session-locks  --queue and --topic/--subscription require sessions, with a lock of
+//            --lock-ms (60000): acceptSession on a fresh session (no messages yet) and
+//            acceptNextSession, on both; the session lock, renewSessionLock and the
+//            messages' locks must all be about now + --lock-ms, and receiving, session state
+//            and completing must work on each.
+//   large    --queue (and --session-queue, sessions on): messages of --size bytes (256000,
+//            250 KiB) sent, received and completed (receiveMessages, subscribe(), a
+//            session); nothing may come back.
 //
 // The connection string may come from SERVICEBUS_CONNECTION_STRING, entity names from
 // SB_QUEUE, SB_TOPIC, SB_SUBSCRIPTION. Always one JSON line on stdout: {"ok": true, "mode",
@@ -32,10 +45,11 @@ import { isDeepStrictEqual, parseArgs } from "node:util";
 import { ServiceBusClient } from "@azure/service-bus";
 
 const USAGE =
-  "usage: node roundtrip.mjs <queue|session|topic|send|receive|management> " +
+  "usage: node roundtrip.mjs <queue|session|topic|send|receive|management|no-message-id|" +
+  "session-locks|large> " +
   "[--connection-string CS] " +
   "[--queue NAME] [--topic NAME] [--subscription NAME] [--count N] [--timeout-ms MS] " +
-  "[--empty-timeout-ms MS]";
+  "[--empty-timeout-ms MS] [--lock-ms MS] [--size BYTES] [--session-queue NAME]";
 
 /** How long one receiveMessages call waits; loops retry until the step's deadline. */
 const WAIT_MS = 2000;
@@ -627,6 +641,229 @@ async function runManagement(client, args) {
   };
 }
 
+/**
+ * Messages sent without a messageId: the JS receiver keys its lock auto-renewal by message-id
+ * (completeMessage throws "Failed to stop auto lock renewal - no message ID" without one), so
+ * this runs with auto-renewal on, as applications do by default.
+ */
+async function runNoMessageId(client, args) {
+  const queue = required(args, "queue");
+  const topic = required(args, "topic");
+  const subscription = required(args, "subscription");
+  const make = (n) => ({ body: { noId: true, n }, applicationProperties: { n } });
+  const sender = client.createSender(queue);
+  await sender.sendMessages(make(0));
+  await sendBatch(sender, [make(1), make(2)], "no-message-id");
+  await sender.sendMessages(make(3)); // for subscribe()
+  await sender.close();
+  const topicSender = client.createSender(topic);
+  await topicSender.sendMessages(make(10));
+  await topicSender.close();
+
+  const received = [];
+  const note = (step, message) => received.push({ step, ...summary(message) });
+  const receiver = client.createReceiver(queue, { receiveMode: "peekLock" });
+  const got = await receiveN(receiver, 4, "no-message-id queue");
+  got.forEach((message) => note("peekLock", message));
+  expectEqual(
+    got.map((m) => m.applicationProperties.n),
+    [0, 1, 2, 3],
+    "no-message-id order",
+  );
+  await receiver.abandonMessage(got[1]);
+  await receiver.completeMessage(got[0]);
+  await receiver.completeMessage(got[2]);
+  await receiver.abandonMessage(got[3]);
+  const [again] = await receiveN(receiver, 1, "no-message-id redelivery");
+  note("redelivered", again);
+  await receiver.completeMessage(again);
+  await receiver.close();
+
+  // subscribe(): the SDK's streaming receiver, auto-complete on
+  const streaming = client.createReceiver(queue, { receiveMode: "peekLock" });
+  const streamed = await new Promise((resolve, reject) => {
+    const timer = setTimeout(
+      () => reject(new CheckError("subscribe(): no message within the step's time")),
+      stepTimeoutMs,
+    );
+    const subscription = streaming.subscribe({
+      processMessage: async (message) => {
+        clearTimeout(timer);
+        note("subscribe", message);
+        resolve(subscription);
+      },
+      processError: async ({ error }) => {
+        clearTimeout(timer);
+        reject(error);
+      },
+    });
+  });
+  // let the auto-complete after processMessage go through before closing
+  await new Promise((resolve) => setTimeout(resolve, 500));
+  await streamed.close();
+  await streaming.close();
+
+  const subReceiver = client.createReceiver(topic, subscription, { receiveMode: "peekLock" });
+  const [fromTopic] = await receiveN(subReceiver, 1, "no-message-id subscription");
+  note("subscription", fromTopic);
+  await subReceiver.completeMessage(fromTopic);
+  await expectNothingMore(subReceiver, "no-message-id subscription");
+  await subReceiver.close();
+  return { queue, topic, subscription, received };
+}
+
+/** `date` is about `expectedMs` from now (a lock expiry), give or take `slackMs`. */
+function checkLockTime(date, expectedMs, what, slackMs = 5000) {
+  const ahead = date instanceof Date ? date.getTime() - Date.now() : NaN;
+  check(
+    Math.abs(ahead - expectedMs) <= slackMs,
+    `${what}: ${show(plain(date))} is ${ahead} ms from now, expected about ${expectedMs}`,
+  );
+  return ahead;
+}
+
+/** One session receiver's round: lock times, state, receive, renew, complete. */
+async function sessionRound(receiver, what, lockMs, expected) {
+  const report = { sessionId: receiver.sessionId };
+  report.lockAheadMs = checkLockTime(receiver.sessionLockedUntilUtc, lockMs, `${what} lock`);
+  report.stateBefore = plain((await receiver.getSessionState()) ?? null);
+  await receiver.setSessionState({ what });
+  checkEqual(await receiver.getSessionState(), { what }, `${what} session state`);
+  const messages = expected ? await receiveN(receiver, expected.length, what) : [];
+  expectEqual(
+    messages.map((m) => m.messageId),
+    expected ?? [],
+    `${what} messages`,
+  );
+  for (const message of messages) {
+    checkLockTime(message.lockedUntilUtc, lockMs, `${what} message ${message.messageId} lock`);
+  }
+  const renewed = await receiver.renewSessionLock();
+  report.renewedAheadMs = checkLockTime(renewed, lockMs, `${what} renewSessionLock`);
+  checkEqual(plain(receiver.sessionLockedUntilUtc), plain(renewed), `${what} lock after renewal`);
+  for (const message of messages) await receiver.completeMessage(message);
+  await expectNothingMore(receiver, what);
+  await receiver.close();
+  report.received = messages.map((m) => m.messageId);
+  return report;
+}
+
+/**
+ * Sessions with a long lock (60 s by default): the JS SDK reads the session's lock expiry
+ * from the attach's com.microsoft:locked-until-utc (.NET ticks in an AMQP long, which rhea
+ * hands over as 8 bytes) and renewals from $management's "expiration" (a timestamp).
+ */
+async function runSessionLocks(client, args) {
+  const queue = required(args, "queue");
+  const topic = required(args, "topic");
+  const subscription = required(args, "subscription");
+  const lockMs = Number(args["lock-ms"] ?? 60_000);
+  const sessions = {};
+  for (const [entity, label, accept, acceptNext] of [
+    [queue, "queue", (id) => client.acceptSession(queue, id), () => client.acceptNextSession(queue)],
+    [
+      topic,
+      "subscription",
+      (id) => client.acceptSession(topic, subscription, id),
+      () => client.acceptNextSession(topic, subscription),
+    ],
+  ]) {
+    // a fresh session: nothing sent to it yet
+    sessions[`${label} fresh`] = await sessionRound(
+      await accept(`${label}-fresh`),
+      `${label} fresh`,
+      lockMs,
+    );
+    const sender = client.createSender(entity);
+    await sender.sendMessages([0, 1].map((n) => ({
+      messageId: `${label}-next-${n}`,
+      sessionId: `${label}-next`,
+      body: { n },
+    })));
+    await sender.close();
+    const next = await acceptNext();
+    expectEqual(next.sessionId, `${label}-next`, `${label} acceptNextSession sessionId`);
+    sessions[`${label} next`] = await sessionRound(next, `${label} next`, lockMs, [
+      `${label}-next-0`,
+      `${label}-next-1`,
+    ]);
+  }
+  return { queue, topic, subscription, lockMs, sessions };
+}
+
+/**
+ * Messages of --size bytes (250 KiB by default): received, completed, and gone. Service Bus
+ * settles them as small ones: the receiver's disposition, the broker's settled disposition.
+ */
+async function runLarge(client, args) {
+  const queue = required(args, "queue");
+  const sessionQueue = args["session-queue"];
+  const size = Number(args.size ?? 256_000);
+  const big = (id, extra = {}) => ({
+    messageId: id,
+    body: Buffer.alloc(size, id.length),
+    applicationProperties: { size },
+    ...extra,
+  });
+  const received = [];
+  const note = (step, message) =>
+    received.push({ step, messageId: message.messageId, size: message.body.length });
+
+  const sender = client.createSender(queue);
+  await sender.sendMessages(big("large-0"));
+  await sender.sendMessages([big("large-1"), { messageId: "small-2", body: "small" }]);
+  await sender.sendMessages(big("large-3"));
+  const receiver = client.createReceiver(queue, { receiveMode: "peekLock" });
+  const got = await receiveN(receiver, 4, "large");
+  for (const message of got) {
+    note("peekLock", message);
+    await receiver.completeMessage(message);
+  }
+  await expectNothingMore(receiver, "large, after completing");
+  await receiver.close();
+
+  // subscribe(): auto-complete after processMessage
+  await sender.sendMessages(big("large-subscribe"));
+  const streaming = client.createReceiver(queue, { receiveMode: "peekLock" });
+  const streamed = await new Promise((resolve, reject) => {
+    const timer = setTimeout(
+      () => reject(new CheckError("subscribe(): no message within the step's time")),
+      stepTimeoutMs,
+    );
+    const subscription = streaming.subscribe({
+      processMessage: async (message) => {
+        clearTimeout(timer);
+        note("subscribe", message);
+        resolve(subscription);
+      },
+      processError: async ({ error }) => {
+        clearTimeout(timer);
+        reject(error);
+      },
+    });
+  });
+  await new Promise((resolve) => setTimeout(resolve, 500));
+  await streamed.close();
+  await streaming.close();
+  await sender.close();
+  const after = client.createReceiver(queue, { receiveMode: "peekLock" });
+  await expectNothingMore(after, "large, after subscribe()");
+  await after.close();
+
+  if (sessionQueue) {
+    const sessionSender = client.createSender(sessionQueue);
+    await sessionSender.sendMessages(big("large-session", { sessionId: "large" }));
+    await sessionSender.close();
+    const sessionReceiver = await client.acceptSession(sessionQueue, "large");
+    const [message] = await receiveN(sessionReceiver, 1, "large session");
+    note("session", message);
+    await sessionReceiver.completeMessage(message);
+    await expectNothingMore(sessionReceiver, "large session, after completing");
+    await sessionReceiver.close();
+  }
+  return { queue, sessionQueue, size, received };
+}
+
 // ------------------------------------------------------------------------------ main
 
 const MODES = {
@@ -636,6 +873,9 @@ const MODES = {
   send: runSend,
   receive: runReceive,
   management: runManagement,
+  "no-message-id": runNoMessageId,
+  "session-locks": runSessionLocks,
+  large: runLarge,
 };
 
 function required(args, name) {
@@ -661,6 +901,9 @@ try {
       count: { type: "string" },
       "timeout-ms": { type: "string" },
       "empty-timeout-ms": { type: "string" },
+      "lock-ms": { type: "string" },
+      size: { type: "string" },
+      "session-queue": { type: "string" },
     },
   });
 } catch (err) {
