@@ -4,9 +4,12 @@
 would loop back into a namespace they came through (merge / active-active mirrors), adds the
 ``repl-path`` marker and the replication stamp. ``process_batch`` plans a whole batch, sends
 every output with ``send_ordered`` and decides per source message: complete (all outputs
-accepted, or none to send), abandon (an output failed: redelivery keeps it at-least-once),
-or dead-letter (a step's error path said so). Settling happens in the caller, only after
-this returns, so a message is never completed before its copies are on the target.
+accepted, or none to send), abandon (its target refused an output: redelivery keeps it
+at-least-once), release (held back behind an abandoned message of its session, so it must
+not overtake it, and it is no poison: no delivery counted) or dead-letter (a step's error
+path said so). An unreachable target is no failure: with ``breakers`` the sends wait for it.
+Settling happens in the caller, only after this returns, so a message is never completed
+before its copies are on the target.
 """
 
 from __future__ import annotations
