@@ -16,6 +16,7 @@ from ..amqp.message import decode_message
 from ..amqp.outcomes import Accepted
 from ..amqp.types import AMQPType, Array, timestamp
 from . import wire
+from .errors import tracked
 from .queue import (
     LockLostError,
     Queue,
@@ -92,7 +93,7 @@ def handle_request(broker: Broker, peer: Peer, entity: str, delivery: Delivery) 
         status, result = handler(broker, peer, target, body) if enlisted is None else enlisted
     except ManagementError as exc:
         broker._reply(peer, node, request, {
-            "statusCode": exc.status, "statusDescription": exc.description,
+            "statusCode": exc.status, "statusDescription": tracked(exc.description),
             "errorCondition": exc.condition,
         })  # fmt: skip
         return
@@ -102,12 +103,13 @@ def handle_request(broker: Broker, peer: Peer, entity: str, delivery: Delivery) 
             else "com.microsoft:message-lock-lost"
         )  # fmt: skip
         broker._reply(peer, node, request, {
-            "statusCode": 410, "statusDescription": str(exc), "errorCondition": condition,
+            "statusCode": 410, "statusDescription": tracked(str(exc)), "errorCondition": condition,
         })  # fmt: skip
         return
     except SessionRequiredError as exc:
         broker._reply(peer, node, request, {
-            "statusCode": 400, "statusDescription": str(exc), "errorCondition": "amqp:not-allowed",
+            "statusCode": 400, "statusDescription": tracked(str(exc)),
+            "errorCondition": "amqp:not-allowed",
         })  # fmt: skip
         return
 

@@ -28,12 +28,13 @@ from ..amqp.errors import AMQPError
 from ..amqp.link import Delivery, Link, LinkState
 from ..amqp.message import BodyType, Message, Properties, decode_message, encode_message
 from ..amqp.outcomes import Accepted, Coordinator, Modified, Rejected, Released, TransactionalState
-from ..amqp.performatives import SND_SETTLED, Error
+from ..amqp.performatives import SND_SETTLED
 from ..amqp.sasl import ANONYMOUS, MSSBCBS, PLAIN, SaslCredentials, SaslServer
 from ..amqp.transport import ConnectionDriver
 from ..amqp.types import symbol
 from . import tls, wire
 from .auth import AuthorizationError, Authorizer, Grant
+from .errors import error, tracked
 from .httpapi import HttpApp
 from .listener import AMQP_PORT, HTTP_PORT, TLS_PORT, Listener
 from .queue import (
@@ -118,10 +119,6 @@ def entity_path(address: Any) -> str:
     if "://" in text:
         text = urlparse(text).path
     return text.strip("/")
-
-
-def error(condition: str, description: str) -> Error:
-    return Error(condition=symbol(condition), description=description)
 
 
 ENTITY_DISABLED = "com.microsoft:entity-disabled"
@@ -729,6 +726,8 @@ class Broker:
                 status, description = 401, exc.description
         if not delivery.settled:
             delivery.update(Accepted())
+        if status >= 300:
+            description = tracked(description)
         self._reply(
             peer, CBS_NODE, request, {"status-code": status, "status-description": description}
         )

@@ -58,6 +58,7 @@ from ..amqp.performatives import Error
 from ..amqp.terminus import Source
 from ..amqp.types import symbol
 from . import wire
+from .errors import error
 from .management import ManagementError
 from .queue import LockLostError, Queue, now_ms
 from .topic import SessionRequiredError
@@ -88,8 +89,6 @@ IMMEDIATE_OPERATIONS = frozenset({
 renewal have nothing to undo). Other operations not enlisted below are refused in one."""
 
 
-def _error(condition: str, description: str) -> Error:
-    return Error(condition=symbol(condition), description=description)
 
 
 # ---------------------------------------------------------------------------- queue operations
@@ -207,18 +206,18 @@ class TransactionCoordinator:
         path = entity_path(target)
         destination = broker.entities.get(path.lower())
         if destination is None:
-            link.refuse(_error(
+            link.refuse(error(
                 "amqp:not-found", f"The messaging entity '{path}' could not be found.",
             ))  # fmt: skip
             return
         if destination.name.lower() not in broker.sendable:
-            link.refuse(_error(
+            link.refuse(error(
                 "amqp:not-allowed", f"cannot send to '{path}': send to its queue or topic",
             ))  # fmt: skip
             return
         problem = broker._authorization_problem(peer, destination.name, "Send")
         if problem is not None:
-            link.refuse(_error("amqp:unauthorized-access", problem))
+            link.refuse(error("amqp:unauthorized-access", problem))
             return
         peer.entity_links[id(link)] = (link, destination.name)  # token expiry: destination
         self._via[id(link)] = (link, peer, destination.name.lower())
@@ -257,11 +256,11 @@ class TransactionCoordinator:
         try:
             body = decode_message(delivery.payload).body
         except AMQPError as exc:
-            delivery.update(Rejected(error=_error("amqp:decode-error", exc.description)))
+            delivery.update(Rejected(error=error("amqp:decode-error", exc.description)))
             return
         if isinstance(body, Declare):
             if body.global_id is not None:
-                delivery.update(Rejected(error=_error(
+                delivery.update(Rejected(error=error(
                     "amqp:not-implemented", "distributed transactions are not supported",
                 )))  # fmt: skip
                 return
@@ -273,7 +272,7 @@ class TransactionCoordinator:
         elif isinstance(body, Discharge):
             self._discharge(peer, delivery, body)
         else:
-            delivery.update(Rejected(error=_error(
+            delivery.update(Rejected(error=error(
                 "amqp:not-implemented", f"not a transaction control message: {body!r}",
             )))  # fmt: skip
 
@@ -293,7 +292,7 @@ class TransactionCoordinator:
             problem = work.check(now) if work.check is not None else None
             if problem is not None:
                 self._end(txn, problem)
-                delivery.update(Rejected(error=_error(
+                delivery.update(Rejected(error=error(
                     ROLLBACK, f"the transaction was rolled back: {problem}",
                 )))  # fmt: skip
                 return
@@ -305,9 +304,9 @@ class TransactionCoordinator:
     def _lookup(self, peer: Peer, txn_id: Any) -> Transaction | Error:
         txn = self.transactions.get(bytes(txn_id or b""))
         if txn is None or txn.peer is not peer:
-            return _error(UNKNOWN_ID, f"unknown transaction {bytes(txn_id or b'').hex()}")
+            return error(UNKNOWN_ID, f"unknown transaction {bytes(txn_id or b'').hex()}")
         if txn.timed_out:
-            return _error(TIMEOUT, "the transaction timed out and was rolled back")
+            return error(TIMEOUT, "the transaction timed out and was rolled back")
         return txn
 
     def _end(self, txn: Transaction, reason: str | None) -> None:
@@ -353,7 +352,7 @@ class TransactionCoordinator:
             for message in messages:
                 self.broker.admit(entity, message, now)
         except SessionRequiredError as exc:
-            delivery.update(Rejected(error=_error("amqp:not-allowed", str(exc))))
+            delivery.update(Rejected(error=error("amqp:not-allowed", str(exc))))
             return
         self._serial += 1
         broker = self.broker
@@ -375,7 +374,7 @@ class TransactionCoordinator:
             return
         outcome = state.outcome
         if not isinstance(outcome, Accepted | Rejected | Modified | Released):
-            delivery.update(Rejected(error=_error(
+            delivery.update(Rejected(error=error(
                 "amqp:not-implemented", f"no transactional outcome {outcome!r}",
             )))  # fmt: skip
             return
@@ -383,7 +382,7 @@ class TransactionCoordinator:
         problem = _lock_problem(queue, lock.token, now_ms())
         if problem is not None:
             consumer.locks.pop(id(delivery), None)
-            delivery.update(Rejected(error=_error("com.microsoft:message-lock-lost", problem)))
+            delivery.update(Rejected(error=error("com.microsoft:message-lock-lost", problem)))
             return
 
         def apply(now: int) -> None:

@@ -88,7 +88,7 @@ def test_an_open_sender_is_detached_when_its_queue_is_disabled(broker_factory: A
     with broker.client(retry_backoff_factor=0.01) as client, client.get_queue_sender("q") as sender:
         sender.send_messages(ServiceBusMessage(b"before"))
         set_status(broker, EntityStatus.SEND_DISABLED)
-        with pytest.raises(MessagingEntityDisabledError, match="SendDisabled"):
+        with pytest.raises(MessagingEntityDisabledError, match=r"SendDisabled.* TrackingId:"):
             sender.send_messages(ServiceBusMessage(b"after"))
     assert broker.count("q") == 1
 

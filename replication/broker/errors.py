@@ -1,0 +1,27 @@
+"""The AMQP errors the broker gives, written as Service Bus writes them.
+
+Service Bus ends every error description with a tracking id and the time
+(``... TrackingId:<id>_G<n>, SystemTracker:<namespace>:<entity>, Timestamp:<UTC>``), which
+people quote to support and search their logs for. Ours carry a tracking id and the time
+too, so errors can be matched between a client's log and the broker's.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+
+from ..amqp.performatives import Error
+from ..amqp.types import symbol
+
+
+def tracked(description: str, clock: Callable[[], float] = time.time) -> str:
+    """``description`` with a new tracking id and the time (UTC, seconds)."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(clock()))
+    return f"{description} TrackingId:{uuid.uuid4().hex}_G0, Timestamp:{stamp}"
+
+
+def error(condition: str, description: str) -> Error:
+    """An AMQP error with ``condition`` and a tracked description."""
+    return Error(condition=symbol(condition), description=tracked(description))
