@@ -88,6 +88,12 @@ class Breaker:
         self.last_error = error
         self._probe_failed()
 
+    def gave_up(self) -> None:
+        """The prober was cancelled before its send got an answer: someone else probes
+        (else every sender of this target would wait for a probe that never ends)."""
+        self._probing = False
+        self._wake()
+
     def stop(self) -> None:
         """Lets every waiter go (``TargetUnavailable``): the runner is shutting down."""
         self._stopped = True

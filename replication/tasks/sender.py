@@ -213,7 +213,7 @@ async def _fill_batch(
 async def _send_with_retries(
     sender: AsyncSender, batch: Any, policy: SendPolicy, target: str | None,
     breaker: Breaker | None = None,
-) -> BaseException | None:
+) -> BaseException | None:  # fmt: skip
     """None once the batch was accepted, else the error that ends trying. Without a
     breaker, transient errors are retried ``policy.attempts`` times; with one, a target
     still unreachable then opens it and the batch waits for its turn to probe."""
@@ -228,6 +228,10 @@ async def _send_with_retries(
         attempt += 1
         try:
             await sender.send_messages(batch)
+        except asyncio.CancelledError:  # e.g. functionTimeout ended the invocation
+            if breaker is not None and breaker.is_open:
+                breaker.gave_up()
+            raise
         except Exception as exc:
             if not retryable(exc):
                 if breaker is not None:

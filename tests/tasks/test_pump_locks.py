@@ -451,6 +451,36 @@ async def test_breaker_waiter_can_be_cancelled_at_any_point() -> None:
         assert waiter.cancelled(), f"the waiter waited on after a cancel ({steps} steps)"
 
 
+async def test_a_cancelled_probe_hands_the_probe_to_the_next_sender() -> None:
+    """A prober cancelled before its send got an answer (an invocation ended by
+    functionTimeout) must not leave the breaker waiting for it for ever."""
+    from replication.tasks.sender import SendPolicy, _send_with_retries
+
+    clock = FakeTime()
+    breaker = Breaker("dst", clock=clock.clock, sleep=clock.sleep)
+    breaker.trip(ConnectionError("connection refused"))
+    hanging = asyncio.Event()
+
+    class Hangs:
+        async def send_messages(self, batch: object) -> None:
+            await hanging.wait()
+
+    class Answers:
+        async def send_messages(self, batch: object) -> None:
+            return None
+
+    policy = SendPolicy(attempts=1)
+    prober = asyncio.create_task(_send_with_retries(Hangs(), [], policy, "dst", breaker))
+    await clock.advance()  # the first probe is due at 1 s: the prober takes it, and hangs
+    other = asyncio.create_task(_send_with_retries(Answers(), [], policy, "dst", breaker))
+    await clock.settle()
+    assert not other.done()  # waits for the probe
+    prober.cancel()
+    await clock.settle()
+    assert other.done() and other.result() is None
+    assert not breaker.is_open
+
+
 # ---------------------------------------------------------------------- LockKeeper
 
 
