@@ -180,21 +180,14 @@ def _settle_all(actions: Any, settlements: list[Settlement]) -> None:
 
 
 def _renew_all(actions: Any, messages: list[Message], sessions: bool) -> None:
-    failures: list[str] = []
     if sessions:
-        for session_id in {m.session_id for m in messages if m.session_id}:
-            _try(failures, actions.renew_session_lock, session_id)
+        calls = [(actions.renew_session_lock, (session_id,))
+                 for session_id in {m.session_id for m in messages if m.session_id}]  # fmt: skip
     else:
-        for message in messages:
-            _try(failures, actions.renew_message_lock, message.source)
+        calls = [(actions.renew_message_lock, (message.source,)) for message in messages]
+    failures = [f for f in map(_attempt, calls) if f is not None]
     if failures:
         log.warning("%d lock renewals failed: %s", len(failures), failures[0])
-
-
-def _try(failures: list[str], action: Callable[..., Any], *args: Any) -> None:
-    failure = _attempt((action, args))
-    if failure is not None:
-        failures.append(failure)
 
 
 def _attempt(call: tuple[Callable[..., Any], tuple[Any, ...]]) -> str | None:

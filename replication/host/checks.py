@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..tasks.pump import Source
+
 EXTENSION = "azurefunctions-extensions-bindings-servicebus"
 
 
@@ -36,7 +38,7 @@ def settlement_warnings(pipelines: Any, folder: Path, settings: dict[str, str]) 
     app_file = folder / "function_app.py"
     if app_file.is_file():
         sources = {
-            (s.connection, s.queue or f"{s.topic}/Subscriptions/{s.subscription}"): p.name
+            (s.connection, str(Source(s.entity, s.subscription))): p.name
             for p in pipelines.pipelines
             for s in p.sources
         }

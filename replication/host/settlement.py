@@ -33,7 +33,7 @@ from google.protobuf import empty_pb2
 from ..amqp import codec
 from ..messages import Message
 from ..tasks.amqp_source import AmqpReceiver, SourceError
-from ..tasks.locks import management_for
+from ..tasks.locks import lock_lost, management_for
 
 log = logging.getLogger("replication.host.settlement")
 
@@ -255,23 +255,6 @@ class SettlementService(pb_grpc.SettlementServicer):
             if session is not None:
                 session.abandoned.add(str(held.message.message_id))
 
-    def _call(self, loop: asyncio.AbstractEventLoop, function: Callable[[], T], context: Any) -> T:
-        """Runs ``function`` on the trigger's loop (the receiver is not thread-safe)."""
-        future: concurrent.futures.Future[T] = concurrent.futures.Future()
-
-        def run() -> None:
-            try:
-                future.set_result(function())
-            except BaseException as exc:
-                future.set_exception(exc)
-
-        try:
-            loop.call_soon_threadsafe(run)
-            return future.result(CALL_TIMEOUT)
-        except RuntimeError:  # the loop is closed: the host stopped
-            context.abort(grpc.StatusCode.UNAVAILABLE, "the host is stopping")
-            raise
-
     def _await(
         self, loop: asyncio.AbstractEventLoop, make: Callable[[], Awaitable[T]], context: Any
     ) -> T:
@@ -310,7 +293,4 @@ def _properties(encoded: bytes, context: Any) -> dict[Any, Any] | None:
 
 
 def _status(error: SourceError) -> Any:
-    text = f"{error.condition or ''} {error}".lower()
-    if "lock" in text or "not-found" in text:
-        return grpc.StatusCode.FAILED_PRECONDITION
-    return grpc.StatusCode.UNAVAILABLE
+    return grpc.StatusCode.FAILED_PRECONDITION if lock_lost(error) else grpc.StatusCode.UNAVAILABLE

@@ -910,16 +910,18 @@ class AmqpReceiver:
     ) -> int:
         """Gives messages back; their delivery count goes up (``modified(delivery-failed)``).
         ``annotations``: properties to change on them as they go back."""
-        outcome = Modified(
-            delivery_failed=True, undeliverable_here=False, message_annotations=annotations
-        )
-        return self._settle(messages, outcome)
+        return self._modify(messages, False, annotations)
 
     def defer(self, messages: Iterable[Message], annotations: dict[Any, Any] | None = None) -> int:
         """Sets messages aside, to be received by sequence number later
         (``modified(undeliverable-here)``, as the SDKs defer)."""
+        return self._modify(messages, True, annotations)
+
+    def _modify(
+        self, messages: Iterable[Message], elsewhere: bool, annotations: dict[Any, Any] | None
+    ) -> int:
         outcome = Modified(
-            delivery_failed=True, undeliverable_here=True, message_annotations=annotations
+            delivery_failed=True, undeliverable_here=elsewhere, message_annotations=annotations
         )
         return self._settle(messages, outcome)
 

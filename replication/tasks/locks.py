@@ -186,22 +186,24 @@ class LockKeeper:
 
     def _overdue(self, now: float) -> _Held | None:
         """A held message whose renewal time (``max_duration``) is up, if any."""
-        if self.max_duration is None:
-            return None
-        for held in self._held.values():
-            if held.limited and now - held.since > self.max_duration:
-                return held
-        return None
+        return next((held for held in self._held.values() if self._expired(held, now)), None)
+
+    def _expired(self, held: _Held, now: float) -> bool:
+        """Handed on for longer than ``max_duration``: its lock is no longer renewed."""
+        return (
+            self.max_duration is not None
+            and held.limited
+            and (now - held.since > self.max_duration)
+        )
 
     async def _keep_messages(self, now: float) -> float:
-        if self.max_duration is not None:
-            for token, held in list(self._held.items()):
-                if held.limited and now - held.since > self.max_duration:
-                    log.info("%s: lock of %s no longer renewed (held %.0f s, "
-                             "maxAutoLockRenewalDuration %g s)", self.receiver.path,
-                             held.message.message_id, now - held.since,
-                             self.max_duration)  # fmt: skip
-                    del self._held[token]
+        for token, held in list(self._held.items()):
+            if self._expired(held, now):
+                log.info("%s: lock of %s no longer renewed (held %.0f s, "
+                         "maxAutoLockRenewalDuration %g s)", self.receiver.path,
+                         held.message.message_id, now - held.since,
+                         self.max_duration)  # fmt: skip
+                del self._held[token]
         due = [t for t, h in self._held.items() if h.renew_at <= now]
         if due:
             await self._renew(due, now)
@@ -215,7 +217,7 @@ class LockKeeper:
         try:
             until = await self.management.renew_locks(self.receiver, messages)
         except SourceError as exc:
-            if exc.retryable and not _lock_lost(exc):
+            if exc.retryable and not lock_lost(exc):
                 raise
             if len(tokens) > 1:  # one lost lock fails the whole request: one at a time
                 for token in tokens:
@@ -257,6 +259,7 @@ def _seconds(value: datetime | None, default: float) -> float:
     return value.timestamp() if value is not None else default
 
 
-def _lock_lost(error: SourceError) -> bool:
+def lock_lost(error: SourceError) -> bool:
+    """The answer Service Bus gives for a lock (or session) that is gone."""
     text = f"{error.condition or ''} {error}".lower()
     return "lock" in text or "410" in text or "not-found" in text
