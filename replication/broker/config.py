@@ -48,6 +48,7 @@ from pydantic_core import PydanticCustomError
 from .. import sqlfilter
 from ..jsonlocations import json_locations, line_column
 from .auth import EMULATOR_RULE, SharedAccessRule
+from .queue import DEFAULT_MAX_SIZE_MB
 
 Loc = tuple[str | int, ...]
 
@@ -57,6 +58,8 @@ MAX_LOCK_DURATION = timedelta(minutes=5)
 DEFAULT_LOCK_DURATION = timedelta(minutes=1)
 DEFAULT_MAX_DELIVERY_COUNT = 10
 MAX_DELIVERY_COUNT_LIMIT = 2**31 - 1
+MAX_SIZE_IN_MEGABYTES_LIMIT = 81920
+"""The largest quota Service Bus has (Premium)."""
 MIN_DUPLICATE_DETECTION_WINDOW = timedelta(seconds=5)  # the emulator allows PT5S; Azure 20 s
 MAX_DUPLICATE_DETECTION_WINDOW = timedelta(days=7)
 DEFAULT_DUPLICATE_DETECTION_WINDOW = timedelta(minutes=10)
@@ -239,6 +242,9 @@ DuplicateDetectionWindow = Annotated[
     AfterValidator(_between(MIN_DUPLICATE_DETECTION_WINDOW, MAX_DUPLICATE_DETECTION_WINDOW)),
 ]
 MaxDeliveryCount = Annotated[int, Field(ge=1, le=MAX_DELIVERY_COUNT_LIMIT)]
+MaxSizeInMegabytes = Annotated[int, Field(ge=1, le=MAX_SIZE_IN_MEGABYTES_LIMIT)]
+"""Our addition to the emulator's schema: any size from 1 MB, so a full entity can be tried
+without filling a gigabyte (the management API takes Service Bus's sizes only)."""
 ForwardTarget = Annotated[str | None, BeforeValidator(_forward_target)]
 EntityName = Annotated[str, AfterValidator(validate_entity_name)]
 SubscriptionName = Annotated[
@@ -274,6 +280,7 @@ class QueueProperties(_Model):
     forward_to: ForwardTarget = None
     lock_duration: LockDuration = DEFAULT_LOCK_DURATION
     max_delivery_count: MaxDeliveryCount = DEFAULT_MAX_DELIVERY_COUNT
+    max_size_in_megabytes: MaxSizeInMegabytes = DEFAULT_MAX_SIZE_MB
     requires_duplicate_detection: bool = False
     requires_session: bool = False
 
@@ -288,6 +295,7 @@ class TopicProperties(_Model):
     duplicate_detection_history_time_window: DuplicateDetectionWindow = (
         DEFAULT_DUPLICATE_DETECTION_WINDOW
     )
+    max_size_in_megabytes: MaxSizeInMegabytes = DEFAULT_MAX_SIZE_MB
     requires_duplicate_detection: bool = False
 
 

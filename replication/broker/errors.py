@@ -25,3 +25,19 @@ def tracked(description: str, clock: Callable[[], float] = time.time) -> str:
 def error(condition: str, description: str) -> Error:
     """An AMQP error with ``condition`` and a tracked description."""
     return Error(condition=symbol(condition), description=tracked(description))
+
+
+class SendRefusedError(Exception):
+    """A send the entity refuses whole: nothing of it is stored. ``condition`` is the AMQP
+    error a sender's transfer is rejected with, ``status`` the ``$management`` reply's."""
+
+    condition = "amqp:not-allowed"
+    status = 400
+
+
+class QuotaExceededError(SendRefusedError):
+    """The entity holds its ``MaxSizeInMegabytes``: the SDKs raise
+    ``ServiceBusQuotaExceededError`` (Python) / ``QuotaExceeded`` (JavaScript) for this."""
+
+    condition = "amqp:resource-limit-exceeded"
+    status = 403

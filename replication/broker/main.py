@@ -43,6 +43,7 @@ def queue_settings(config: BrokerConfig) -> dict[str, QueueSettings]:
             requires_session=p.requires_session,
             forward_to=p.forward_to,
             forward_dead_lettered_messages_to=p.forward_dead_lettered_messages_to,
+            max_size_mb=p.max_size_in_megabytes,
         )
     return settings
 
@@ -56,6 +57,7 @@ def topic_specs(config: BrokerConfig) -> dict[str, TopicSpec]:
             default_ttl=tp.default_message_time_to_live,
             requires_duplicate_detection=tp.requires_duplicate_detection,
             duplicate_detection_window=tp.duplicate_detection_history_time_window,
+            max_size_mb=tp.max_size_in_megabytes,
         ))  # fmt: skip
         for sub in topic.subscriptions:
             p = sub.properties

@@ -16,7 +16,7 @@ from ..amqp.message import decode_message
 from ..amqp.outcomes import Accepted
 from ..amqp.types import AMQPType, Array, timestamp
 from . import wire
-from .errors import tracked
+from .errors import SendRefusedError, tracked
 from .queue import (
     LockLostError,
     Queue,
@@ -24,7 +24,7 @@ from .queue import (
     now_ms,
 )
 from .rules import RuleError, describe, spec_from_description
-from .topic import SessionRequiredError, Subscription, Topic
+from .topic import Subscription, Topic
 
 if TYPE_CHECKING:
     from .server import Broker, Entity, Peer
@@ -88,6 +88,7 @@ def handle_request(broker: Broker, peer: Peer, entity: str, delivery: Delivery) 
             problem = None  # a token put for the node itself (the JS SDK's audience)
         if problem is not None:
             raise ManagementError(401, "amqp:unauthorized-access", problem)
+        broker.touch(target, now_ms())
         body = request.body if isinstance(request.body, dict) else {}
         enlisted = broker.transactions.enlist_request(peer, state, name, target, body)
         status, result = handler(broker, peer, target, body) if enlisted is None else enlisted
@@ -106,10 +107,10 @@ def handle_request(broker: Broker, peer: Peer, entity: str, delivery: Delivery) 
             "statusCode": 410, "statusDescription": tracked(str(exc)), "errorCondition": condition,
         })  # fmt: skip
         return
-    except SessionRequiredError as exc:
+    except SendRefusedError as exc:
         broker._reply(peer, node, request, {
-            "statusCode": 400, "statusDescription": tracked(str(exc)),
-            "errorCondition": "amqp:not-allowed",
+            "statusCode": exc.status, "statusDescription": tracked(str(exc)),
+            "errorCondition": exc.condition,
         })  # fmt: skip
         return
 

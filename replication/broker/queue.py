@@ -31,6 +31,7 @@ SESSION_ID_IS_NULL = "Session ID is null"
 MAX_TRANSFER_HOPS_EXCEEDED = "MaxTransferHopCountExceeded"
 MAX_TRANSFER_HOPS = 4
 """Service Bus forwards a message through at most four entities, then dead-letters it."""
+DEFAULT_MAX_SIZE_MB = 1024
 
 
 def now_ms() -> int:
@@ -80,6 +81,10 @@ class QueueSettings:
     forward_dead_lettered_messages_to: str | None = None
     status: str = "Active"
     """Active, Disabled, SendDisabled or ReceiveDisabled (``server.disabled``)."""
+    max_size_mb: int = DEFAULT_MAX_SIZE_MB
+    """The entity's quota: messages (dead-lettered ones too) and session state."""
+    auto_delete_on_idle: timedelta | None = None
+    """Deleted after this long without use; None: never."""
 
 
 class Destination(Protocol):
@@ -156,6 +161,8 @@ class Queue:
         """Sequence numbers written in the open transaction, made ready when it commits."""
         self.on_ready: Callable[[Queue], None] | None = None
         """Called (after the commit that made messages deliverable) so consumers can pull."""
+        self.accessed_ms = now_ms()
+        """Last send, receive, peek or change (``AccessedAt``; ``AutoDeleteOnIdle``)."""
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, ready={len(self.ready)}, locked={len(self.locks)})"
@@ -185,13 +192,14 @@ class Queue:
         ttl = effective_ttl(message.ttl_ms, self.settings.default_ttl)
         scheduled = message.scheduled_ms
         state = STATE_SCHEDULED if scheduled is not None and scheduled > now else STATE_ACTIVE
+        # a scheduled message lives from when it becomes active, not from the send
+        expires = (scheduled if state == STATE_SCHEDULED else now) + ttl if ttl else None
+        message = wire.with_expiry(message, expires)
         seq = self.store.next_sequence(self.entity)
         self.store.insert(
             self.entity,
             StoredMessage(
-                seq=seq, state=state, delivery_count=0, enqueued_ms=now,
-                # a scheduled message lives from when it becomes active, not from the send
-                expires_ms=(scheduled if state == STATE_SCHEDULED else now) + ttl if ttl else None,
+                seq=seq, state=state, delivery_count=0, enqueued_ms=now, expires_ms=expires,
                 scheduled_ms=scheduled if state == STATE_SCHEDULED else None,
                 message_id=message.message_id, session_id=message.session_id,
                 dead_letter_source=None,

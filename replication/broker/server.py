@@ -34,11 +34,12 @@ from ..amqp.transport import ConnectionDriver
 from ..amqp.types import symbol
 from . import tls, wire
 from .auth import AuthorizationError, Authorizer, Grant
-from .errors import error, tracked
+from .errors import QuotaExceededError, SendRefusedError, error, tracked
 from .httpapi import HttpApp
 from .listener import AMQP_PORT, HTTP_PORT, TLS_PORT, Listener
 from .queue import (
     DEAD_LETTER_SUFFIX,
+    DEFAULT_MAX_SIZE_MB,
     LockLostError,
     Queue,
     QueueSettings,
@@ -100,8 +101,14 @@ def dump_settings(settings: QueueSettings | TopicSettings) -> str:
     values = {
         name: {"seconds": value.total_seconds()} if isinstance(value, timedelta) else value
         for name, value in dataclasses.asdict(settings).items()
+        if name not in _LATER_SETTINGS or value != _LATER_SETTINGS[name]
     }
     return json.dumps(values, sort_keys=True)
+
+
+_LATER_SETTINGS: dict[str, Any] = {"max_size_mb": DEFAULT_MAX_SIZE_MB, "auto_delete_on_idle": None}
+"""Settings added after records were first stored: left out at their defaults, so an
+unchanged Config.json entity still matches its record (and keeps its API-made changes)."""
 
 
 def load_settings(kind: str, text: str) -> QueueSettings | TopicSettings:
@@ -675,8 +682,8 @@ class Broker:
             return
         try:
             self.send_messages(entity, messages)
-        except SessionRequiredError as exc:
-            delivery.update(Rejected(error=error("amqp:not-allowed", str(exc))))
+        except SendRefusedError as exc:
+            delivery.update(Rejected(error=error(exc.condition, str(exc))))
             return
         if delivery.settled:
             self._commit_soon()
@@ -698,8 +705,10 @@ class Broker:
                 seqs.append(seq)
         return seqs
 
-    @staticmethod
-    def admit(entity: Entity, message: wire.IncomingMessage, now: int) -> None:
+    def admit(self, entity: Entity, message: wire.IncomingMessage, now: int) -> None:
+        """Raises ``SendRefusedError`` when the entity would refuse the message."""
+        self.touch(entity, now)
+        self._check_quota(entity)
         if isinstance(entity, Topic):
             entity.admit(message, now)
         elif entity.sessions_enabled and message.session_id is None:
@@ -708,6 +717,31 @@ class Broker:
                 f"'{entity.name}'. Entities that have session support enabled can only "
                 "receive messages that have the SessionId set to a valid value."
             )
+
+    def _check_quota(self, entity: Entity) -> None:
+        limit = entity.settings.max_size_mb * 1024 * 1024
+        size = self.entity_size(entity)
+        if size >= limit:
+            kind = "Topic" if isinstance(entity, Topic) else "Queue"
+            raise QuotaExceededError(
+                f"The maximum entity size has been reached or exceeded for {kind}: "
+                f"'{self.namespace.upper()}:{kind.upper()}:{entity.name.upper()}'. Size of "
+                f"entity in bytes:{size}, Max entity size in bytes: {limit}. For more "
+                "information please see https://aka.ms/ServiceBusExceptions ."
+            )
+
+    def entity_size(self, entity: Entity) -> int:
+        """Bytes counted against an entity's quota (``MaxSizeInMegabytes``): a queue's with
+        its dead-letter queue's, a topic's with all its subscriptions'. Auto-forwarding
+        into an entity is not held back by it."""
+        queues = [sub.queue for sub in entity.subscriptions.values()] if isinstance(
+            entity, Topic) else [entity]  # fmt: skip
+        size = self.store.size(entity.entity) if isinstance(entity, Topic) else 0
+        for queue in queues:
+            size += self.store.size(queue.entity)
+            if queue.dead_letter is not None:
+                size += self.store.size(queue.dead_letter.entity)
+        return size
 
     # ------------------------------------------------------------------ CBS
 
@@ -773,6 +807,8 @@ class Broker:
             return  # the session lock was lost: nothing more for this receiver
         now = now_ms()
         rows = queue.take(min(want, PUMP_BATCH), now, session.session_id if session else None)
+        if rows:
+            self.touch(queue, now)
         size = 0
         for index, row in enumerate(rows):
             if size >= PUMP_BYTES:  # big messages: the rest waits for the next batch
@@ -897,6 +933,7 @@ class Broker:
                     entity.expire(seq)
                     changed = True
             self._check_tokens()
+            changed |= bool(self.delete_idle(now))
         if time.monotonic() - self._last_dedupe_cleanup > DEDUPE_CLEANUP_SECONDS:
             self._last_dedupe_cleanup = time.monotonic()
             for entity in self.entities.values():
@@ -936,6 +973,41 @@ class Broker:
                     error("amqp:unauthorized-access", "no token within the grace period")
                 )
                 self._touched.add(peer.driver)
+
+    # ------------------------------------------------------------------ idle entities
+
+    def touch(self, entity: Entity, now: int) -> None:
+        """The entity was used: a dead-letter queue's use is its queue's, a subscription's is
+        its topic's too (Service Bus: a topic is idle when its subscriptions are)."""
+        name = entity.name
+        if name.endswith(DEAD_LETTER_SUFFIX):
+            name = name[: -len(DEAD_LETTER_SUFFIX)]
+        topic_name, _, sub = name.partition(SUBSCRIPTIONS)
+        for key in (name.lower(), topic_name.lower()) if sub else (name.lower(),):
+            used = self.entities.get(key)
+            if used is not None:
+                used.accessed_ms = now
+
+    def delete_idle(self, now: int) -> list[str]:
+        """Deletes the entities unused for their ``AutoDeleteOnIdle``; returns their names.
+        Linked to (a receiver waiting counts as receiving) or holding scheduled messages,
+        an entity is in use, as in Service Bus. Idle time counts from the broker's start at
+        the earliest: when an entity was last used before a restart is not kept."""
+        for peer in self.peers.values():
+            for link, name in peer.entity_links.values():
+                entity = self.entities.get(name.lower())
+                if entity is not None and link.is_open:
+                    self.touch(entity, now)
+        deleted = []
+        for key, entity in list(self.entities.items()):
+            idle = getattr(entity.settings, "auto_delete_on_idle", None)
+            if idle is None or key not in self.entities or self.store.has_scheduled(entity.entity):
+                continue
+            if now - entity.accessed_ms >= idle.total_seconds() * 1000:
+                log.info("%s: deleted after %s idle (AutoDeleteOnIdle)", entity.name, idle)
+                self.delete_entity(entity.name)
+                deleted.append(entity.name)
+        return deleted
 
     # ------------------------------------------------------------------ runtime entity management
     #
@@ -1142,6 +1214,7 @@ class Broker:
         )  # fmt: skip
         self.store.save_managed_entity(record)
         self.managed[key] = record
+        self.touch(entity, now_ms())
         self._commit()
         self._detach_disabled(entity)
 

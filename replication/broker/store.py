@@ -92,6 +92,9 @@ def _key(entity: int, seq: int) -> int:
     return (entity << SEQ_BITS) | seq
 
 
+_MESSAGE_SIZE = "length(bare) + ifnull(length(annotations), 0)"
+"""A message's size as quotas and ``SizeInBytes`` count it: what the broker keeps of it."""
+
 _COLUMNS = (
     "id & 1099511627775, state, delivery_count, enqueued_ms, expires_ms, scheduled_ms, message_id, "
     "session_id, dead_letter_source, annotations, bare"
@@ -171,6 +174,9 @@ class MessageStore:
         )
         self._in_transaction = False
         self.commits = 0
+        self._sizes: dict[int, int] = {}
+        """Bytes an entity holds (messages and session state): summed when first asked
+        for, then kept up to date by every write, so a quota check costs a lookup."""
 
     def close(self) -> None:
         self.commit()
@@ -212,18 +218,29 @@ class MessageStore:
         self._db.execute(
             "INSERT INTO message VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", message.row(entity)
         )
+        if entity in self._sizes:
+            self._sizes[entity] += len(message.bare) + len(message.annotations or b"")
 
     def delete(self, entity: int, seq: int) -> None:
         self._begin()
-        self._db.execute("DELETE FROM message WHERE id = ?", (_key(entity, seq),))
+        self._delete("DELETE FROM message WHERE id = ?", entity, (_key(entity, seq),))
 
     def delete_scheduled(self, entity: int, seqs: list[int]) -> None:
         """Cancels scheduled messages; other states and unknown numbers are left alone."""
         self._begin()
-        self._db.executemany(
-            "DELETE FROM message WHERE id = ? AND state = ?",
-            [(_key(entity, seq), STATE_SCHEDULED) for seq in seqs],
-        )
+        for seq in seqs:
+            self._delete(
+                "DELETE FROM message WHERE id = ? AND state = ?", entity,
+                (_key(entity, seq), STATE_SCHEDULED),
+            )  # fmt: skip
+
+    def _delete(self, sql: str, entity: int, args: tuple[int, ...]) -> None:
+        if entity not in self._sizes:
+            self._db.execute(sql, args)
+            return
+        row = self._db.execute(f"{sql} RETURNING {_MESSAGE_SIZE}", args).fetchone()
+        if row is not None:
+            self._sizes[entity] -= row[0]
 
     def set_delivery_count(self, entity: int, seq: int, count: int) -> None:
         self._begin()
@@ -331,6 +348,13 @@ class MessageStore:
             )
         ]
 
+    def has_scheduled(self, entity: int) -> bool:
+        row = self._db.execute(
+            "SELECT 1 FROM message WHERE id >= ? AND id <= ? AND state = ? LIMIT 1",
+            (_key(entity, 0), _key(entity, _SEQ_MASK), STATE_SCHEDULED),
+        ).fetchone()
+        return row is not None
+
     def count(self, entity: int) -> int:
         return int(
             self._db.execute(
@@ -362,6 +386,9 @@ class MessageStore:
         self, entity: int, session_id: str, state: bytes | None, now_ms: int
     ) -> None:
         """Null clears the state (Service Bus semantics: a cleared session has no state)."""
+        if entity in self._sizes:
+            old = self.session_state(entity, session_id)
+            self._sizes[entity] += len(state or b"") - len(old or b"")
         self._begin()
         if state is None:
             self._db.execute(
@@ -439,11 +466,27 @@ class MessageStore:
         self._begin()
         self._db.execute("DELETE FROM managed_entity WHERE name = ?", (name,))
 
+    def size(self, entity: int) -> int:
+        """Bytes the entity holds against its quota: messages in every state, and session
+        state (Service Bus counts both)."""
+        size = self._sizes.get(entity)
+        if size is None:
+            (messages,) = self._db.execute(
+                f"SELECT ifnull(sum({_MESSAGE_SIZE}), 0) FROM message WHERE id >= ? AND id <= ?",
+                (_key(entity, 0), _key(entity, _SEQ_MASK)),
+            ).fetchone()
+            (states,) = self._db.execute(
+                "SELECT ifnull(sum(length(state)), 0) FROM session_state WHERE entity = ?",
+                (entity,),
+            ).fetchone()
+            size = self._sizes[entity] = messages + states
+        return size
+
     def stats(self, entity: int) -> EntityStats:
         """Message counts by state and their size, for the management API's CountDetails."""
         stats = EntityStats()
         for state, count, size in self._db.execute(
-            "SELECT state, count(*), sum(length(bare) + ifnull(length(annotations), 0)) "
+            f"SELECT state, count(*), sum({_MESSAGE_SIZE}) "
             "FROM message WHERE id >= ? AND id <= ? GROUP BY state",
             (_key(entity, 0), _key(entity, _SEQ_MASK)),
         ):
@@ -458,6 +501,7 @@ class MessageStore:
         """Everything kept for a deleted entity: messages, dedupe ids, session state, rules.
         The entity's name and sequence stay, so a re-created entity never reuses a number."""
         self._begin()
+        self._sizes.pop(entity, None)
         bounds = (_key(entity, 0), _key(entity, _SEQ_MASK))
         self._db.execute("DELETE FROM message WHERE id >= ? AND id <= ?", bounds)
         for table in ("dedupe", "session_state", "rule_set"):

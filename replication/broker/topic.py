@@ -14,7 +14,8 @@ from datetime import timedelta
 
 from ..amqp.message import Header
 from . import wire
-from .queue import Queue, effective_ttl, is_duplicate, now_ms
+from .errors import SendRefusedError
+from .queue import DEFAULT_MAX_SIZE_MB, Queue, effective_ttl, is_duplicate, now_ms
 from .rules import FilterEvaluationError, RuleSet, message_facts
 from .store import STATE_SCHEDULED, MessageStore, StoredMessage
 
@@ -31,9 +32,12 @@ class TopicSettings:
     duplicate_detection_window: timedelta = timedelta(minutes=10)
     max_message_size: int = 256 * 1024
     status: str = "Active"
+    max_size_mb: int = DEFAULT_MAX_SIZE_MB
+    """The quota of the topic with its subscriptions (theirs count here)."""
+    auto_delete_on_idle: timedelta | None = None
 
 
-class SessionRequiredError(Exception):
+class SessionRequiredError(SendRefusedError):
     """A message without a session id is sent where sessions are required."""
 
 
@@ -50,6 +54,8 @@ class Topic:
         self.settings = settings
         self.entity = store.entity_id(name)
         self.subscriptions: dict[str, Subscription] = {}
+        self.accessed_ms = now_ms()
+        """Last send, change or use of a subscription (``AccessedAt``; ``AutoDeleteOnIdle``)."""
 
     def __repr__(self) -> str:
         return f"Topic({self.name!r}, subscriptions={list(self.subscriptions)})"

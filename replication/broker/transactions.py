@@ -58,10 +58,9 @@ from ..amqp.performatives import Error
 from ..amqp.terminus import Source
 from ..amqp.types import symbol
 from . import wire
-from .errors import error
+from .errors import SendRefusedError, error
 from .management import ManagementError
 from .queue import LockLostError, Queue, now_ms
-from .topic import SessionRequiredError
 
 if TYPE_CHECKING:
     from .server import Broker, Consumer, Entity, Peer
@@ -351,8 +350,8 @@ class TransactionCoordinator:
             now = now_ms()
             for message in messages:
                 self.broker.admit(entity, message, now)
-        except SessionRequiredError as exc:
-            delivery.update(Rejected(error=error("amqp:not-allowed", str(exc))))
+        except SendRefusedError as exc:
+            delivery.update(Rejected(error=error(exc.condition, str(exc))))
             return
         self._serial += 1
         broker = self.broker

@@ -80,15 +80,38 @@ class IncomingMessage:
 def ensure_message_id(message: IncomingMessage) -> IncomingMessage:
     """Gives a message sent without a message-id one, as Service Bus does: a new GUID as 32
     hex digits, written into the kept bare message (so it is durable, and the same on every
-    delivery). Only the properties section is rewritten (or added in front of the bare
-    message); every other section keeps the sender's bytes."""
+    delivery)."""
     if message.properties is not None and message.properties.message_id is not None:
         return message
     properties = message.properties or Properties()
     properties = dataclasses.replace(properties, message_id=new_message_id())
+    bare = _with_properties(message.bare, properties)
+    message.size += len(bare) - len(message.bare)
+    message.bare, message.properties = bare, properties
+    return message
+
+
+def with_expiry(message: IncomingMessage, expires_ms: int | None) -> IncomingMessage:
+    """The message as an entity keeps it: ``absolute-expiry-time`` is the instant it expires
+    there, left out when it never expires (Service Bus: "ignored on input, authoritative on
+    output"; the SDKs send their own guess, from the sender's clock). A copy when it
+    changes, since a topic hands the same message to subscriptions with different TTLs."""
+    current = message.properties.absolute_expiry_time if message.properties else None
+    if current == expires_ms:
+        return message
+    properties = dataclasses.replace(message.properties or Properties(),
+                                     absolute_expiry_time=expires_ms)  # fmt: skip
+    bare = _with_properties(message.bare, properties)
+    return dataclasses.replace(
+        message, properties=properties, bare=bare, size=message.size + len(bare) - len(message.bare)
+    )
+
+
+def _with_properties(bare: bytes, properties: Properties) -> bytes:
+    """The bare message with its properties section replaced (or added in front); every other
+    section keeps the sender's bytes."""
     encoded = bytearray()
     codec.encode_into(encoded, properties)
-    bare = message.bare
     start = end = 0  # no properties section: insert one at the front
     pos = 0
     while pos < len(bare):
@@ -97,10 +120,7 @@ def ensure_message_id(message: IncomingMessage) -> IncomingMessage:
         if type(section) is Properties:
             start, end = section_start, pos
             break
-    message.bare = bare[:start] + bytes(encoded) + bare[end:]
-    message.size += len(message.bare) - len(bare)
-    message.properties = properties
-    return message
+    return bare[:start] + bytes(encoded) + bare[end:]
 
 
 def new_message_id() -> str:

@@ -420,10 +420,11 @@ def test_models_use_the_emulator_property_names() -> None:
         "DeadLetteringOnMessageExpiration", "DefaultMessageTimeToLive",
         "DuplicateDetectionHistoryTimeWindow", "ForwardDeadLetteredMessagesTo", "ForwardTo",
         "LockDuration", "MaxDeliveryCount", "RequiresDuplicateDetection", "RequiresSession",
+        "MaxSizeInMegabytes",  # ours: the emulator's schema has no quota
     }  # fmt: skip
     assert aliases(TopicProperties) == {
         "DefaultMessageTimeToLive", "DuplicateDetectionHistoryTimeWindow",
-        "RequiresDuplicateDetection",
+        "RequiresDuplicateDetection", "MaxSizeInMegabytes",
     }  # fmt: skip
     assert aliases(Topic) == {"Name", "Properties", "Subscriptions"}
     assert aliases(Subscription) == {"Name", "Properties", "Rules"}

@@ -606,7 +606,8 @@ class AdminApi:
         computed: dict[str, Any] = {
             "SizeInBytes": size, "MessageCount": active + dead + scheduled,
             "CreatedAt": atom.format_time(created), "UpdatedAt": atom.format_time(updated),
-            "AccessedAt": atom.format_time(updated), "EntityAvailabilityStatus": "Available",
+            "AccessedAt": atom.format_time(max(updated, entity.accessed_ms)),
+            "EntityAvailabilityStatus": "Available",
         }  # fmt: skip
         if isinstance(entity, Topic):
             specs = [r for s in entity.subscriptions.values() for r in s.rules.specs]

@@ -273,6 +273,8 @@ def settings_of(kind: str, description: Description) -> QueueSettings | TopicSet
             duplicate_detection_window=d["DuplicateDetectionHistoryTimeWindow"],
             max_message_size=d["MaxMessageSizeInKilobytes"] * 1024,
             status=d.get("Status", "Active"),
+            max_size_mb=d["MaxSizeInMegabytes"],
+            auto_delete_on_idle=d["AutoDeleteOnIdle"],
         )
     return QueueSettings(
         lock_duration=d["LockDuration"],
@@ -288,6 +290,8 @@ def settings_of(kind: str, description: Description) -> QueueSettings | TopicSet
         forward_to=d["ForwardTo"],
         forward_dead_lettered_messages_to=d["ForwardDeadLetteredMessagesTo"],
         status=d.get("Status", "Active"),
+        max_size_mb=d.get("MaxSizeInMegabytes", MAX_SIZE.default),
+        auto_delete_on_idle=d["AutoDeleteOnIdle"],
     )
 
 
@@ -300,6 +304,7 @@ def description_of(
     d.update(extra or {})
     d["DefaultMessageTimeToLive"] = settings.default_ttl
     d["Status"] = settings.status
+    d["AutoDeleteOnIdle"] = settings.auto_delete_on_idle
     d["RequiresDuplicateDetection"] = settings.requires_duplicate_detection
     d["DuplicateDetectionHistoryTimeWindow"] = settings.duplicate_detection_window
     if isinstance(settings, QueueSettings):
@@ -311,6 +316,7 @@ def description_of(
         d["ForwardDeadLetteredMessagesTo"] = settings.forward_dead_lettered_messages_to
     if kind != SUBSCRIPTION:
         d["MaxMessageSizeInKilobytes"] = settings.max_message_size // 1024
+        d["MaxSizeInMegabytes"] = settings.max_size_mb
     return {name: d[name] for name in (p.name for p in WRITABLE[kind])}
 
 
