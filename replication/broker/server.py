@@ -142,6 +142,14 @@ def disabled(entity: Any, right: str) -> str | None:
     return f"Messaging entity '{entity.name}' is {status}: {what} it is not allowed."
 
 
+def _queues_of(entity: Entity) -> list[Queue]:
+    """The queues that belong to an entity: a queue (or subscription) and its dead-letter
+    queue; every subscription of a topic with theirs."""
+    queues = [sub.queue for sub in entity.subscriptions.values()] if isinstance(
+        entity, Topic) else [entity]  # fmt: skip
+    return queues + [queue.dead_letter for queue in queues if queue.dead_letter is not None]
+
+
 @dataclass(slots=True, eq=False)
 class Consumer:
     """Our sending link to a peer that receives from a queue."""
@@ -734,14 +742,8 @@ class Broker:
         """Bytes counted against an entity's quota (``MaxSizeInMegabytes``): a queue's with
         its dead-letter queue's, a topic's with all its subscriptions'. Auto-forwarding
         into an entity is not held back by it."""
-        queues = [sub.queue for sub in entity.subscriptions.values()] if isinstance(
-            entity, Topic) else [entity]  # fmt: skip
         size = self.store.size(entity.entity) if isinstance(entity, Topic) else 0
-        for queue in queues:
-            size += self.store.size(queue.entity)
-            if queue.dead_letter is not None:
-                size += self.store.size(queue.dead_letter.entity)
-        return size
+        return size + sum(self.store.size(queue.entity) for queue in _queues_of(entity))
 
     # ------------------------------------------------------------------ CBS
 
@@ -976,17 +978,17 @@ class Broker:
 
     # ------------------------------------------------------------------ idle entities
 
-    def touch(self, entity: Entity, now: int) -> None:
-        """The entity was used: a dead-letter queue's use is its queue's, a subscription's is
-        its topic's too (Service Bus: a topic is idle when its subscriptions are)."""
-        name = entity.name
-        if name.endswith(DEAD_LETTER_SUFFIX):
-            name = name[: -len(DEAD_LETTER_SUFFIX)]
-        topic_name, _, sub = name.partition(SUBSCRIPTIONS)
-        for key in (name.lower(), topic_name.lower()) if sub else (name.lower(),):
-            used = self.entities.get(key)
-            if used is not None:
-                used.accessed_ms = now
+    @staticmethod
+    def touch(entity: Entity, now: int) -> None:
+        """The entity was used (on every send and delivery: one assignment)."""
+        entity.accessed_ms = now
+
+    @staticmethod
+    def last_use(entity: Entity) -> int:
+        """When an entity was last used: a dead-letter queue's use is its queue's, and a
+        topic is used while its subscriptions are (Service Bus: "no operations on the
+        topic's subscriptions")."""
+        return max([entity.accessed_ms, *(queue.accessed_ms for queue in _queues_of(entity))])
 
     def delete_idle(self, now: int) -> list[str]:
         """Deletes the entities unused for their ``AutoDeleteOnIdle``; returns their names.
@@ -1003,7 +1005,7 @@ class Broker:
             idle = getattr(entity.settings, "auto_delete_on_idle", None)
             if idle is None or key not in self.entities or self.store.has_scheduled(entity.entity):
                 continue
-            if now - entity.accessed_ms >= idle.total_seconds() * 1000:
+            if now - self.last_use(entity) >= idle.total_seconds() * 1000:
                 log.info("%s: deleted after %s idle (AutoDeleteOnIdle)", entity.name, idle)
                 self.delete_entity(entity.name)
                 deleted.append(entity.name)

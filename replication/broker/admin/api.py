@@ -606,7 +606,7 @@ class AdminApi:
         computed: dict[str, Any] = {
             "SizeInBytes": size, "MessageCount": active + dead + scheduled,
             "CreatedAt": atom.format_time(created), "UpdatedAt": atom.format_time(updated),
-            "AccessedAt": atom.format_time(max(updated, entity.accessed_ms)),
+            "AccessedAt": atom.format_time(max(updated, self.broker.last_use(entity))),
             "EntityAvailabilityStatus": "Available",
         }  # fmt: skip
         if isinstance(entity, Topic):
