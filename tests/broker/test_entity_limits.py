@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from azure.core.exceptions import ResourceNotFoundError
+from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage
 from azure.servicebus.amqp import AmqpAnnotatedMessage
 from azure.servicebus.exceptions import (
@@ -104,6 +104,19 @@ def test_the_quota_is_reported_and_changed_through_the_management_api(
         assert client.get_queue("q").max_size_in_megabytes == 2048
     entity = broker.call(lambda: broker.broker.entities["q"])
     assert entity.settings.max_size_mb == 2048
+
+
+def test_a_small_config_quota_survives_an_update_that_echoes_it(broker_factory: Any) -> None:
+    broker = broker_factory(make_config({"small": {"MaxSizeInMegabytes": 1}}))
+    with admin(broker) as client:
+        queue = client.get_queue("small")
+        assert queue.max_size_in_megabytes == 1
+        queue.lock_duration = timedelta(seconds=30)
+        client.update_queue(queue)  # sends MaxSizeInMegabytes 1 back: not a Service Bus size
+        assert client.get_queue("small").max_size_in_megabytes == 1
+        queue.max_size_in_megabytes = 3
+        with pytest.raises(HttpResponseError, match="MaxSizeInMegabytes: must be one of"):
+            client.update_queue(queue)
 
 
 def test_a_refused_scheduled_message_gets_the_management_error(broker_factory: Any) -> None:

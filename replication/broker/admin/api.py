@@ -563,7 +563,7 @@ class AdminApi:
             if name in READ_ONLY[kind]:
                 continue
             try:
-                values[name] = parse_value(kind, name, child.text or "")
+                values[name] = parse_value(kind, name, child.text or "", base.get(name))
             except PropertyError as exc:
                 raise _bad_request(str(exc)) from None
         return values

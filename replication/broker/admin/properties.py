@@ -237,14 +237,16 @@ def defaults(kind: str) -> Description:
     return {prop.name: prop.default for prop in WRITABLE[kind]}
 
 
-def parse_value(kind: str, name: str, text: str) -> Any:
-    """One element's text as a checked value; ``PropertyError`` names what is wrong."""
+def parse_value(kind: str, name: str, text: str, current: Any = None) -> Any:
+    """One element's text as a checked value; ``PropertyError`` names what is wrong. The
+    ``current`` value is taken back unchecked: an update echoes what a GET gave, and
+    Config.json allows values the API does not (``MaxSizeInMegabytes`` from 1)."""
     prop = next((p for p in WRITABLE[kind] if p.name == name), None)
     if prop is None:
         raise PropertyError(f"{name} is not a property of a {kind}")
     try:
         value = prop.parse(text)
-        if prop.check is not None:
+        if prop.check is not None and (current is None or value != current):
             prop.check(value)
     except PropertyError as exc:
         raise PropertyError(f"{name}: {exc}") from None
