@@ -71,7 +71,9 @@ def handle_request(broker: Broker, peer: Peer, entity: str, delivery: Delivery) 
                 404, "com.microsoft:entity-not-found", f"entity '{entity}' not found"
             )
         if handler is None:
-            raise ManagementError(400, "com.microsoft:not-supported", f"operation {name!r}")
+            raise ManagementError(  # the SDKs do not retry this one
+                501, "amqp:not-implemented", f"the operation {name!r} is not implemented"
+            )
         if isinstance(target, Topic) and name not in TOPIC_OPERATIONS:
             raise ManagementError(
                 400, "com.microsoft:not-supported", f"operation {name!r} on topic '{entity}'"
@@ -181,6 +183,36 @@ def _receive_deferred(
         lock = queue.lock(row, now, session=session)
         messages.append({"lock-token": lock.token, "message": queue.payload(row, lock)})
     return 200, {"messages": messages}
+
+
+MAX_DELETE_MESSAGE_COUNT = 4000
+"""The most messages one ``batch-delete-messages`` may delete (the .NET SDK's limit)."""
+
+
+@operation("com.microsoft:batch-delete-messages")
+def _batch_delete(
+    broker: Broker, peer: Peer, queue: Queue, body: dict[str, Any]
+) -> tuple[int, Any]:
+    """``deleteMessages`` / ``purgeMessages`` (JS 7.10 beta) and ``DeleteMessagesAsync``
+    (.NET): messages available for delivery, enqueued before the time given, are deleted
+    without being received."""
+    count = int(body.get("message-count", 0))
+    if not 1 <= count <= MAX_DELETE_MESSAGE_COUNT:
+        raise ManagementError(
+            400, "com.microsoft:argument-out-of-range",
+            f"message-count must be from 1 to {MAX_DELETE_MESSAGE_COUNT}, got {count}",
+        )  # fmt: skip
+    now = now_ms()
+    before = body.get("enqueued-time-utc")
+    session_id = _session_id(body)
+    if session_id is not None and queue.sessions_enabled:
+        queue.check_session(session_id, now)
+    deleted = queue.delete_ready(count, now if before is None else int(before), session_id)
+    if not deleted:
+        raise ManagementError(
+            204, "com.microsoft:message-not-found", "No messages to delete were found."
+        )
+    return 200, {"message-count": deleted}
 
 
 @operation("com.microsoft:update-disposition")

@@ -13,6 +13,7 @@ placed in the source and puts them in the destination"), at most ``MAX_TRANSFER_
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
 from collections.abc import Callable
@@ -222,7 +223,7 @@ class Queue:
         target = self.forward_dead_letters_to
         if target is not None:
             annotations = wire.encode_annotations(message.annotations)
-            target.enqueue(wire.parse_message(annotations + bare), now, 1)
+            target.enqueue(self._forwarded_dead_letter(annotations + bare), now, 1)
             return None
         dlq = self.dead_letter
         if dlq is None:
@@ -429,6 +430,27 @@ class Queue:
                 lock.until_ms = session.until_ms
         return session.until_ms
 
+    def delete_ready(self, count: int, before_ms: int, session: str | None) -> int:
+        """Deletes up to ``count`` messages ready for delivery (not locked, deferred or
+        scheduled) that were enqueued before ``before_ms``, lowest sequence number first: of
+        one session, or of every session when ``session`` is None. Returns how many."""
+        every_session = self.sessions_enabled and session is None
+        candidates = self.ready.ascending(self._session_key(session), every_session=every_session)
+        doomed: list[int] = []
+        while len(doomed) < count:
+            chunk = list(itertools.islice(candidates, 500))
+            if not chunk:
+                break
+            rows = self.store.load(self.entity, chunk)
+            for seq in chunk:
+                row = rows.get(seq)
+                if row is not None and row.enqueued_ms < before_ms and len(doomed) < count:
+                    doomed.append(seq)
+        for seq in doomed:
+            self.ready.discard(seq)
+            self.store.delete(self.entity, seq)
+        return len(doomed)
+
     def check_session(self, session_id: str, now: int) -> None:
         """Session operations (state, peek, deferred receive) need the session locked."""
         if not self._held(session_id, now):
@@ -447,7 +469,7 @@ class Queue:
         self.store.delete(self.entity, seq)
         bare = _with_dead_letter_reason(row.bare, reason, description)
         if self.forward_dead_letters_to is not None:
-            message = wire.parse_message((row.annotations or b"") + bare)
+            message = self._forwarded_dead_letter((row.annotations or b"") + bare)
             self.forward_dead_letters_to.enqueue(message, now_ms(), 1)
             return
         dlq = self.dead_letter
@@ -463,6 +485,14 @@ class Queue:
         row.dead_letter_source = self.name
         dlq.store.insert(dlq.entity, row)
         dlq.pending_ready.append((dlq_seq, None))
+
+    def _forwarded_dead_letter(self, payload: bytes) -> wire.IncomingMessage:
+        """A dead letter on its way to ``ForwardDeadLetteredMessagesTo``: it names where it
+        was dead-lettered (``x-opt-deadletter-source``, the case every SDK documents; seed
+        000 has it on messages read from a dead-letter queue too, as ours are)."""
+        message = wire.parse_message(payload)
+        message.annotations[wire.DEAD_LETTER_SOURCE] = self.name
+        return message
 
     def expire(self, seq: int) -> None:
         """Retires a message whose time to live passed (the sweep found it)."""

@@ -8,6 +8,7 @@ message returns to its place at the head) plus each message's session, to find i
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Iterator
 
 from sortedcontainers import SortedList
@@ -74,6 +75,15 @@ class ReadySet:
         if not values:
             del self._lists[session]
         return taken
+
+    def ascending(
+        self, session: str | None = None, *, every_session: bool = False
+    ) -> Iterator[int]:
+        """Sequence numbers lowest first, without taking them: of one session (or of a
+        sessionless queue), or merged across all sessions. Not to be mutated meanwhile."""
+        if every_session:
+            return heapq.merge(*self._lists.values())
+        return iter(self._lists.get(session, ()))
 
     def has(self, session: str | None) -> bool:
         return bool(self._lists.get(session))

@@ -94,6 +94,7 @@ def test_forward_dead_lettered_messages(broker: BrokerHandle) -> None:
     sink = {m.message_id: m for m in receive_all(broker, "dl-sink")}
     assert sink["d1"].application_properties[b"DeadLetterReason"] == b"nope"
     assert sink["d2"].application_properties[b"DeadLetterReason"] == b"MaxDeliveryCountExceeded"
+    assert {m.dead_letter_source for m in sink.values()} == {"dl-source"}
     assert receive_all(broker, "dl-source", sub_queue=ServiceBusSubQueue.DEAD_LETTER) == []
 
 
