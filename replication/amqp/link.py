@@ -292,8 +292,11 @@ class Link:
             raise ProtocolError("only a sender answers a drain")
         self.delivery_count = (self.delivery_count + self.link_credit) & SERIAL_MASK
         self.link_credit = 0
-        self.drain = False
+        # the flow still says drain=true: that is how a receiver tells the answer from any
+        # other flow (rhea emits ``receiver_drained`` only then, and the JS SDK closes its
+        # link when that never comes)
         self.session._send_link_flow(self)
+        self.drain = False
 
     # ------------------------------------------------------------------ receiving
 

@@ -469,6 +469,7 @@ def test_drain_with_nothing_queued_answers_at_once() -> None:
     pair.pump()
     (flow,) = bodies(pair.sent_by_client(mark), Flow)
     assert (flow.delivery_count, flow.link_credit) == (7, 0)
+    assert flow.drain is True  # the answer to a drain says so (rhea waits for exactly that)
     assert receiver.credit == 0
 
 

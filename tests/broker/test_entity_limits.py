@@ -6,7 +6,7 @@ input, authoritative on output")."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -122,10 +122,13 @@ def test_a_small_config_quota_survives_an_update_that_echoes_it(broker_factory: 
 def test_a_refused_scheduled_message_gets_the_management_error(broker_factory: Any) -> None:
     broker = broker_factory(make_config({"small": {"MaxSizeInMegabytes": 1}}))
     send_until_refused(broker, queue="small")
-    when = datetime.now(timezone.utc) + timedelta(hours=1)
-    with broker.client(retry_total=0) as client, client.get_queue_sender("small") as sender:
-        with pytest.raises(ServiceBusQuotaExceededError, match="maximum entity size"):
-            sender.schedule_messages(ServiceBusMessage(b"later"), when)
+    when = datetime.now(UTC) + timedelta(hours=1)
+    with (
+        broker.client(retry_total=0) as client,
+        client.get_queue_sender("small") as sender,
+        pytest.raises(ServiceBusQuotaExceededError, match="maximum entity size"),
+    ):
+        sender.schedule_messages(ServiceBusMessage(b"later"), when)
 
 
 # ---------------------------------------------------------------------- AutoDeleteOnIdle
@@ -142,7 +145,7 @@ def test_an_idle_entity_is_deleted_after_its_auto_delete_on_idle(broker_factory:
     with broker.client() as sb, sb.get_queue_receiver("linked") as receiver:
         with sb.get_queue_sender("scheduled") as sender:
             sender.schedule_messages(
-                ServiceBusMessage(b"later"), datetime.now(timezone.utc) + timedelta(hours=1)
+                ServiceBusMessage(b"later"), datetime.now(UTC) + timedelta(hours=1)
             )
         receiver.peek_messages(1)  # the link is open from here on
 
@@ -162,9 +165,12 @@ def test_an_idle_entity_is_deleted_after_its_auto_delete_on_idle(broker_factory:
         with pytest.raises(ResourceNotFoundError):
             client.get_subscription("t", "temp-sub")
         assert {q.name for q in client.list_queues()} == {"linked", "scheduled", "forever"}
-    with broker.client(retry_total=0) as sb, pytest.raises(MessagingEntityNotFoundError):
-        with sb.get_queue_sender("temp") as sender:
-            sender.send_messages(ServiceBusMessage(b"gone"))
+    with (
+        broker.client(retry_total=0) as sb,
+        pytest.raises(MessagingEntityNotFoundError),
+        sb.get_queue_sender("temp") as sender,
+    ):
+        sender.send_messages(ServiceBusMessage(b"gone"))
 
 
 def test_use_resets_the_idle_time(broker_factory: Any) -> None:
