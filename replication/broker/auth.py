@@ -1,4 +1,4 @@
-"""Shared access signatures: minting them (tests, tools) and checking them (CBS, SASL PLAIN).
+"""Shared access signatures, checked (CBS, SASL PLAIN); ``servicebus.sas`` mints them.
 
 Service Bus authorises with SAS tokens that clients put on the ``$cbs`` node, or (the
 emulator, some AMQP clients) with SASL PLAIN carrying a rule name and key. Both end up here
@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import hmac
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from urllib.parse import quote_plus, unquote, unquote_plus
+
+from ..servicebus.sas import TOKEN_TYPE, sign
 
 UNAUTHORIZED_ACCESS = "amqp:unauthorized-access"
 SEND = "Send"
@@ -28,7 +29,6 @@ EMULATOR_RULE_NAME = "RootManageSharedAccessKey"
 EMULATOR_KEY = "SAS_KEY_VALUE"
 """The emulator's well-known key (``SharedAccessKey=SAS_KEY_VALUE``)."""
 
-TOKEN_TYPE = "SharedAccessSignature"
 _URI_SCHEMES = frozenset({"sb", "amqp", "amqps", "https", "http"})  # http: the plain HTTP port
 """Schemes a client may put on a token's ``sr`` or a CBS audience for the same resource."""
 
@@ -142,25 +142,6 @@ class SasToken:
     raw_resource: str
     raw_signature: str
     raw_expiry: str
-
-
-def generate_sas_token(uri: str, key_name: str, key: str, expiry_unix: int) -> str:
-    """Mint a token the way the Azure SDKs do, for tests and tools that talk to the broker.
-
-    The signed string is ``quote_plus(uri) + "\\n" + str(expiry)`` and the HMAC-SHA256 key
-    is the key's UTF-8 bytes (not its base64 decoding), as in every Service Bus SDK.
-    """
-    encoded_uri = quote_plus(uri)
-    expiry = str(int(expiry_unix))
-    signature = _sign(key, f"{encoded_uri}\n{expiry}")
-    return (
-        f"{TOKEN_TYPE} sr={encoded_uri}&sig={quote_plus(base64.b64encode(signature).decode())}"
-        f"&se={expiry}&skn={quote_plus(key_name)}"
-    )
-
-
-def _sign(key: str, text: str) -> bytes:
-    return hmac.new(key.encode("utf-8"), text.encode("utf-8"), hashlib.sha256).digest()
 
 
 def _malformed(reason: str) -> AuthorizationError:
@@ -284,7 +265,7 @@ class Authorizer:
                 continue
         matched = False
         for resource in signed_resources:
-            expected = _sign(rule.key, f"{resource}\n{parsed.raw_expiry}")
+            expected = sign(rule.key, f"{resource}\n{parsed.raw_expiry}")
             for signature in offered:
                 matched |= hmac.compare_digest(expected, signature)
         return matched

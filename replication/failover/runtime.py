@@ -29,9 +29,9 @@ import logging
 import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from urllib.parse import urlparse
 
 from .. import metrics
+from ..servicebus.connection_string import ConnectionString, with_endpoint
 from .base import FailoverError, Resolution, Resolver
 
 log = logging.getLogger("replication.failover")
@@ -79,31 +79,14 @@ def connection_for(base: str, host: str, host_map: Mapping[str, str] | None = No
     ``UseDevelopmentEmulator=true`` is set, so the same pipeline config runs on one laptop.
     """
     mapped = (host_map or {}).get(host.lower())
-    parts: list[str] = []
-    seen_endpoint = seen_emulator = False
-    for part in base.strip().rstrip(";").split(";"):
-        name = part.partition("=")[0].strip().lower()
-        if name == "endpoint":
-            parts.append(f"Endpoint=sb://{mapped or host}/")
-            seen_endpoint = True
-        elif name == "usedevelopmentemulator" and mapped:
-            parts.append("UseDevelopmentEmulator=true")
-            seen_emulator = True
-        elif part.strip():
-            parts.append(part.strip())
-    if not seen_endpoint:
-        raise ValueError("connection string has no Endpoint")
-    if mapped and not seen_emulator:
-        parts.append("UseDevelopmentEmulator=true")
-    return ";".join(parts)
+    return with_endpoint(base, mapped or host, emulator=mapped is not None)
 
 
 def endpoint_host(connection_string: str) -> str:
-    for part in connection_string.split(";"):
-        key, _, value = part.partition("=")
-        if key.strip().lower() == "endpoint":
-            return urlparse(value.strip()).netloc or value.strip()
-    return ""
+    try:
+        return ConnectionString.parse(connection_string).netloc
+    except ValueError:
+        return ""
 
 
 # ---------------------------------------------------------------------- error kinds

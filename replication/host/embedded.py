@@ -13,11 +13,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from ..broker.config import parse_config
 from ..broker.main import build_broker
 from ..broker.server import Broker
+from ..servicebus.connection_string import ConnectionString
 
 log = logging.getLogger("replication.host")
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}
@@ -25,17 +25,13 @@ LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}
 
 def emulator_port(connection_string: str) -> int | None:
     """The port of a local emulator connection string, else None (a real namespace)."""
-    parts = {}
-    for part in connection_string.split(";"):
-        key, sep, value = part.partition("=")
-        if sep:
-            parts[key.strip().lower()] = value.strip()
-    if parts.get("usedevelopmentemulator", "").lower() != "true":
+    try:
+        parsed = ConnectionString.parse(connection_string)
+    except ValueError:
         return None
-    endpoint = urlparse(parts.get("endpoint", ""))
-    if (endpoint.hostname or "").lower() not in LOCAL_HOSTS:
+    if not parsed.use_development_emulator or parsed.host.lower() not in LOCAL_HOSTS:
         return None
-    return endpoint.port or 5672
+    return parsed.port
 
 
 @dataclass(slots=True)

@@ -34,6 +34,7 @@ from pydantic import (
 )
 
 from ..failover import Failover, FailoverSpec
+from ..servicebus.connection_string import namespace_of
 from ..tasks.facts import compile_condition
 from ..tasks.steps import (
     STEPS,
@@ -44,7 +45,7 @@ from ..tasks.steps import (
     build_step,
 )
 from ..tasks.targets import Target
-from ..tasks.task import ReplicationTask, namespace_of
+from ..tasks.task import ReplicationTask
 from .documents import Positions, parse_document, read_text
 from .errors import Loc, did_you_mean, show, validation_problems
 
@@ -786,11 +787,10 @@ class _Checker:
             return
         try:
             namespace_of(value)
-        except ValueError:
+        except ValueError as exc:
             self.add(
-                loc, f"setting {name!r} does not hold a Service Bus connection string (no "
-                "'Endpoint=')",
-            )  # fmt: skip
+                loc, f"setting {name!r} does not hold a Service Bus connection string: {exc}"
+            )
 
     def check_routing(self, spec: PipelineSpec, loc: Loc) -> None:
         if spec.target is not None and spec.routes is not None:

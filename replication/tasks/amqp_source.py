@@ -55,7 +55,8 @@ from ..amqp.performatives import RCV_SECOND, SND_UNSETTLED, Error
 from ..amqp.sasl import ANONYMOUS, MSSBCBS, SaslClient
 from ..amqp.types import symbol, timestamp, uint
 from ..messages import Message, PropertyValue
-from . import sas
+from ..servicebus import sas
+from ..servicebus.connection_string import PLAIN_PORT, TLS_PORT, ConnectionString
 
 log = logging.getLogger("replication.tasks.amqp_source")
 
@@ -69,8 +70,6 @@ DEAD_LETTER_DESCRIPTION = symbol("DeadLetterErrorDescription")
 SAS_TOKEN_TYPE = "servicebus.windows.net:sastoken"
 JWT_TOKEN_TYPE = "jwt"
 AAD_SCOPE = "https://servicebus.azure.net/.default"
-TLS_PORT = 5671
-PLAIN_PORT = 5672
 NET_EPOCH_TICKS = 621_355_968_000_000_000
 """.NET ticks (100 ns since 0001-01-01) at the Unix epoch."""
 REFRESH_AT = 0.9
@@ -153,36 +152,15 @@ class Endpoint:
         cls, connection_string: str, *, token_lifetime: float = sas.DEFAULT_LIFETIME,
         ssl_context: ssl.SSLContext | None = None,
     ) -> Endpoint:  # fmt: skip
-        """Parses ``Endpoint=sb://...;SharedAccessKeyName=...;SharedAccessKey=...`` (or
-        ``SharedAccessSignature=...``; ``EntityPath``; ``UseDevelopmentEmulator=true``)."""
-        settings: dict[str, str] = {}
-        for part in connection_string.strip().rstrip(";").split(";"):
-            if not part.strip():
-                continue
-            key, sep, value = part.partition("=")
-            if not sep:
-                raise ValueError("connection string is malformed (expected key=value pairs)")
-            settings[key.strip().lower()] = value.strip()
-        endpoint = settings.get("endpoint") or settings.get("hostname")
-        if not endpoint:
-            raise ValueError("connection string has no Endpoint")
-        netloc = urlparse(endpoint if "://" in endpoint else f"sb://{endpoint}").netloc
-        if not netloc:
-            raise ValueError(f"invalid Endpoint {endpoint!r}")
-        emulator = settings.get("usedevelopmentemulator") == "true"
-        key_name, key = settings.get("sharedaccesskeyname"), settings.get("sharedaccesskey")
-        signature = settings.get("sharedaccesssignature")
-        if signature:
-            provider = _fixed_token(signature)
-        elif key_name and key:
-            provider = _key_token(key_name, key, token_lifetime)
+        """An endpoint from a connection string (``servicebus.connection_string`` reads it)."""
+        parsed = ConnectionString.parse(connection_string)
+        if parsed.signature:
+            provider = _fixed_token(parsed.signature)
         else:
-            raise ValueError(
-                "connection string needs SharedAccessKeyName and SharedAccessKey, "
-                "or SharedAccessSignature"
-            )
-        return cls._make(netloc, not emulator, provider, SAS_TOKEN_TYPE,
-                         settings.get("entitypath"), ssl_context)  # fmt: skip
+            assert parsed.key_name and parsed.key  # the parser requires one or the other
+            provider = _key_token(parsed.key_name, parsed.key, token_lifetime)
+        return cls._make(parsed.netloc, parsed.use_tls, provider, SAS_TOKEN_TYPE,
+                         parsed.entity_path, ssl_context)  # fmt: skip
 
     @classmethod
     def from_client(cls, client: Any) -> Endpoint:

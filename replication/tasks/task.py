@@ -18,7 +18,6 @@ import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum
-from urllib.parse import urlparse
 
 from ..messages import Message
 from .breaker import Breakers
@@ -30,16 +29,6 @@ log = logging.getLogger("replication.tasks")
 
 PATH = "repl-path"
 """The namespaces a message was replicated from, ``;``-separated, oldest first."""
-
-
-def namespace_of(connection_string: str) -> str:
-    """A namespace's identity for loop detection: ``host[:port]`` of its Endpoint, lower case."""
-    for part in connection_string.split(";"):
-        key, _, value = part.partition("=")
-        if key.strip().lower() == "endpoint":
-            parsed = urlparse(value.strip())
-            return (parsed.netloc or parsed.path).strip("/").lower()
-    raise ValueError("connection string has no Endpoint")
 
 
 def passed_through(message: Message) -> list[str]:

@@ -20,8 +20,9 @@ from requests.structures import CaseInsensitiveDict
 from urllib3.response import HTTPResponse
 
 from replication.broker.admin.api import AdminApi
-from replication.broker.auth import EMULATOR_KEY, EMULATOR_RULE_NAME, generate_sas_token
+from replication.broker.auth import EMULATOR_KEY, EMULATOR_RULE_NAME
 from replication.broker.httpapi import Request, Response
+from replication.servicebus.sas import generate_sas_token
 
 from .conftest import BrokerHandle
 

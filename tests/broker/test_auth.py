@@ -24,11 +24,11 @@ from replication.broker.auth import (
     Grant,
     SharedAccessRule,
     expand_rights,
-    generate_sas_token,
     normalize_resource,
     parse_sas_token,
 )
 from replication.broker.config import parse_config
+from replication.servicebus.sas import generate_sas_token
 
 NOW = 1_700_000_000.0
 LATER = int(NOW) + 3600

@@ -18,7 +18,8 @@ from azure.servicebus.exceptions import (
 from proton import ConnectionException, Message, int32
 from proton.utils import LinkDetached
 
-from replication.broker.auth import EMULATOR_KEY, EMULATOR_RULE_NAME, generate_sas_token
+from replication.broker.auth import EMULATOR_KEY, EMULATOR_RULE_NAME
+from replication.servicebus.sas import generate_sas_token
 
 from .conftest import (
     BrokerHandle,

@@ -18,7 +18,8 @@ from azure.servicebus import (
 )
 from azure.servicebus.aio import ServiceBusReceiver
 
-from replication.broker.auth import EMULATOR_KEY, EMULATOR_RULE_NAME, generate_sas_token
+from replication.broker.auth import EMULATOR_KEY, EMULATOR_RULE_NAME
+from replication.servicebus.sas import generate_sas_token
 
 from .conftest import BrokerHandle, QuickCloseAsyncClient, body_bytes
 

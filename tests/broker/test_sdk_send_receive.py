@@ -21,7 +21,8 @@ from azure.servicebus import (
     ServiceBusReceiveMode,
 )
 
-from replication.broker.auth import EMULATOR_KEY, EMULATOR_RULE_NAME, generate_sas_token
+from replication.broker.auth import EMULATOR_KEY, EMULATOR_RULE_NAME
+from replication.servicebus.sas import generate_sas_token
 
 from .conftest import BrokerHandle, QuickCloseClient, body_bytes, receive_n
 

@@ -410,7 +410,8 @@ def test_the_management_api_on_the_plain_http_port(
 ) -> None:
     """The HTTP port serves the same management API (as the official emulator does for .NET
     clients): no token or a bad one is a 401, a Manage token reads and creates entities."""
-    from replication.broker.auth import EMULATOR_KEY, EMULATOR_RULE_NAME, generate_sas_token
+    from replication.broker.auth import EMULATOR_KEY, EMULATOR_RULE_NAME
+    from replication.servicebus.sas import generate_sas_token
 
     broker = broker_with(http_port=0)
     assert broker.broker is not None and broker.broker.http_port

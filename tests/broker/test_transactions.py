@@ -19,7 +19,8 @@ from proton import Delivery, Described, Message, Terminus, symbol, ulong
 from proton.reactor import LinkOption
 from proton.utils import LinkDetached
 
-from replication.broker.auth import EMULATOR_KEY, EMULATOR_RULE_NAME, generate_sas_token
+from replication.broker.auth import EMULATOR_KEY, EMULATOR_RULE_NAME
+from replication.servicebus.sas import generate_sas_token
 
 from .conftest import BrokerHandle, make_config, proton_connection, send, wait_for
 

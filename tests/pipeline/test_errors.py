@@ -299,7 +299,8 @@ def test_settings_are_checked_when_given() -> None:
         "setting 'OrdersKey' is not set",
         "pipelines.yaml:6: pipelines[0].target.connection: setting 'Secondary' is not set",
         "pipelines.yaml:7: pipelines[0].error_target.connection: setting 'NotAConnectionString' "
-        "does not hold a Service Bus connection string (no 'Endpoint=')",
+        "does not hold a Service Bus connection string: Connection string is either blank or "
+        "malformed: every part is key=value.",
     ]
     # without settings, setting names are not checked (they are read when the app runs)
     parse_pipelines(textwrap.dedent(text), "pipelines.yaml")

@@ -31,9 +31,8 @@ from hypothesis import strategies as st
 from replication.amqp.message import BodyType, Header, Properties, decode_message, encode_message
 from replication.amqp.message import Message as AmqpMessage
 from replication.amqp.types import symbol, timestamp
-from replication.broker.auth import generate_sas_token as broker_sas_token
 from replication.messages import Message, from_received
-from replication.tasks import sas
+from replication.servicebus import sas
 from replication.tasks.amqp_source import (
     AmqpSource,
     AuthenticationError,
@@ -133,8 +132,8 @@ async def test_token_providers() -> None:
     )  # fmt: skip
     token, expiry = await keyed.token_provider("sb://localhost:1/q")
     assert abs(expiry - (time.time() + 100)) < 5
-    assert token == broker_sas_token("sb://localhost:1/q", "rule", "secret", int(expiry))
-    fixed = broker_sas_token("sb://localhost:1/q", "rule", "secret", 2_000_000_000)
+    assert token == sas.generate_sas_token("sb://localhost:1/q", "rule", "secret", int(expiry))
+    fixed = sas.generate_sas_token("sb://localhost:1/q", "rule", "secret", 2_000_000_000)
     signed = Endpoint.from_connection_string(
         f"Endpoint=sb://localhost:1;SharedAccessSignature={fixed};UseDevelopmentEmulator=true"
     )
@@ -157,7 +156,7 @@ async def test_endpoint_from_sdk_client() -> None:
     ) as client:
         with pytest.raises(ValueError, match="web sockets"):
             Endpoint.from_client(client)
-    fixed = broker_sas_token("sb://localhost:6001/q", "rule", "secret", 2_000_000_000)
+    fixed = sas.generate_sas_token("sb://localhost:6001/q", "rule", "secret", 2_000_000_000)
 
     class EntraCredential:  # what an azure.identity.aio credential looks like
         async def get_token(self, *scopes: str, **kwargs: Any) -> AccessToken:
@@ -174,7 +173,7 @@ async def test_endpoint_from_sdk_client() -> None:
         assert (endpoint.port, endpoint.use_tls, endpoint.token_type) == (6001, False, token_type)
         got = await endpoint.token_provider("sb://localhost:6001/q")
         if token is None:
-            assert got[0] == broker_sas_token(
+            assert got[0] == sas.generate_sas_token(
                 "sb://localhost:6001/q", "rule", "secret", int(got[1])
             )
         else:

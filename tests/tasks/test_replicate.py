@@ -20,10 +20,11 @@ import pytest
 from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
 from azure.servicebus.aio import ServiceBusClient
 
+from replication.servicebus.connection_string import namespace_of
 from replication.tasks.pump import PumpStats, Source, pump
 from replication.tasks.stamping import ENQUEUE_TIME, SEQUENCE, iso_utc
 from replication.tasks.targets import SenderPool, Target
-from replication.tasks.task import PATH, ReplicationTask, namespace_of
+from replication.tasks.task import PATH, ReplicationTask
 from tests.broker.conftest import BrokerHandle, make_config
 
 pytestmark = pytest.mark.timeout(180)

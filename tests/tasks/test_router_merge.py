@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 from azure.servicebus import ServiceBusMessage
 
+from replication.servicebus.connection_string import namespace_of
 from replication.tasks.steps import build_step
 from replication.tasks.targets import Target
-from replication.tasks.task import ReplicationTask, namespace_of
+from replication.tasks.task import ReplicationTask
 from tests.broker.conftest import REPO_ROOT, BrokerHandle, make_config
 
 from .test_replicate import receive_all, running, send, wait_until

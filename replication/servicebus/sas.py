@@ -1,9 +1,8 @@
-"""Shared access signatures for the task library's own AMQP connections (the CBS put-token).
+"""Shared access signatures: minted for our own connections (the CBS put-token) and checked
+by the broker (``broker.auth``), one signing for both.
 
-The same minting as ``replication.broker.auth.generate_sas_token`` and every Service Bus SDK,
-kept here so that tasks need not import the broker: the signed string is
-``quote_plus(uri) + "\\n" + expiry`` and the HMAC-SHA256 key is the key's UTF-8 bytes (not its
-base64 decoding).
+As in every Service Bus SDK, the signed string is ``quote_plus(uri) + "\\n" + expiry`` and
+the HMAC-SHA256 key is the key's UTF-8 bytes (not its base64 decoding).
 """
 
 from __future__ import annotations
@@ -23,13 +22,16 @@ def generate_sas_token(uri: str, key_name: str, key: str, expiry_unix: int) -> s
     """``SharedAccessSignature sr=...&sig=...&se=...&skn=...`` for ``uri`` until ``expiry_unix``."""
     encoded_uri = quote_plus(uri)
     expiry = str(int(expiry_unix))
-    signature = hmac.new(
-        key.encode("utf-8"), f"{encoded_uri}\n{expiry}".encode(), hashlib.sha256
-    ).digest()
+    signature = sign(key, f"{encoded_uri}\n{expiry}")
     return (
         f"{TOKEN_TYPE} sr={encoded_uri}&sig={quote_plus(base64.b64encode(signature).decode())}"
         f"&se={expiry}&skn={quote_plus(key_name)}"
     )
+
+
+def sign(key: str, text: str) -> bytes:
+    """HMAC-SHA256 of ``text`` with the key's UTF-8 bytes."""
+    return hmac.new(key.encode("utf-8"), text.encode("utf-8"), hashlib.sha256).digest()
 
 
 def token_expiry(token: str) -> int | None:
