@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol
 
+from ..servicebus.symbols import DEAD_LETTER_SOURCE
 from . import wire
 from .ready import ReadySet
 from .store import STATE_ACTIVE, STATE_DEFERRED, STATE_SCHEDULED, MessageStore, StoredMessage
@@ -491,7 +492,7 @@ class Queue:
         was dead-lettered (``x-opt-deadletter-source``, the case every SDK documents; seed
         000 has it on messages read from a dead-letter queue too, as ours are)."""
         message = wire.parse_message(payload)
-        message.annotations[wire.DEAD_LETTER_SOURCE] = self.name
+        message.annotations[DEAD_LETTER_SOURCE] = self.name
         return message
 
     def expire(self, seq: int) -> None:

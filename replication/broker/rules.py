@@ -20,6 +20,7 @@ from typing import Any
 
 from ..amqp.message import Header, Properties
 from ..amqp.types import decimal32, decimal64, decimal128, timestamp
+from ..servicebus.symbols import PARTITION_KEY
 from ..sqlfilter import (
     CorrelationFilter,
     FalseFilter,
@@ -258,7 +259,7 @@ def message_facts(message: wire.IncomingMessage, now_ms: int) -> MessageFacts:
         system["TimeToLive"] = timedelta(milliseconds=message.ttl_ms)
     if message.scheduled_ms is not None:
         system["ScheduledEnqueueTimeUtc"] = datetime.fromtimestamp(message.scheduled_ms / 1000, UTC)
-    partition_key = message.annotations.get(wire.PARTITION_KEY)
+    partition_key = message.annotations.get(PARTITION_KEY)
     if partition_key is not None:
         system["PartitionKey"] = str(partition_key)
     user = {
@@ -297,7 +298,7 @@ def apply_facts(message: wire.IncomingMessage, facts: MessageFacts) -> wire.Inco
         )  # fmt: skip
     annotations = dict(message.annotations)
     if facts.system.get("PartitionKey") != before.get("PartitionKey"):
-        annotations[wire.PARTITION_KEY] = facts.system.get("PartitionKey")
+        annotations[PARTITION_KEY] = facts.system.get("PartitionKey")
     return wire.IncomingMessage(
         header, annotations, new_props, user or None, bare,
         message.size - len(message.bare) + len(bare),

@@ -32,6 +32,17 @@ from ..amqp.performatives import SND_SETTLED
 from ..amqp.sasl import ANONYMOUS, MSSBCBS, PLAIN, SaslCredentials, SaslServer
 from ..amqp.transport import ConnectionDriver
 from ..amqp.types import symbol
+from ..servicebus.symbols import (
+    CBS_NODE,
+    ENTITY_DISABLED,
+    LOCKED_UNTIL_UTC,
+    MANAGEMENT_SUFFIX,
+    MESSAGE_LOCK_LOST,
+    SESSION_CANNOT_BE_LOCKED,
+    SESSION_FILTER,
+    SESSION_LOCK_LOST,
+    TIMEOUT,
+)
 from . import tls, wire
 from .auth import AuthorizationError, Authorizer, Grant
 from .errors import QuotaExceededError, SendRefusedError, error, tracked
@@ -55,8 +66,6 @@ from .transactions import TRANSFER_DESTINATION, TransactionCoordinator
 
 log = logging.getLogger("replication.broker")
 
-CBS_NODE = "$cbs"
-MANAGEMENT_SUFFIX = "/$management"
 LINK_CREDIT = 10_000
 """Credit for a sending peer; the SDK ignores credit and counts from 10,000 itself."""
 RECEIVE_LIMIT = 4 * 1024 * 1024
@@ -74,15 +83,8 @@ PUMP_BYTES = 1024 * 1024
 SWEEP_INTERVAL = 0.1
 TOKEN_GRACE_SECONDS = 20.0
 """A connection must put a token within this time (WIRE.md: Service Bus waits 20 s)."""
-LOCKED_UNTIL_UTC = symbol("com.microsoft:locked-until-utc")
-SESSION_FILTER = symbol("com.microsoft:session-filter")
-TIMEOUT_PROPERTY = symbol("com.microsoft:timeout")
 DEFAULT_SESSION_WAIT_MS = 60_000
 """How long a next-available session receiver waits when it names no timeout."""
-DEAD_LETTER_CONDITION = "com.microsoft:dead-letter"
-LOCK_LOST = "com.microsoft:message-lock-lost"
-SESSION_LOCK_LOST = "com.microsoft:session-lock-lost"
-SESSION_CANNOT_BE_LOCKED = "com.microsoft:session-cannot-be-locked"
 NET_TICKS_AT_EPOCH = 621_355_968_000_000_000
 QUEUE, TOPIC, SUBSCRIPTION = "queue", "topic", "subscription"
 """Kinds of entity the management API creates (``ManagedEntity.kind``)."""
@@ -128,7 +130,6 @@ def entity_path(address: Any) -> str:
     return text.strip("/")
 
 
-ENTITY_DISABLED = "com.microsoft:entity-disabled"
 _STOPS = {"Send": ("Disabled", "SendDisabled"), "Listen": ("Disabled", "ReceiveDisabled")}
 
 
@@ -556,7 +557,7 @@ class Broker:
         if session is not None:
             self._start_session(consumer, session)
             return
-        wait_ms = (remote.properties or {}).get(TIMEOUT_PROPERTY, DEFAULT_SESSION_WAIT_MS)
+        wait_ms = (remote.properties or {}).get(TIMEOUT, DEFAULT_SESSION_WAIT_MS)
         deadline = time.monotonic() + max(0, int(wait_ms)) / 1000
         self._session_waiters.append(SessionWaiter(consumer, deadline))
 
@@ -892,7 +893,8 @@ class Broker:
             else:
                 return
         except LockLostError as exc:
-            condition = SESSION_LOCK_LOST if isinstance(exc, SessionLockLostError) else LOCK_LOST
+            session = isinstance(exc, SessionLockLostError)
+            condition = SESSION_LOCK_LOST if session else MESSAGE_LOCK_LOST
             delivery.update(Rejected(error=error(condition, str(exc))))
             self._touched.add(consumer.peer.driver)
             return

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from ..amqp.message import Header
+from ..servicebus.symbols import SCHEDULED_ENQUEUE_TIME
 from . import wire
 from .errors import SendRefusedError
 from .queue import DEFAULT_MAX_SIZE_MB, Queue, effective_ttl, is_duplicate, now_ms
@@ -146,7 +147,7 @@ class Topic:
             if remaining <= 0:
                 return  # expired while scheduled
             message.header = Header(durable=True, ttl=remaining)
-        message.annotations.pop(wire.SCHEDULED_TIME, None)
+        message.annotations.pop(SCHEDULED_ENQUEUE_TIME, None)
         self._fan_out(message, now, 0)
 
     def cancel_scheduled(self, seqs: list[int]) -> None:

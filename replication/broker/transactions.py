@@ -57,6 +57,7 @@ from ..amqp.outcomes import (
 from ..amqp.performatives import Error
 from ..amqp.terminus import Source
 from ..amqp.types import symbol
+from ..servicebus.symbols import TRANSFER_DESTINATION
 from . import wire
 from .errors import SendRefusedError, error
 from .management import ManagementError
@@ -67,7 +68,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("replication.broker.transactions")
 
-TRANSFER_DESTINATION = symbol("com.microsoft:transfer-destination-address")
 CAPABILITIES = (
     symbol("amqp:local-transactions"),
     symbol("amqp:multi-txns-per-ssn"),

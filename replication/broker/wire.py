@@ -26,23 +26,25 @@ from ..amqp.message import (
     MessageAnnotations,
     Properties,
 )
-from ..amqp.types import symbol, timestamp
+from ..amqp.types import timestamp
+from ..servicebus.symbols import (
+    DEAD_LETTER_SOURCE,
+    ENQUEUE_SEQUENCE_NUMBER,
+    ENQUEUED_TIME,
+    LOCK_TOKEN,
+    LOCKED_UNTIL,
+    MESSAGE_STATE,
+    SCHEDULED_ENQUEUE_TIME,
+    SEQUENCE_NUMBER,
+)
 
 BATCH_FORMAT = 0x80013700
 """message-format of a Service Bus batch: each data section holds one encoded message."""
 
-SEQUENCE_NUMBER = symbol("x-opt-sequence-number")
-ENQUEUED_TIME = symbol("x-opt-enqueued-time")
-LOCKED_UNTIL = symbol("x-opt-locked-until")
-LOCK_TOKEN = symbol("x-opt-lock-token")
-PARTITION_KEY = symbol("x-opt-partition-key")
-SCHEDULED_TIME = symbol("x-opt-scheduled-enqueue-time")
-MESSAGE_STATE = symbol("x-opt-message-state")
-DEAD_LETTER_SOURCE = symbol("x-opt-deadletter-source")
-ENQUEUE_SEQUENCE = symbol("x-opt-enqueue-sequence-number")
-_BROKER_KEYS = frozenset(
-    {SEQUENCE_NUMBER, ENQUEUED_TIME, LOCKED_UNTIL, LOCK_TOKEN, MESSAGE_STATE, ENQUEUE_SEQUENCE}
-)
+_BROKER_KEYS = frozenset({
+    SEQUENCE_NUMBER, ENQUEUED_TIME, LOCKED_UNTIL, LOCK_TOKEN, MESSAGE_STATE,
+    ENQUEUE_SEQUENCE_NUMBER,
+})  # fmt: skip
 _BARE_SECTIONS = (Properties, ApplicationProperties, Data, AmqpSequence, AmqpValue, Footer)
 
 
@@ -73,7 +75,7 @@ class IncomingMessage:
 
     @property
     def scheduled_ms(self) -> int | None:
-        value = self.annotations.get(SCHEDULED_TIME)
+        value = self.annotations.get(SCHEDULED_ENQUEUE_TIME)
         return int(value) if value is not None else None
 
 
@@ -213,7 +215,7 @@ def delivery_payload(
         annotations.update(codec.decode(sender_annotations).value)
     annotations[SEQUENCE_NUMBER] = sequence_number
     annotations[ENQUEUED_TIME] = timestamp(enqueued_ms)
-    annotations[ENQUEUE_SEQUENCE] = sequence_number
+    annotations[ENQUEUE_SEQUENCE_NUMBER] = sequence_number
     if locked_until_ms is not None:
         annotations[LOCKED_UNTIL] = timestamp(locked_until_ms)
     if lock_token is not None:

@@ -34,14 +34,13 @@ from azurefunctions.extensions.base import Datum, get_binding_registry
 
 from ..amqp.message import Message as AmqpMessage
 from ..amqp.message import encode_message
-from ..amqp.types import symbol
+from ..servicebus.symbols import LOCK_TOKEN
 
 SOURCE = "AzureServiceBusReceivedMessage"
 CONTENT_TYPE = "application/octet-stream"
 VERSION = "1.0"
 TRIGGER_BINDING = "serviceBusTrigger"
 CLIENT_BINDING = "serviceBusClient"
-LOCK_TOKEN = symbol("x-opt-lock-token")
 
 
 @dataclass(slots=True, frozen=True)

@@ -53,22 +53,30 @@ from ..amqp.message import Message as AmqpMessage
 from ..amqp.outcomes import Accepted, Modified, Rejected, Released
 from ..amqp.performatives import RCV_SECOND, SND_UNSETTLED, Error
 from ..amqp.sasl import ANONYMOUS, MSSBCBS, SaslClient
-from ..amqp.types import symbol, timestamp, uint
+from ..amqp.types import timestamp, uint
 from ..messages import Message, PropertyValue
 from ..servicebus import sas
 from ..servicebus.connection_string import PLAIN_PORT, TLS_PORT, ConnectionString
+from ..servicebus.symbols import (
+    CBS_NODE,
+    DEAD_LETTER,
+    DEAD_LETTER_DESCRIPTION,
+    DEAD_LETTER_REASON,
+    DEAD_LETTER_SOURCE,
+    ENQUEUED_TIME,
+    JWT_TOKEN_TYPE,
+    LOCKED_UNTIL,
+    LOCKED_UNTIL_UTC,
+    PARTITION_KEY,
+    SAS_TOKEN_TYPE,
+    SCHEDULED_ENQUEUE_TIME,
+    SEQUENCE_NUMBER,
+    SESSION_FILTER,
+    TIMEOUT,
+)
 
 log = logging.getLogger("replication.tasks.amqp_source")
 
-CBS_NODE = "$cbs"
-SESSION_FILTER = symbol("com.microsoft:session-filter")
-TIMEOUT_PROPERTY = symbol("com.microsoft:timeout")
-LOCKED_UNTIL_UTC = symbol("com.microsoft:locked-until-utc")
-DEAD_LETTER = "com.microsoft:dead-letter"
-DEAD_LETTER_REASON = symbol("DeadLetterReason")
-DEAD_LETTER_DESCRIPTION = symbol("DeadLetterErrorDescription")
-SAS_TOKEN_TYPE = "servicebus.windows.net:sastoken"
-JWT_TOKEN_TYPE = "jwt"
 AAD_SCOPE = "https://servicebus.azure.net/.default"
 NET_EPOCH_TICKS = 621_355_968_000_000_000
 """.NET ticks (100 ns since 0001-01-01) at the Unix epoch."""
@@ -290,12 +298,6 @@ class _ServiceBusSasl(SaslClient):
 
 # ---------------------------------------------------------------------- message conversion
 
-_PARTITION_KEY = "x-opt-partition-key"
-_SCHEDULED_ENQUEUE_TIME = "x-opt-scheduled-enqueue-time"
-_ENQUEUED_TIME = "x-opt-enqueued-time"
-_SEQUENCE_NUMBER = "x-opt-sequence-number"
-_DEAD_LETTER_SOURCE = "x-opt-deadletter-source"
-_LOCKED_UNTIL = "x-opt-locked-until"
 _CE_ZERO_MS = -62_135_596_800_000
 """What brokers write for "no time" (0001-01-01); the SDK makes it ``datetime.min``."""
 _PLAIN = (str, int, float, bool, bytes, type(None))
@@ -332,7 +334,7 @@ def to_message(amqp: AmqpMessage, source: Any = None) -> Message:
         body=bytes(body),
         message_id=message_id,
         session_id=session_id,
-        partition_key=_text(annotations.get(_PARTITION_KEY)),
+        partition_key=_text(annotations.get(PARTITION_KEY)),
         correlation_id=correlation_id,
         subject=subject,
         content_type=content_type,
@@ -340,15 +342,15 @@ def to_message(amqp: AmqpMessage, source: Any = None) -> Message:
         reply_to_session_id=reply_to_session_id,
         to=to,
         time_to_live=timedelta(milliseconds=ttl) if ttl else None,
-        scheduled_enqueue_time=_time(annotations.get(_SCHEDULED_ENQUEUE_TIME)),
+        scheduled_enqueue_time=_time(annotations.get(SCHEDULED_ENQUEUE_TIME)),
         application_properties=properties,
-        enqueued_time=_time(annotations.get(_ENQUEUED_TIME)),
-        sequence_number=_int(annotations.get(_SEQUENCE_NUMBER)),
+        enqueued_time=_time(annotations.get(ENQUEUED_TIME)),
+        sequence_number=_int(annotations.get(SEQUENCE_NUMBER)),
         delivery_count=int(header.delivery_count) if header is not None else None,
-        locked_until=_time(annotations.get(_LOCKED_UNTIL)),
+        locked_until=_time(annotations.get(LOCKED_UNTIL)),
         dead_letter_reason=dead_letter_reason,
         dead_letter_description=dead_letter_description,
-        dead_letter_source=_text_only(annotations.get(_DEAD_LETTER_SOURCE)),
+        dead_letter_source=_text_only(annotations.get(DEAD_LETTER_SOURCE)),
         source=source,
     )
 
@@ -384,12 +386,12 @@ class _Unusual(Exception):
 
 _DECODERS = codec.DECODERS
 _WANTED_ANNOTATIONS = {
-    _PARTITION_KEY.encode(): "partition_key",
-    _SCHEDULED_ENQUEUE_TIME.encode(): "scheduled",
-    _ENQUEUED_TIME.encode(): "enqueued",
-    _SEQUENCE_NUMBER.encode(): "sequence",
-    _DEAD_LETTER_SOURCE.encode(): "dead_letter_source",
-    _LOCKED_UNTIL.encode(): "locked_until",
+    PARTITION_KEY.encode(): "partition_key",
+    SCHEDULED_ENQUEUE_TIME.encode(): "scheduled",
+    ENQUEUED_TIME.encode(): "enqueued",
+    SEQUENCE_NUMBER.encode(): "sequence",
+    DEAD_LETTER_SOURCE.encode(): "dead_letter_source",
+    LOCKED_UNTIL.encode(): "locked_until",
 }
 _FIXED_WIDTH = {
     **dict.fromkeys((0x40, 0x41, 0x42, 0x43, 0x44, 0x45), 0),
@@ -798,7 +800,7 @@ class AmqpConnection:
         if session:
             filters = {SESSION_FILTER: session_id}
             if session_id is None:
-                properties = {TIMEOUT_PROPERTY: uint(max(0, int(wait * 1000)))}
+                properties = {TIMEOUT: uint(max(0, int(wait * 1000)))}
                 attach_timeout += wait
         try:
             link = await self.client.receiver(
