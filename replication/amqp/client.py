@@ -1,7 +1,7 @@
 """A small asyncio AMQP client on our engine: connect, send with outcome, receive and settle.
 
 It exists for the demo, the tests and tools that need a plain AMQP peer, and for the task
-pump's AMQP-native source (``replication.tasks.amqp_source``); Service Bus clients otherwise
+pump's AMQP-native source (``replication.servicebus.client``); Service Bus clients otherwise
 use the azure-servicebus SDK.
 """
 

@@ -32,7 +32,7 @@ from google.protobuf import empty_pb2
 
 from ..amqp import codec
 from ..messages import Message
-from ..tasks.amqp_source import AmqpReceiver, SourceError
+from ..servicebus.client import AmqpReceiver, SourceError
 from ..tasks.locks import lock_lost, management_for
 
 log = logging.getLogger("replication.host.settlement")

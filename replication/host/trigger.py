@@ -35,8 +35,8 @@ import azure.functions as func
 from azure.functions.servicebus import ServiceBusMessage as FunctionsMessage
 
 from ..messages import Message, body_bytes, properties_from_amqp
-from ..tasks.amqp_management import lock_token
-from ..tasks.amqp_source import AmqpReceiver, AmqpSource, Endpoint, NoSessionAvailable, SourceError
+from ..servicebus.client import AmqpReceiver, AmqpSource, Endpoint, NoSessionAvailable, SourceError
+from ..servicebus.management import lock_token
 from ..tasks.locks import LockKeeper
 from . import bindings
 from .discovery import ServiceBusTrigger

@@ -25,14 +25,14 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from ..messages import Message
-from ..tasks.amqp_management import Management
-from ..tasks.amqp_source import (
+from ..servicebus.client import (
     AmqpReceiver,
     AmqpSource,
     Endpoint,
     NoSessionAvailable,
     SourceError,
 )
+from ..servicebus.management import Management
 from .options import Options
 
 log = logging.getLogger("replication.spark")

@@ -11,8 +11,8 @@ from __future__ import annotations
 from ..amqp.message import decode_message
 from ..amqp.types import int32
 from ..messages import Message
-from ..tasks.amqp_management import Management
-from ..tasks.amqp_source import AmqpSource, Endpoint, to_message
+from ..servicebus.client import AmqpSource, Endpoint, to_message
+from ..servicebus.management import Management
 from .options import Options
 
 PEEK_PAGE = 250

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ..messages import Message
-from .amqp_management import Management, lock_token
-from .amqp_source import AmqpConnection, AmqpReceiver, SourceError
+from ..servicebus.client import AmqpConnection, AmqpReceiver, SourceError
+from ..servicebus.management import Management, lock_token
 
 log = logging.getLogger("replication.tasks.locks")
 

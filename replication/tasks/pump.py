@@ -8,7 +8,7 @@ processed by one worker, in order. Settlement follows ``process_batch``'s decisi
 only after the target accepted, abandon on failure, dead-letter when a step says so.
 
 Two receive backends, the same semantics: ``"amqp"`` reads over our own AMQP stack
-(``amqp_source``: a message decoded once, a batch's completes in one ranged disposition),
+(``servicebus.client``: a message decoded once, a batch's completes in one ranged disposition),
 ``"sdk"`` with the asyncio azure-servicebus receiver. ``"auto"`` (the default) takes
 ``"amqp"`` whenever the client's endpoint and credential allow it (plain AMQP or TLS, a SAS
 key or token, or an Entra ID credential), else the SDK. Sending is the SDK's either way.
@@ -48,7 +48,7 @@ from azure.servicebus.aio import AutoLockRenewer, ServiceBusClient, ServiceBusRe
 from azure.servicebus.exceptions import OperationTimeoutError, ServiceBusError
 
 from ..messages import Message, from_received
-from .amqp_source import AmqpReceiver, AmqpSource, Endpoint, NoSessionAvailable, SourceError
+from ..servicebus.client import AmqpReceiver, AmqpSource, Endpoint, NoSessionAvailable, SourceError
 from .breaker import Breakers, TargetUnavailable
 from .locks import LockKeeper
 from .sender import SenderFor

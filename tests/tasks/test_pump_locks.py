@@ -30,8 +30,8 @@ from azure.servicebus.aio import ServiceBusClient as AsyncServiceBusClient
 
 from replication.amqp.client import ReceivedMessage
 from replication.messages import Message
-from replication.tasks.amqp_management import lock_token
-from replication.tasks.amqp_source import AmqpSource
+from replication.servicebus.client import AmqpSource
+from replication.servicebus.management import lock_token
 from replication.tasks.breaker import Breaker, Breakers, TargetUnavailable
 from replication.tasks.locks import LockKeeper
 from replication.tasks.pump import PumpStats, Source, pump

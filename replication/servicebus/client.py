@@ -55,9 +55,9 @@ from ..amqp.performatives import RCV_SECOND, SND_UNSETTLED, Error
 from ..amqp.sasl import ANONYMOUS, MSSBCBS, SaslClient
 from ..amqp.types import timestamp, uint
 from ..messages import Message, PropertyValue
-from ..servicebus import sas
-from ..servicebus.connection_string import PLAIN_PORT, TLS_PORT, ConnectionString
-from ..servicebus.symbols import (
+from . import sas
+from .connection_string import PLAIN_PORT, TLS_PORT, ConnectionString
+from .symbols import (
     CBS_NODE,
     DEAD_LETTER,
     DEAD_LETTER_DESCRIPTION,
@@ -75,7 +75,7 @@ from ..servicebus.symbols import (
     TIMEOUT,
 )
 
-log = logging.getLogger("replication.tasks.amqp_source")
+log = logging.getLogger("replication.servicebus.client")
 
 AAD_SCOPE = "https://servicebus.azure.net/.default"
 NET_EPOCH_TICKS = 621_355_968_000_000_000
@@ -306,7 +306,7 @@ _PLAIN = (str, int, float, bool, bytes, type(None))
 def to_message(amqp: AmqpMessage, source: Any = None) -> Message:
     """The task library's message for a received AMQP message: every field that
     ``messages.from_received`` fills from the SDK's ``ServiceBusReceivedMessage``, with the
-    same values (see tests/tasks/test_amqp_source.py)."""
+    same values (see tests/servicebus/test_client.py)."""
     props = amqp.properties
     annotations = amqp.message_annotations or {}
     header = amqp.header

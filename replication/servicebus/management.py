@@ -21,7 +21,7 @@ from ..amqp.errors import AMQPError
 from ..amqp.message import BodyType, Properties
 from ..amqp.message import Message as AmqpMessage
 from ..messages import Message
-from .amqp_source import AmqpConnection, AmqpReceiver, SourceError, _source_error
+from .client import AmqpConnection, AmqpReceiver, SourceError, _source_error
 
 
 def lock_token(message: Message) -> uuid.UUID | None:

@@ -1,4 +1,4 @@
-"""The pump's AMQP-native source (replication.tasks.amqp_source) against the embedded broker.
+"""The pump's AMQP-native source (replication.servicebus.client) against the embedded broker.
 
 Receiving from queues, subscriptions and sessions (FIFO, next available, a named session);
 settlement outcomes as the broker applies them (complete in one ranged disposition,
@@ -33,7 +33,7 @@ from replication.amqp.message import Message as AmqpMessage
 from replication.amqp.types import symbol, timestamp
 from replication.messages import Message, from_received
 from replication.servicebus import sas
-from replication.tasks.amqp_source import (
+from replication.servicebus.client import (
     AmqpSource,
     AuthenticationError,
     Endpoint,

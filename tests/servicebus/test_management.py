@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from azure.servicebus import ServiceBusMessage
 
-from replication.tasks.amqp_management import Management, lock_token
-from replication.tasks.amqp_source import AmqpConnection, AmqpSource, Endpoint, SourceError
+from replication.servicebus.client import AmqpConnection, AmqpSource, Endpoint, SourceError
+from replication.servicebus.management import Management, lock_token
 from tests.broker.conftest import BrokerHandle, make_config
 
 pytestmark = pytest.mark.timeout(60)
