@@ -91,10 +91,16 @@ class Sender(_LinkEndpoint):
 
     async def send(self, message: Message | bytes, *, settled: bool = False) -> Any:
         """Sends one message; returns the peer's outcome (None when sent pre-settled)."""
-        self._check()
         if isinstance(message, bytes | bytearray):
             message = Message.from_bytes(message)
-        delivery = self.link.send(encode_message(message), settled=settled)
+        return await self.send_encoded(encode_message(message), settled=settled)
+
+    async def send_encoded(
+        self, payload: bytes, *, message_format: int = 0, settled: bool = False
+    ) -> Any:
+        """Sends an already encoded message (or a batch, with its ``message_format``)."""
+        self._check()
+        delivery = self.link.send(payload, settled=settled, message_format=message_format)
         if settled:
             self.client.driver.wake()
             return None

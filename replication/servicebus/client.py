@@ -5,7 +5,7 @@ peek-lock mode (it builds a ``ServiceBusReceivedMessage`` per message and settle
 its own disposition). This source reads the same entity over ``replication.amqp``: each
 transfer is decoded once, straight into ``replication.messages.Message``, and a batch's
 completes go out as dispositions over delivery-id ranges (one frame for a run of
-consecutive deliveries). Sending stays with the SDK (``targets.SenderPool``).
+consecutive deliveries). Sending is ``servicebus.sender``'s.
 
 What goes on the wire is what Service Bus (and our broker, see docs/sdk-wire-notes.md
 sections 1, 2 and 4) expects of a peek-lock receiver:

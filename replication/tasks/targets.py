@@ -1,7 +1,10 @@
-"""Senders for a task's targets, opened once and reused (one client per namespace).
+"""Senders for a task's targets, opened once and reused (one connection per namespace).
 
 A target is a named (connection string, entity) pair; ``None`` names the task's default
-target. The pool is what ``send_ordered`` asks for a sender. A target with a ``failover``
+target. The pool is what ``send_ordered`` asks for a sender. Two backends: ``"amqp"`` (the
+default) sends over our own AMQP engine (``servicebus.sender``: one connection per
+namespace, one link per entity, shared by every group), ``"sdk"`` through
+``azure-servicebus`` (each SDK sender lent to one group at a time). A target with a ``failover``
 is sent to wherever its failover resolves now: each send asks for the current namespace,
 reports the outcome (persistent errors make the failover resolve again), and after a switch
 the old namespace's senders are closed once their in-flight sends are done.
@@ -13,13 +16,19 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from azure.servicebus.aio import ServiceBusClient, ServiceBusSender
+
+from ..messages import Message, to_sdk
+from ..servicebus.client import AmqpSource
+from ..servicebus.sender import AmqpSender
 
 if TYPE_CHECKING:
     from ..failover import Failover
 
+SendBackend = Literal["amqp", "sdk"]
+BACKENDS: tuple[SendBackend, ...] = ("amqp", "sdk")
 FAILOVER_CLIENT_OPTIONS = {"retry_total": 1}
 """The SDK's own retries (3, with backoff: 11 s against a refused connection) would hide a
 dead namespace from the failover; ``send_ordered`` retries, re-resolving in between."""
@@ -45,11 +54,17 @@ class SenderPool:
         self,
         targets: dict[str | None, Target],
         *,
+        backend: SendBackend = "amqp",
         links_per_target: int = 1,
         **client_options: Any,
     ) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown send backend {backend!r}: 'amqp' or 'sdk'")
         self.targets = targets
+        self.backend = backend
         self.links_per_target = links_per_target
+        self._namespaces: dict[str, AmqpSource] = {}
+        self._amqp_senders: dict[tuple[str, str], AmqpSender] = {}
         self._client_options = client_options
         self._clients: dict[str, ServiceBusClient] = {}
         self._idle: dict[tuple[str, str], asyncio.Queue[ServiceBusSender]] = {}
@@ -75,7 +90,34 @@ class SenderPool:
 
     @contextlib.asynccontextmanager
     async def lend(self, connection_string: str, entity: str,
-                   **client_options: Any) -> AsyncIterator[ServiceBusSender]:  # fmt: skip
+                   **client_options: Any) -> AsyncIterator[Any]:  # fmt: skip
+        if self.backend == "amqp":
+            self._lent[connection_string] = self._lent.get(connection_string, 0) + 1
+            try:
+                yield self._amqp_sender(connection_string, entity)
+            finally:
+                self._lent[connection_string] -= 1
+                if connection_string in self._retired and not self._lent[connection_string]:
+                    await self._close_namespace(connection_string)
+            return
+        async with self._lend_sdk(connection_string, entity, **client_options) as sender:
+            yield SdkSender(sender)
+
+    def _amqp_sender(self, connection_string: str, entity: str) -> AmqpSender:
+        key = (connection_string, entity.lower())
+        sender = self._amqp_senders.get(key)
+        if sender is None:
+            namespace = self._namespaces.get(connection_string)
+            if namespace is None:
+                namespace = self._namespaces[connection_string] = (
+                    AmqpSource.from_connection_string(connection_string)
+                )
+            sender = self._amqp_senders[key] = AmqpSender(namespace, entity)
+        return sender
+
+    @contextlib.asynccontextmanager
+    async def _lend_sdk(self, connection_string: str, entity: str,
+                        **client_options: Any) -> AsyncIterator[ServiceBusSender]:  # fmt: skip
         key = (connection_string, entity.lower())
         async with self._lock:
             idle = self._idle.get(key)
@@ -119,6 +161,11 @@ class SenderPool:
             if connection_string not in self._retired or self._lent.get(connection_string):
                 return
             self._retired.discard(connection_string)
+            for key in [k for k in self._amqp_senders if k[0] == connection_string]:
+                await self._amqp_senders.pop(key).close()
+            namespace = self._namespaces.pop(connection_string, None)
+            if namespace is not None:
+                await namespace.close()
             for key in [k for k in self._idle if k[0] == connection_string]:
                 idle = self._idle.pop(key)
                 while not idle.empty():
@@ -132,6 +179,12 @@ class SenderPool:
                 await client.close()
 
     async def close(self) -> None:
+        for amqp_sender in self._amqp_senders.values():
+            await amqp_sender.close()
+        for namespace in self._namespaces.values():
+            await namespace.close()
+        self._amqp_senders.clear()
+        self._namespaces.clear()
         for sender in self._all:
             await sender.close()
         for client in self._clients.values():
@@ -139,6 +192,16 @@ class SenderPool:
         self._all.clear()
         self._idle.clear()
         self._clients.clear()
+
+
+class SdkSender:
+    """An SDK sender that takes our messages (``to_sdk`` each, then one ``send_messages``)."""
+
+    def __init__(self, sender: ServiceBusSender) -> None:
+        self.sender = sender
+
+    async def send_messages(self, messages: list[Message]) -> None:
+        await self.sender.send_messages([to_sdk(message) for message in messages])
 
 
 class _FailoverSender:
@@ -149,7 +212,7 @@ class _FailoverSender:
         self.target = target
         self.failover = failover
 
-    async def send_messages(self, message: Any, **kwargs: Any) -> None:
+    async def send_messages(self, messages: list[Message]) -> None:
         from ..failover import FailoverError, FailoverSwitched, NamespaceUnresolved
 
         try:
@@ -162,7 +225,7 @@ class _FailoverSender:
             if self.failover.version != version:  # switched while waiting for the sender
                 raise FailoverSwitched(f"{self.failover.name}: moved to {self.failover.host}")
             try:
-                await sender.send_messages(message, **kwargs)
+                await sender.send_messages(messages)
             except Exception as exc:
                 switched = await self.failover.report_failure(exc)
                 if switched or self.failover.version != version:

@@ -1,0 +1,110 @@
+"""Sending to a Service Bus entity over our AMQP engine (the SDK's ``send_messages``, without
+building SDK messages or going through its pure-Python AMQP).
+
+One sender link per entity on the namespace's shared connection (``AmqpSource``), opened on
+first use and again after the link or connection was lost. A call sends one message, or a
+list as one batch transfer (``outgoing``), and returns once Service Bus accepted it; it raises
+``SendError`` otherwise, with the error condition and whether another attempt may help
+(what ``tasks.sender`` retries). The link's ``max-message-size`` bounds what is sent: a batch
+over it is refused here with ``amqp:link:message-size-exceeded``, as the SDK refuses one.
+
+Any number of coroutines may send on one ``AmqpSender`` at once: each transfer waits for its
+own outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from ..amqp.client import Sender
+from ..amqp.errors import AMQPError
+from ..amqp.outcomes import Accepted, Rejected
+from ..messages import Message
+from . import outgoing
+from .client import AmqpSource, SourceError, _source_error
+
+MESSAGE_SIZE_EXCEEDED = "amqp:link:message-size-exceeded"
+DEFAULT_MAX_MESSAGE_SIZE = 256 * 1024
+"""What a link that names no limit is taken to allow (Service Bus Standard)."""
+
+
+class SendError(SourceError):
+    """The entity did not take the message(s); ``condition`` says why when it said."""
+
+
+class AmqpSender:
+    def __init__(self, namespace: AmqpSource, path: str, *, timeout: float = 60.0) -> None:
+        self.namespace = namespace
+        self.path = path
+        self.timeout = timeout
+        self._link: Sender | None = None
+        self._opening = asyncio.Lock()
+
+    @property
+    def max_message_size(self) -> int:
+        """The largest transfer the entity takes (its link's ``max-message-size``)."""
+        remote = self._link.link.remote if self._link is not None else None
+        size = remote.max_message_size if remote is not None else None
+        return int(size) if size else DEFAULT_MAX_MESSAGE_SIZE
+
+    async def _open(self) -> Sender:
+        async with self._opening:
+            link = self._link
+            if link is not None and link.link.is_open and not link.client.driver.closed.is_set():
+                return link
+            try:
+                connection = await self.namespace.connection()
+                await connection.authorize(self.path)
+                link = await connection.client.sender(
+                    connection.endpoint.address(self.path), timeout=self.timeout
+                )
+            except (AMQPError, OSError) as exc:
+                raise _as_send_error(exc, f"cannot send to {self.path}") from exc
+            self._link = link
+            return link
+
+    async def send_messages(self, messages: Message | list[Message]) -> None:
+        batch = [messages] if isinstance(messages, Message) else list(messages)
+        if not batch:
+            return
+        encoded = [outgoing.encode(message) for message in batch]
+        if len(batch) == 1:
+            payload, message_format = encoded[0], 0
+        else:
+            payload, message_format = outgoing.encode_batch(batch, encoded), outgoing.BATCH_FORMAT
+        link = await self._open()
+        if len(payload) > self.max_message_size:
+            raise SendError(
+                f"{len(batch)} message(s) of {len(payload)} bytes exceed the "
+                f"{self.max_message_size} bytes '{self.path}' takes", MESSAGE_SIZE_EXCEEDED,
+            )  # fmt: skip
+        try:
+            outcome = await asyncio.wait_for(
+                link.send_encoded(payload, message_format=message_format), self.timeout
+            )
+        except (AMQPError, OSError) as exc:  # TimeoutError included: no outcome in time
+            self._link = None
+            raise _as_send_error(exc, f"sending to {self.path} failed") from exc
+        if isinstance(outcome, Accepted):
+            return
+        if isinstance(outcome, Rejected):
+            error = outcome.error
+            raise SendError(
+                f"'{self.path}' rejected the message(s): "
+                f"{getattr(error, 'description', None) or error}",
+                str(getattr(error, "condition", None) or "amqp:internal-error"),
+            )
+        # released or modified: not taken this time (a busy or closing peer); try again
+        raise SendError(f"'{self.path}' did not take the message(s): {outcome!r}")
+
+    async def close(self) -> None:
+        link, self._link = self._link, None
+        if link is not None:
+            with contextlib.suppress(Exception):
+                await link.close()
+
+
+def _as_send_error(exc: BaseException, what: str) -> SendError:
+    error = _source_error(exc, what)
+    return SendError(error.description, error.condition)
