@@ -90,7 +90,8 @@ TokenProvider = Callable[[str], Awaitable[tuple[str, float]]]
 NOT_RETRYABLE = frozenset({
     "amqp:unauthorized-access", "amqp:not-found", "amqp:not-allowed", "amqp:not-implemented",
     "amqp:invalid-field", "amqp:decode-error", "com.microsoft:auth-failed",
-    "com.microsoft:entity-disabled",
+    "com.microsoft:entity-disabled", "amqp:link:message-size-exceeded",
+    "amqp:resource-limit-exceeded",
 })  # fmt: skip
 """Conditions that another attempt will not cure (wrong key, no such entity, ...)."""
 

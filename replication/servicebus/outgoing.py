@@ -10,7 +10,8 @@ What the SDK writes (docs/sdk-wire-notes.md section 3), and so what this writes:
   constructor makes one), to, subject, reply-to, correlation-id, content-type, group-id (the
   session id), reply-to-group-id;
 - application properties with string keys; ints as AMQP int when they fit 32 bits (the SDK's
-  ``encode_int``), else long;
+  ``encode_int``), else long; bytes values as strings when they are UTF-8 (the SDK decodes
+  them, for parity with uamqp; it fails on other bytes, which go as binary here);
 - the body as one data section.
 
 A batch is one transfer of message-format ``0x80013700`` whose data sections are the encoded
@@ -90,6 +91,11 @@ def _annotations(message: Message) -> dict[Any, Any]:
 def _property(value: Any) -> Any:
     if type(value) is int and value in _INT32:
         return int32(value)
+    if isinstance(value, bytes | bytearray):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            return bytes(value)
     if isinstance(value, datetime):
         return timestamp.from_datetime(value)
     return value

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
@@ -23,11 +24,22 @@ from azure.servicebus.aio import ServiceBusClient
 from replication.servicebus.connection_string import namespace_of
 from replication.tasks.pump import PumpStats, Source, pump
 from replication.tasks.stamping import ENQUEUE_TIME, SEQUENCE, iso_utc
-from replication.tasks.targets import SenderPool, Target
+from replication.tasks.targets import BACKENDS, SendBackend, SenderPool, Target
 from replication.tasks.task import PATH, ReplicationTask
 from tests.broker.conftest import BrokerHandle, make_config
 
 pytestmark = pytest.mark.timeout(180)
+
+send_backend: SendBackend = "amqp"
+"""The pool's send backend; every test here runs over both (``over_both_send_backends``)."""
+
+
+@pytest.fixture(autouse=True, params=BACKENDS)
+def over_both_send_backends(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys.modules[__name__], "send_backend", request.param)
+
 
 CONFIG = make_config({
     "src": {}, "dst": {}, "hop2": {}, "hop3": {},
@@ -38,13 +50,16 @@ CONFIG = make_config({
 
 @contextlib.asynccontextmanager
 async def running(
-    task: ReplicationTask, connection_string: str, source: Source,
-    targets: dict[str | None, Target], **options: Any,
+    task: ReplicationTask,
+    connection_string: str,
+    source: Source,
+    targets: dict[str | None, Target],
+    **options: Any,
 ) -> AsyncIterator[PumpStats]:
     """Runs the pump in the background while the block runs; stops and closes after."""
     stop = asyncio.Event()
     stats = PumpStats()
-    pool = SenderPool(targets)
+    pool = SenderPool(targets, backend=send_backend)
     client = ServiceBusClient.from_connection_string(connection_string)
     job = asyncio.create_task(pump(task, client, source, pool, stop, stats=stats, **options))
     try:
@@ -139,8 +154,12 @@ async def test_sessions_keep_their_order_under_concurrency(broker: BrokerHandle)
     cs = broker.connection_string
     task = ReplicationTask("sessions")
     async with running(
-        task, cs, Source("s-src", sessions=True), {None: Target(cs, "s-dst")},
-        session_workers=4, max_batch=50,
+        task,
+        cs,
+        Source("s-src", sessions=True),
+        {None: Target(cs, "s-dst")},
+        session_workers=4,
+        max_batch=50,
     ) as stats:
         await wait_until(lambda: stats.completed == sessions * per_session, timeout=150)
     assert stats.abandoned == 0
