@@ -68,7 +68,7 @@ class PipelineRuntime:
         """One per source (each knows its source namespace for the loop guard)."""
         self.task = built.task
         self.targets = built.targets
-        self._pool = SenderPool(self.targets)
+        self._pool = SenderPool(self.targets, backend=built.pipeline.backend)
         self.breakers = Breakers()
 
     async def handle(

@@ -253,6 +253,11 @@ class PipelineSpec(_Spec):
     concurrency: int | None = Field(
         None, ge=1, description="maxConcurrentCalls (maxConcurrentSessions with sessions)."
     )
+    backend: Literal["amqp", "sdk"] = Field(
+        "amqp",
+        description="How the app sends to the targets (and receives where it receives "
+        "itself): amqp, its own AMQP client (the default, faster), or sdk, azure-servicebus.",
+    )
 
 
 class FileSpec(_Spec):
@@ -299,6 +304,7 @@ class Pipeline:
     loop_guard: bool = False
     batch_size: int = 100
     concurrency: int | None = None
+    backend: Literal["amqp", "sdk"] = "amqp"
     description: str | None = None
     base_dir: Path | None = None
     """The pipeline file's folder: relative paths in it (``*_file``, failover files) start here."""
@@ -695,6 +701,7 @@ class _Checker:
             loop_guard=spec.loop_guard,
             batch_size=spec.batch_size,
             concurrency=spec.concurrency,
+            backend=spec.backend,
             description=spec.description,
             base_dir=self.base_dir,
             _origin=_Origin(self.positions, loc, spec.source is not None),

@@ -59,10 +59,11 @@ async def send_messages(options: Options, messages: list[Message]) -> int:
         if options.pipeline is not None:
             from .pipeline import built_pipeline
 
-            targets = built_pipeline(*options.pipeline).targets
+            built = built_pipeline(*options.pipeline)
+            pool = SenderPool(built.targets, backend=built.pipeline.backend)
         else:
-            targets = {None: Target(options.connection_string, options.entity)}
-        pool = _POOLS[key] = SenderPool(targets)
+            pool = SenderPool({None: Target(options.connection_string, options.entity)})
+        _POOLS[key] = pool
     result = await send_ordered(messages, pool, SendPolicy(max_batch_messages=options.batch_size))
     failed = result.failed()
     if failed:

@@ -64,6 +64,24 @@ def test_replicate_builds_one_task_and_the_single_target() -> None:
     assert task.loop_guard is False
     assert (pipeline.batch_size, pipeline.concurrency) == (50, 4)
     assert built.targets[None].failover is None and built.source_failovers == [None]
+    assert pipeline.backend == "amqp"
+
+
+def test_the_sdk_backend_is_chosen_per_pipeline() -> None:
+    from replication.functions import PipelineRuntime
+
+    text = """\
+        pipelines:
+          - name: through-the-sdk
+            source: {connection: PrimaryServiceBus, queue: orders}
+            target: {connection: SecondaryServiceBus, queue: orders}
+            backend: sdk
+    """
+    (pipeline,) = load(text).pipelines
+    assert pipeline.backend == "sdk"
+    assert PipelineRuntime(pipeline, SETTINGS)._pool.backend == "sdk"
+    with pytest.raises(PipelineConfigError, match="backend"):
+        load(text.replace("backend: sdk", "backend: uamqp"))
 
 
 def test_routes_become_a_route_step_with_stable_target_names() -> None:
