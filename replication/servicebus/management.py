@@ -24,6 +24,14 @@ from ..messages import Message
 from .client import AmqpConnection, AmqpReceiver, SourceError, _source_error
 
 
+def lock_key(message: Message) -> bytes | None:
+    """What identifies a message's lock, cheaply: its delivery tag (None if not ours)."""
+    received = message.source
+    if not isinstance(received, ReceivedMessage):
+        return None
+    return bytes(received.delivery.tag)
+
+
 def lock_token(message: Message) -> uuid.UUID | None:
     """The lock token of a message received with ``AmqpReceiver`` (None for others)."""
     received = message.source
