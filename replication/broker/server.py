@@ -706,7 +706,7 @@ class Broker:
         now = now_ms()
         for message in messages:
             wire.ensure_message_id(message)  # Service Bus: every message has one
-            self.admit(entity, message, now)
+        self.admit(entity, messages, now)
         seqs = []
         for message in messages:
             seq = entity.enqueue(message, now)
@@ -714,18 +714,20 @@ class Broker:
                 seqs.append(seq)
         return seqs
 
-    def admit(self, entity: Entity, message: wire.IncomingMessage, now: int) -> None:
-        """Raises ``SendRefusedError`` when the entity would refuse the message."""
+    def admit(self, entity: Entity, messages: list[wire.IncomingMessage], now: int) -> None:
+        """Raises ``SendRefusedError`` when the entity would refuse the messages (it takes
+        all of them or none)."""
         self.touch(entity, now)
         self._check_quota(entity)
-        if isinstance(entity, Topic):
-            entity.admit(message, now)
-        elif entity.sessions_enabled and message.session_id is None:
-            raise SessionRequiredError(
-                f"The SessionId was not set on a message, and it cannot be sent to the entity "
-                f"'{entity.name}'. Entities that have session support enabled can only "
-                "receive messages that have the SessionId set to a valid value."
-            )
+        for message in messages:
+            if isinstance(entity, Topic):
+                entity.admit(message, now)
+            elif entity.sessions_enabled and message.session_id is None:
+                raise SessionRequiredError(
+                    "The SessionId was not set on a message, and it cannot be sent to the "
+                    f"entity '{entity.name}'. Entities that have session support enabled can "
+                    "only receive messages that have the SessionId set to a valid value."
+                )
 
     def _check_quota(self, entity: Entity) -> None:
         limit = entity.settings.max_size_mb * 1024 * 1024
@@ -743,7 +745,12 @@ class Broker:
         """Bytes counted against an entity's quota (``MaxSizeInMegabytes``): a queue's with
         its dead-letter queue's, a topic's with all its subscriptions'. Auto-forwarding
         into an entity is not held back by it."""
-        size = self.store.size(entity.entity) if isinstance(entity, Topic) else 0
+        if isinstance(entity, Queue):  # the common case, without building a list
+            dead = entity.dead_letter
+            return self.store.size(entity.entity) + (
+                self.store.size(dead.entity) if dead is not None else 0
+            )
+        size = self.store.size(entity.entity)
         return size + sum(self.store.size(queue.entity) for queue in _queues_of(entity))
 
     # ------------------------------------------------------------------ CBS

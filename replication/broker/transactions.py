@@ -347,9 +347,7 @@ class TransactionCoordinator:
             delivery.update(Rejected(error=txn))
             return
         try:
-            now = now_ms()
-            for message in messages:
-                self.broker.admit(entity, message, now)
+            self.broker.admit(entity, messages, now_ms())
         except SendRefusedError as exc:
             delivery.update(Rejected(error=error(exc.condition, str(exc))))
             return
