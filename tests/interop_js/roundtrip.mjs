@@ -646,6 +646,33 @@ async function runManagement(client, args) {
  * (completeMessage throws "Failed to stop auto lock renewal - no message ID" without one), so
  * this runs with auto-renewal on, as applications do by default.
  */
+/** Receives one message from ``queue`` through subscribe() (auto-complete on), passes it
+ * to ``note("subscribe", message)`` and closes the subscription and its receiver. */
+async function subscribeOne(client, queue, note) {
+  const streaming = client.createReceiver(queue, { receiveMode: "peekLock" });
+  const streamed = await new Promise((resolve, reject) => {
+    const timer = setTimeout(
+      () => reject(new CheckError("subscribe(): no message within the step's time")),
+      stepTimeoutMs,
+    );
+    const subscription = streaming.subscribe({
+      processMessage: async (message) => {
+        clearTimeout(timer);
+        note("subscribe", message);
+        resolve(subscription);
+      },
+      processError: async ({ error }) => {
+        clearTimeout(timer);
+        reject(error);
+      },
+    });
+  });
+  // let the auto-complete after processMessage go through before closing
+  await new Promise((resolve) => setTimeout(resolve, 500));
+  await streamed.close();
+  await streaming.close();
+}
+
 async function runNoMessageId(client, args) {
   const queue = required(args, "queue");
   const topic = required(args, "topic");
@@ -680,28 +707,7 @@ async function runNoMessageId(client, args) {
   await receiver.close();
 
   // subscribe(): the SDK's streaming receiver, auto-complete on
-  const streaming = client.createReceiver(queue, { receiveMode: "peekLock" });
-  const streamed = await new Promise((resolve, reject) => {
-    const timer = setTimeout(
-      () => reject(new CheckError("subscribe(): no message within the step's time")),
-      stepTimeoutMs,
-    );
-    const subscription = streaming.subscribe({
-      processMessage: async (message) => {
-        clearTimeout(timer);
-        note("subscribe", message);
-        resolve(subscription);
-      },
-      processError: async ({ error }) => {
-        clearTimeout(timer);
-        reject(error);
-      },
-    });
-  });
-  // let the auto-complete after processMessage go through before closing
-  await new Promise((resolve) => setTimeout(resolve, 500));
-  await streamed.close();
-  await streaming.close();
+  await subscribeOne(client, queue, note);
 
   const subReceiver = client.createReceiver(topic, subscription, { receiveMode: "peekLock" });
   const [fromTopic] = await receiveN(subReceiver, 1, "no-message-id subscription");
@@ -824,27 +830,7 @@ async function runLarge(client, args) {
 
   // subscribe(): auto-complete after processMessage
   await sender.sendMessages(big("large-subscribe"));
-  const streaming = client.createReceiver(queue, { receiveMode: "peekLock" });
-  const streamed = await new Promise((resolve, reject) => {
-    const timer = setTimeout(
-      () => reject(new CheckError("subscribe(): no message within the step's time")),
-      stepTimeoutMs,
-    );
-    const subscription = streaming.subscribe({
-      processMessage: async (message) => {
-        clearTimeout(timer);
-        note("subscribe", message);
-        resolve(subscription);
-      },
-      processError: async ({ error }) => {
-        clearTimeout(timer);
-        reject(error);
-      },
-    });
-  });
-  await new Promise((resolve) => setTimeout(resolve, 500));
-  await streamed.close();
-  await streaming.close();
+  await subscribeOne(client, queue, note);
   await sender.close();
   const after = client.createReceiver(queue, { receiveMode: "peekLock" });
   await expectNothingMore(after, "large, after subscribe()");
