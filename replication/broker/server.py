@@ -1012,12 +1012,15 @@ class Broker:
         deleted = []
         for key, entity in list(self.entities.items()):
             idle = getattr(entity.settings, "auto_delete_on_idle", None)
-            if idle is None or key not in self.entities or self.store.has_scheduled(entity.entity):
+            if idle is None or key not in self.entities:
                 continue
-            if now - self.last_use(entity) >= idle.total_seconds() * 1000:
-                log.info("%s: deleted after %s idle (AutoDeleteOnIdle)", entity.name, idle)
-                self.delete_entity(entity.name)
-                deleted.append(entity.name)
+            if now - self.last_use(entity) < idle.total_seconds() * 1000:
+                continue
+            if self.store.has_scheduled(entity.entity):  # a query: only for the idle ones
+                continue
+            log.info("%s: deleted after %s idle (AutoDeleteOnIdle)", entity.name, idle)
+            self.delete_entity(entity.name)
+            deleted.append(entity.name)
         return deleted
 
     # ------------------------------------------------------------------ runtime entity management

@@ -26,7 +26,7 @@ from ..config import (
     format_duration,
     parse_duration,
 )
-from ..queue import QueueSettings
+from ..queue import DEFAULT_MAX_SIZE_MB, QueueSettings
 from ..server import QUEUE, SUBSCRIPTION, TOPIC, entity_path
 from ..topic import TopicSettings
 
@@ -141,7 +141,7 @@ def _metadata(value: str | None) -> None:
 LOCK_DURATION = Prop("LockDuration", _duration, timedelta(minutes=1),
                      _between(MIN_LOCK_DURATION, MAX_LOCK_DURATION))  # fmt: skip
 TTL = Prop("DefaultMessageTimeToLive", _unlimited, None, _between(MIN_MESSAGE_TIME_TO_LIVE))
-MAX_SIZE = Prop("MaxSizeInMegabytes", _int, 1024, _size)
+MAX_SIZE = Prop("MaxSizeInMegabytes", _int, DEFAULT_MAX_SIZE_MB, _size)
 DUPLICATE_DETECTION = Prop("RequiresDuplicateDetection", _bool, False, immutable=True)
 DUPLICATE_WINDOW = Prop(
     "DuplicateDetectionHistoryTimeWindow", _duration, timedelta(minutes=10),
