@@ -35,7 +35,8 @@ import azure.functions as func
 from azure.functions.servicebus import ServiceBusMessage as FunctionsMessage
 
 from ..messages import Message, body_bytes, properties_from_amqp
-from ..servicebus.client import AmqpReceiver, AmqpSource, Endpoint, NoSessionAvailable, SourceError
+from ..servicebus.client import AmqpReceiver, AmqpSource, NoSessionAvailable, SourceError
+from ..servicebus.endpoint import Endpoint
 from ..servicebus.management import lock_token
 from ..tasks.locks import LockKeeper
 from . import bindings

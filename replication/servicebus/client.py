@@ -10,9 +10,9 @@ consecutive deliveries). Sending is ``servicebus.sender``'s.
 What goes on the wire is what Service Bus (and our broker, see docs/sdk-wire-notes.md
 sections 1, 2 and 4) expects of a peek-lock receiver:
 
-- Connection: ``Endpoint=sb://host[:port]`` of a connection string; TLS on 5671 with SNI =
-  host, or with ``UseDevelopmentEmulator=true`` plain AMQP on the given port (default 5672).
-  SASL ANONYMOUS (MSSBCBS when ANONYMOUS is not offered): authorisation comes later, by CBS.
+- Connection: to the ``Endpoint`` (``endpoint.py``: host, port, TLS); SASL ANONYMOUS
+  (MSSBCBS when ANONYMOUS is not offered): authorisation comes later, by CBS, with the
+  endpoint's token provider (``tokens.py``).
 - CBS: a ``$cbs`` sender and receiver on the connection; per entity a ``put-token`` of a SAS
   token for the audience ``sb://host[:port]/<entity path>``, renewed on the same links when
   90% of its lifetime has passed.
@@ -34,16 +34,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
-import ssl
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import urlparse
 
 from ..amqp import codec
 from ..amqp.client import Client, ReceivedMessage, Receiver, Sender
@@ -52,11 +48,9 @@ from ..amqp.message import BodyType, Properties, decode_message
 from ..amqp.message import Message as AmqpMessage
 from ..amqp.outcomes import Accepted, Modified, Rejected, Released
 from ..amqp.performatives import RCV_SECOND, SND_UNSETTLED, Error
-from ..amqp.sasl import ANONYMOUS, MSSBCBS, SaslClient
 from ..amqp.types import timestamp, uint
 from ..messages import Message, PropertyValue
-from . import sas
-from .connection_string import PLAIN_PORT, TLS_PORT, ConnectionString
+from .endpoint import Endpoint
 from .symbols import (
     CBS_NODE,
     DEAD_LETTER,
@@ -64,28 +58,23 @@ from .symbols import (
     DEAD_LETTER_REASON,
     DEAD_LETTER_SOURCE,
     ENQUEUED_TIME,
-    JWT_TOKEN_TYPE,
     LOCKED_UNTIL,
     LOCKED_UNTIL_UTC,
     PARTITION_KEY,
-    SAS_TOKEN_TYPE,
     SCHEDULED_ENQUEUE_TIME,
     SEQUENCE_NUMBER,
     SESSION_FILTER,
     TIMEOUT,
 )
+from .tokens import ServiceBusSasl
 
 log = logging.getLogger("replication.servicebus.client")
 
-AAD_SCOPE = "https://servicebus.azure.net/.default"
 NET_EPOCH_TICKS = 621_355_968_000_000_000
 """.NET ticks (100 ns since 0001-01-01) at the Unix epoch."""
 REFRESH_AT = 0.9
 """Fraction of a token's lifetime after which it is renewed (the SDKs: with 10% left)."""
 MIN_REFRESH_DELAY = 1.0
-
-TokenProvider = Callable[[str], Awaitable[tuple[str, float]]]
-"""audience -> (token, expiry in Unix seconds)."""
 
 NOT_RETRYABLE = frozenset({
     "amqp:unauthorized-access", "amqp:not-found", "amqp:not-allowed", "amqp:not-implemented",
@@ -135,166 +124,6 @@ def _source_error(exc: BaseException, what: str) -> SourceError:
             return NoSessionAvailable(f"{what}: {description}", condition)
         return SourceError(f"{what}: {description}", condition)
     return SourceError(f"{what}: {exc!r}")
-
-
-# ---------------------------------------------------------------------- endpoint
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    """Where a namespace is and how to authorise against it."""
-
-    host: str
-    """The host name (TLS server name and SASL/open hostname), without port."""
-    port: int
-    namespace: str
-    """``host[:port]`` as the Endpoint spelled it: the prefix of audiences and addresses."""
-    use_tls: bool
-    token_provider: TokenProvider = field(repr=False)
-    token_type: str = SAS_TOKEN_TYPE
-    entity: str | None = None
-    """``EntityPath`` of an entity-level connection string, if any."""
-    ssl_context: ssl.SSLContext | None = field(default=None, repr=False)
-
-    @classmethod
-    def from_connection_string(
-        cls, connection_string: str, *, token_lifetime: float = sas.DEFAULT_LIFETIME,
-        ssl_context: ssl.SSLContext | None = None,
-    ) -> Endpoint:  # fmt: skip
-        """An endpoint from a connection string (``servicebus.connection_string`` reads it)."""
-        parsed = ConnectionString.parse(connection_string)
-        if parsed.signature:
-            provider = _fixed_token(parsed.signature)
-        else:
-            assert parsed.key_name and parsed.key  # the parser requires one or the other
-            provider = _key_token(parsed.key_name, parsed.key, token_lifetime)
-        return cls._make(parsed.netloc, parsed.use_tls, provider, SAS_TOKEN_TYPE,
-                         parsed.entity_path, ssl_context)  # fmt: skip
-
-    @classmethod
-    def from_client(cls, client: Any) -> Endpoint:
-        """The endpoint of an ``azure.servicebus.aio.ServiceBusClient``; ``ValueError`` when it
-        uses something this source does not do (web sockets, a proxy, a custom endpoint)."""
-        from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential
-        from azure.servicebus import TransportType
-
-        config = getattr(client, "_config", None)
-        namespace = getattr(client, "fully_qualified_namespace", None)
-        if config is None or not namespace:
-            raise ValueError(f"not a ServiceBusClient: {client!r}")
-        if (
-            config.transport_type is not TransportType.Amqp or config.http_proxy
-            or getattr(client, "_custom_endpoint_address", None)
-        ):  # fmt: skip
-            raise ValueError("web sockets, proxies and custom endpoints need the SDK")
-        credential = client._credential
-        token_type = SAS_TOKEN_TYPE
-        provider: TokenProvider
-        if isinstance(credential, AzureNamedKeyCredential):
-            provider = _named_key_token(credential)
-        elif isinstance(credential, AzureSasCredential):
-            provider = _sas_credential_token(credential)
-        elif hasattr(credential, "policy") and hasattr(credential, "key"):
-            # ServiceBusSharedKeyCredential (what from_connection_string makes of a key)
-            provider = _key_token(credential.policy, credential.key, sas.DEFAULT_LIFETIME)
-        elif hasattr(credential, "token") and hasattr(credential, "expiry"):
-            # ServiceBusSASTokenCredential (a connection string's SharedAccessSignature)
-            provider = _fixed_token(credential.token, credential.expiry)
-        elif hasattr(credential, "get_token"):  # Microsoft Entra ID
-            provider = _aad_token(credential)
-            token_type = JWT_TOKEN_TYPE
-        else:
-            raise ValueError(f"unsupported credential {type(credential).__name__}")
-        context = getattr(client, "_ssl_context", None)
-        verify = getattr(client, "_connection_verify", None)
-        if context is None and verify:
-            context = ssl.create_default_context(cafile=verify)
-        netloc = urlparse(f"sb://{namespace}").netloc
-        return cls._make(netloc, bool(config.use_tls), provider, token_type,
-                         getattr(client, "_entity_name", None), context)  # fmt: skip
-
-    @classmethod
-    def _make(
-        cls, netloc: str, use_tls: bool, provider: TokenProvider, token_type: str,
-        entity: str | None, ssl_context: ssl.SSLContext | None,
-    ) -> Endpoint:  # fmt: skip
-        parsed = urlparse(f"sb://{netloc}")
-        host = parsed.hostname or netloc
-        port = parsed.port or (TLS_PORT if use_tls else PLAIN_PORT)
-        return cls(host, port, netloc.lower(), use_tls, provider, token_type, entity,
-                   ssl_context)  # fmt: skip
-
-    def audience(self, path: str) -> str:
-        """The CBS audience (and SAS ``sr``) for an entity path, as the SDKs write it."""
-        return f"sb://{self.namespace}/{path}"
-
-    def address(self, path: str) -> str:
-        """The link address for an entity path (what the SDK attaches to)."""
-        return f"amqps://{self.namespace}/{path}"
-
-    def tls_context(self) -> ssl.SSLContext | None:
-        if not self.use_tls:
-            return None
-        if self.ssl_context is not None:
-            return self.ssl_context
-        try:
-            import certifi  # the SDK's own trust store, installed with it
-
-            return ssl.create_default_context(cafile=certifi.where())
-        except ImportError:  # pragma: no cover - certifi comes with azure-core
-            return ssl.create_default_context()
-
-
-def _key_token(key_name: str, key: str, lifetime: float) -> TokenProvider:
-    async def provide(audience: str) -> tuple[str, float]:
-        return sas.mint(audience, key_name, key, lifetime)
-
-    return provide
-
-
-def _fixed_token(token: str, expiry: float | None = None) -> TokenProvider:
-    if expiry is None:
-        expiry = sas.token_expiry(token) or time.time() * 2  # no se=: it never ends
-
-    async def provide(audience: str) -> tuple[str, float]:
-        return token, float(expiry)
-
-    return provide
-
-
-def _named_key_token(credential: Any) -> TokenProvider:
-    async def provide(audience: str) -> tuple[str, float]:
-        name, key = credential.named_key
-        return sas.mint(audience, name, key)
-
-    return provide
-
-
-def _sas_credential_token(credential: Any) -> TokenProvider:
-    async def provide(audience: str) -> tuple[str, float]:
-        token = credential.signature
-        return token, float(sas.token_expiry(token) or time.time() * 2)
-
-    return provide
-
-
-def _aad_token(credential: Any) -> TokenProvider:
-    async def provide(audience: str) -> tuple[str, float]:
-        access = credential.get_token(AAD_SCOPE)
-        if inspect.isawaitable(access):  # an AsyncTokenCredential
-            access = await access
-        return access.token, float(access.expires_on)
-
-    return provide
-
-
-class _ServiceBusSasl(SaslClient):
-    """ANONYMOUS when offered (what the SDKs use), else MSSBCBS: both mean "CBS follows"."""
-
-    def init(self, offered: Iterable[str]) -> Any:
-        offered = tuple(str(m) for m in offered)
-        self.mechanism = ANONYMOUS if ANONYMOUS in offered or MSSBCBS not in offered else MSSBCBS
-        return super().init(offered)
 
 
 # ---------------------------------------------------------------------- message conversion
@@ -671,7 +500,7 @@ class AmqpConnection:
         try:
             client = await asyncio.wait_for(
                 Client.connect(
-                    endpoint.host, endpoint.port, sasl=_ServiceBusSasl(hostname=endpoint.host),
+                    endpoint.host, endpoint.port, sasl=ServiceBusSasl(hostname=endpoint.host),
                     ssl_context=endpoint.tls_context(), hostname=endpoint.host,
                     container_id=f"replication-source-{uuid.uuid4()}", timeout=timeout,
                 ),
@@ -997,7 +826,6 @@ __all__ = [
     "AmqpReceiver",
     "AmqpSource",
     "AuthenticationError",
-    "Endpoint",
     "NoSessionAvailable",
     "SourceError",
     "to_message",

@@ -25,13 +25,8 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from ..messages import Message
-from ..servicebus.client import (
-    AmqpReceiver,
-    AmqpSource,
-    Endpoint,
-    NoSessionAvailable,
-    SourceError,
-)
+from ..servicebus.client import AmqpReceiver, AmqpSource, NoSessionAvailable, SourceError
+from ..servicebus.endpoint import Endpoint
 from ..servicebus.management import Management
 from .options import Options
 
@@ -172,9 +167,7 @@ class Intake:
             if not mine:
                 continue
             done += receiver.complete(mine) if how == "complete" else receiver.release(mine)
-            self.held[id(receiver)] = [
-                m for m in self.held[id(receiver)] if id(m) not in chosen
-            ]
+            self.held[id(receiver)] = [m for m in self.held[id(receiver)] if id(m) not in chosen]
         return done
 
     async def _renew(self) -> None:

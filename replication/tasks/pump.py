@@ -48,7 +48,8 @@ from azure.servicebus.aio import AutoLockRenewer, ServiceBusClient, ServiceBusRe
 from azure.servicebus.exceptions import OperationTimeoutError, ServiceBusError
 
 from ..messages import Message, from_received
-from ..servicebus.client import AmqpReceiver, AmqpSource, Endpoint, NoSessionAvailable, SourceError
+from ..servicebus.client import AmqpReceiver, AmqpSource, NoSessionAvailable, SourceError
+from ..servicebus.endpoint import Endpoint
 from .breaker import Breakers, TargetUnavailable
 from .locks import LockKeeper
 from .sender import SenderFor

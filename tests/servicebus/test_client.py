@@ -36,12 +36,12 @@ from replication.servicebus import sas
 from replication.servicebus.client import (
     AmqpSource,
     AuthenticationError,
-    Endpoint,
     NoSessionAvailable,
     SourceError,
     decode_to_message,
     to_message,
 )
+from replication.servicebus.endpoint import Endpoint
 from replication.tasks.pump import PumpStats, Source, pump
 from replication.tasks.targets import SenderPool, Target
 from replication.tasks.task import ReplicationTask

@@ -10,7 +10,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from azure.servicebus import ServiceBusMessage
 
-from replication.servicebus.client import AmqpConnection, AmqpSource, Endpoint, SourceError
+from replication.servicebus.client import AmqpConnection, AmqpSource, SourceError
+from replication.servicebus.endpoint import Endpoint
 from replication.servicebus.management import Management, lock_token
 from tests.broker.conftest import BrokerHandle, make_config
 
