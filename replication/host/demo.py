@@ -5,6 +5,8 @@ The producer sends, to the primary namespace: orders in 10 sessions (replicated 
 secondary in per-session order, with stamps), Avro telemetry (turned into JSON), events with
 a ``region`` (routed to three queues), and a few messages to each side's ``mirror`` topic
 (replicated across, never back). The run ends when every source is drained.
+
+It sends over our AMQP client (``servicebus.sender``), as the pipelines' targets do.
 """
 
 from __future__ import annotations
@@ -15,13 +17,16 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from azure.servicebus import ServiceBusMessage
-from azure.servicebus.aio import ServiceBusClient
+from ..messages import Message
+from ..servicebus.client import AmqpSource
+from ..servicebus.sender import AmqpSender
 
 log = logging.getLogger("replication.host.demo")
 
 SESSIONS = 10
 ORDERS_PER_SESSION = 20
+BATCH = 50
+"""Messages per send (one transfer each)."""
 TELEMETRY = 50
 EVENTS = 30
 MIRRORED = 5
@@ -56,48 +61,50 @@ async def produce(pipelines: Any, settings: Mapping[str, str]) -> int:
     primary = settings["PrimaryServiceBus"]
     secondary = settings["SecondaryServiceBus"]
     schema = _avro_schema(pipelines)
-    async with ServiceBusClient.from_connection_string(primary) as client:
-        async with client.get_queue_sender("orders") as sender:
-            orders = [
-                ServiceBusMessage(
-                    json.dumps({"order": i, "session": s}), session_id=f"customer-{s}",
-                    message_id=f"order-{s}-{i}", content_type="application/json",
-                )
-                for i in range(ORDERS_PER_SESSION) for s in range(SESSIONS)
-            ]  # fmt: skip
-            for start in range(0, len(orders), 50):
-                await sender.send_messages(orders[start : start + 50])
+    async with AmqpSource.from_connection_string(primary) as namespace:
+        orders = [
+            Message(
+                json.dumps({"order": i, "session": s}).encode(), session_id=f"customer-{s}",
+                message_id=f"order-{s}-{i}", content_type="application/json",
+            )
+            for i in range(ORDERS_PER_SESSION) for s in range(SESSIONS)
+        ]  # fmt: skip
+        await _send(namespace, "orders", orders)
         if schema is not None:
-            async with client.get_queue_sender("telemetry-avro") as sender:
-                await sender.send_messages([
-                    ServiceBusMessage(
-                        _avro(schema, _telemetry(schema, i)), message_id=f"telemetry-{i}",
-                        content_type="avro/binary",
-                    )
-                    for i in range(TELEMETRY)
-                ])  # fmt: skip
-        async with client.get_topic_sender("events") as sender:
-            await sender.send_messages([
-                ServiceBusMessage(
-                    json.dumps({"event": i}), message_id=f"event-{i}",
-                    application_properties={"region": REGIONS[i % len(REGIONS)]},
+            await _send(namespace, "telemetry-avro", [
+                Message(
+                    _avro(schema, _telemetry(schema, i)), message_id=f"telemetry-{i}",
+                    content_type="avro/binary",
                 )
-                for i in range(EVENTS)
+                for i in range(TELEMETRY)
             ])  # fmt: skip
-        async with client.get_topic_sender("mirror") as sender:
-            await sender.send_messages(_mirrored("primary", "p"))
-    async with (
-        ServiceBusClient.from_connection_string(secondary) as client,
-        client.get_topic_sender("mirror") as sender,
-    ):
-        await sender.send_messages(_mirrored("secondary", "s"))
+        await _send(namespace, "events", [
+            Message(
+                json.dumps({"event": i}).encode(), message_id=f"event-{i}",
+                application_properties={"region": REGIONS[i % len(REGIONS)]},
+            )
+            for i in range(EVENTS)
+        ])  # fmt: skip
+        await _send(namespace, "mirror", _mirrored("primary", "p"))
+    async with AmqpSource.from_connection_string(secondary) as namespace:
+        await _send(namespace, "mirror", _mirrored("secondary", "s"))
     log.info("demo: sent %d messages to the primary and secondary namespaces", expected_receipts())
     return expected_receipts()
 
 
-def _mirrored(side: str, prefix: str) -> list[ServiceBusMessage]:
+async def _send(namespace: AmqpSource, entity: str, messages: list[Message]) -> None:
+    """Sends in batches of ``BATCH``, in order, each accepted before the next goes."""
+    sender = AmqpSender(namespace, entity)
+    try:
+        for start in range(0, len(messages), BATCH):
+            await sender.send_messages(messages[start : start + BATCH])
+    finally:
+        await sender.close()
+
+
+def _mirrored(side: str, prefix: str) -> list[Message]:
     return [
-        ServiceBusMessage(f"from {side} {i}", message_id=f"{prefix}-{i}") for i in range(MIRRORED)
+        Message(f"from {side} {i}".encode(), message_id=f"{prefix}-{i}") for i in range(MIRRORED)
     ]
 
 
