@@ -248,6 +248,7 @@ def _handler(
     # per-pipeline trigger settings: host.json-wide in Azure, applied per function locally
     handler.batch_size = pipeline.batch_size  # type: ignore[attr-defined]
     handler.concurrency = pipeline.concurrency  # type: ignore[attr-defined]
+    handler.backend = pipeline.backend  # type: ignore[attr-defined]  (how the local host receives)
     # the worker reads the annotations to pick the bindings: the SDK types, real types
     handler.__annotations__ = {
         "messages": typing.List[servicebus.ServiceBusReceivedMessage],  # noqa: UP006

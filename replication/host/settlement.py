@@ -7,7 +7,9 @@ settles the message on the receiver that holds it. Ours does the same for the lo
 one server per process (the extension's client is a process-wide singleton), on a port from
 the OS, serving every trigger of every host in the process. A trigger registers the
 messages it hands a function (``hold``) and the session it holds (``hold_session``); the
-calls reach them on the trigger's own event loop.
+calls reach them on the trigger's own event loop, and go through the receiver of either
+backend (``AmqpReceiver``, or ``SdkReceiver`` for ``backend: sdk``: lock renewal and
+session state through the SDK's own calls).
 
 Errors are the service's: an unknown lock token or session is ``FAILED_PRECONDITION``
 (``LockToken ... not found.``), a message whose link is gone (its lock with it) is
@@ -32,8 +34,9 @@ from google.protobuf import empty_pb2
 
 from ..amqp import codec
 from ..messages import Message
-from ..servicebus.client import AmqpReceiver, SourceError
-from ..tasks.locks import lock_lost, management_for
+from ..servicebus.client import SourceError
+from ..servicebus.sdk_source import SourceReceiver
+from ..tasks.locks import lock_lost, management_of
 
 log = logging.getLogger("replication.host.settlement")
 
@@ -48,7 +51,7 @@ class Held:
     """A message a function holds, as the host knows it."""
 
     message: Message
-    receiver: AmqpReceiver
+    receiver: SourceReceiver
     loop: asyncio.AbstractEventLoop
     outcome: str | None = None
     """``complete``, ``abandon``, ``deadletter`` or ``defer`` once settled."""
@@ -58,7 +61,7 @@ class Held:
 class HeldSession:
     """A session a trigger holds: its receiver, and whether the function let it go."""
 
-    receiver: AmqpReceiver
+    receiver: SourceReceiver
     loop: asyncio.AbstractEventLoop
     released: bool = False
     abandoned: set[str] = field(default_factory=set)
@@ -171,7 +174,7 @@ class SettlementService(pb_grpc.SettlementServicer):
 
     def RenewMessageLock(self, request: Any, context: Any) -> Any:
         held = self._held(request.locktoken, context)
-        management = management_for(held.receiver.connection)
+        management = management_of(held.receiver)
         self._await(
             held.loop, lambda: management.renew_locks(held.receiver, [held.message]), context
         )
@@ -206,7 +209,7 @@ class SettlementService(pb_grpc.SettlementServicer):
 
     def RenewSessionLock(self, request: Any, context: Any) -> Any:
         session = self._session(request.sessionId, context)
-        management = management_for(session.receiver.connection)
+        management = management_of(session.receiver)
         until = self._await(
             session.loop, lambda: management.renew_locks(session.receiver, []), context
         )
@@ -271,8 +274,8 @@ class SettlementService(pb_grpc.SettlementServicer):
             raise
 
 
-async def _session_request(receiver: AmqpReceiver, operation: str, body: dict[str, Any]) -> Any:
-    management = management_for(receiver.connection)
+async def _session_request(receiver: SourceReceiver, operation: str, body: dict[str, Any]) -> Any:
+    management = management_of(receiver)
     return await management.request(
         receiver.path, operation, {"session-id": receiver.session_id, **body}
     )

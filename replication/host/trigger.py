@@ -20,6 +20,17 @@ Session triggers take the next available session per worker, at most
 starts at that message). Functions run on the worker's loop (``worker.py``). Stopping lets
 every batch in flight finish and settle; one that is cancelled instead (the host gave up
 waiting) has its unsettled messages released, which costs them no delivery.
+
+Two receive backends, one loop: a pipeline's ``backend`` (``HostOptions.backend``) picks
+``servicebus.client.AmqpSource`` (``amqp``, the default) or ``servicebus.sdk_source.SdkSource``
+(``sdk``: azure-servicebus), which has the same interface. Both settle the same way and keep
+locks with the same ``LockKeeper``; where the SDK cannot do what ours does (release, ranged
+settlement, properties changed on abandon) ``sdk_source`` says what it does instead: a
+session's messages still go back with the session without a delivery counted, but a
+plain receiver's released messages are abandoned, which counts one. With
+``sdk`` the function gets the SDK's own ``ServiceBusReceivedMessage``: the SDK keeps no
+transfer bytes to build binding data from, and re-encoding its decoded message would lose
+types (strings and binaries both come back as bytes).
 """
 
 from __future__ import annotations
@@ -29,16 +40,19 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import azure.functions as func
 from azure.functions.servicebus import ServiceBusMessage as FunctionsMessage
 
 from ..messages import Message, body_bytes, properties_from_amqp
-from ..servicebus.client import AmqpReceiver, AmqpSource, NoSessionAvailable, SourceError
+from ..servicebus import sdk_source
+from ..servicebus.client import AmqpSource, NoSessionAvailable, SourceError
 from ..servicebus.endpoint import Endpoint
 from ..servicebus.management import lock_token
+from ..servicebus.sdk_source import SdkReceiver, SdkSource, SourceReceiver
 from ..tasks.locks import LockKeeper
+from ..tasks.targets import BACKENDS, FAILOVER_CLIENT_OPTIONS
 from . import bindings
 from .discovery import ServiceBusTrigger
 from .settlement import Held, HeldSession, SettlementService
@@ -51,6 +65,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("replication.host")
 
+Backend = Literal["amqp", "sdk"]
 RETRY_PAUSE = 1.0
 BROKEN_PAUSE = 10.0
 """Seconds before a trigger whose source cannot work (wrong key, no entity) tries again."""
@@ -69,11 +84,17 @@ class HostOptions:
     auto_complete_messages: bool = True
     max_auto_lock_renewal_duration: float = 300.0
     """Seconds a message handed to a function has its lock renewed (0: never)."""
+    backend: Backend = "amqp"
+    """How the trigger receives: ``amqp`` (our AMQP client) or ``sdk`` (azure-servicebus)."""
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown receive backend {self.backend!r}: 'amqp' or 'sdk'")
 
     def for_function(self, function: Any) -> HostOptions:
-        """These options with a pipeline's own batch size and concurrency (set by
+        """These options with a pipeline's own batch size, concurrency and backend (set by
         ``replication.functions`` on the functions it generates), when it has them."""
-        changes: dict[str, int] = {}
+        changes: dict[str, Any] = {}
         batch = getattr(function, "batch_size", None)
         if batch:
             changes["max_message_batch_size"] = int(batch)
@@ -82,6 +103,9 @@ class HostOptions:
         if concurrency:
             changes["max_concurrent_sessions"] = int(concurrency)
             changes["max_concurrent_calls"] = min(int(concurrency), 4)
+        backend = getattr(function, "backend", None)
+        if backend:
+            changes["backend"] = backend
         return replace(self, **changes)
 
     def for_trigger(self, trigger: ServiceBusTrigger) -> HostOptions:
@@ -193,10 +217,18 @@ class TriggerRunner:
             if self.trigger.sessions
             else self.options.max_concurrent_calls
         )
-        async with AmqpSource(Endpoint.from_connection_string(connection_string)) as namespace:
+        async with self._source(connection_string) as namespace:
             await asyncio.gather(*(self._worker(namespace, stop) for _ in range(workers)))
 
-    async def _worker(self, namespace: AmqpSource, stop: asyncio.Event) -> None:
+    def _source(self, connection_string: str) -> AmqpSource | SdkSource:
+        """The namespace through the pipeline's backend. The SDK's own retries (3, with
+        backoff) would hide a dead namespace from a failover: one retry, as for targets."""
+        if self.options.backend == "sdk":
+            options = FAILOVER_CLIENT_OPTIONS if self.failover is not None else {}
+            return SdkSource.from_connection_string(connection_string, **options)
+        return AmqpSource(Endpoint.from_connection_string(connection_string))
+
+    async def _worker(self, namespace: AmqpSource | SdkSource, stop: asyncio.Event) -> None:
         path = self.trigger.entity
         while not stop.is_set():
             try:
@@ -236,7 +268,9 @@ class TriggerRunner:
             await asyncio.wait_for(stop.wait(), pause)
         return False
 
-    async def _drain(self, receiver: AmqpReceiver, keeper: LockKeeper, stop: asyncio.Event) -> None:
+    async def _drain(
+        self, receiver: SourceReceiver, keeper: LockKeeper, stop: asyncio.Event
+    ) -> None:
         size = self.options.max_message_batch_size if self.trigger.many else 1
         wait = self.options.session_idle_timeout
         session: HeldSession | None = None
@@ -265,18 +299,18 @@ class TriggerRunner:
                 self.settlement.let_go_session(receiver.session_id, session)
 
     async def _invoke(
-        self, receiver: AmqpReceiver, batch: list[Message], session: HeldSession | None
+        self, receiver: SourceReceiver, batch: list[Message], session: HeldSession | None
     ) -> bool:
         """Calls the function with the batch, then settles what it left (see the module)."""
         loop = asyncio.get_running_loop()
         held: list[tuple[Any, Held]] = []
         for message in batch:
-            token = lock_token(message)
+            token = lock_token(message) or sdk_source.lock_token(message)
             item = Held(message, receiver, loop)
             held.append((token, item))
             self.settlement.hold(token, item)  # type: ignore[arg-type]
         try:
-            ok = await self._call(batch, [t for t, _ in held])
+            ok = await self._call(receiver, batch, [t for t, _ in held])
         except asyncio.CancelledError:  # the host stopped waiting: no delivery spent
             receiver.release([h.message for _, h in held if h.outcome is None])
             raise
@@ -286,13 +320,19 @@ class TriggerRunner:
         self._settle_rest(receiver, [h for _, h in held], ok, session)
         return ok
 
-    async def _call(self, batch: list[Message], tokens: list[Any]) -> bool:
+    async def _call(
+        self, receiver: SourceReceiver, batch: list[Message], tokens: list[Any]
+    ) -> bool:
         try:
-            contents = [
-                bindings.binding_content(m.source.delivery.payload, t)
-                for m, t in zip(batch, tokens, strict=True)
-            ]
-            messages = bindings.decode(contents, self.trigger.many, self.trigger.annotation)
+            if isinstance(receiver, SdkReceiver):  # the SDK's messages (see the module)
+                received = [m.source for m in batch]
+                messages = received if self.trigger.many else received[0]
+            else:
+                contents = [
+                    bindings.binding_content(m.source.delivery.payload, t)
+                    for m, t in zip(batch, tokens, strict=True)
+                ]
+                messages = bindings.decode(contents, self.trigger.many, self.trigger.annotation)
             if not self.sdk_types:
                 many = self.trigger.many
                 messages = [to_functions_message(m) for m in messages] if many else (
@@ -315,7 +355,7 @@ class TriggerRunner:
         return self._actions
 
     def _settle_rest(
-        self, receiver: AmqpReceiver, held: list[Held], ok: bool, session: HeldSession | None
+        self, receiver: SourceReceiver, held: list[Held], ok: bool, session: HeldSession | None
     ) -> None:
         stats = self.stats
         for item in held:

@@ -8,6 +8,9 @@ MaxDeliveryCount, a healthy message dead-lettered). ``LockKeeper`` renews, with 
 not settled, or still unread in the prefetch buffer) when half of its lock time is gone;
 a session receiver renews its session lock instead. Work handed to someone else may be
 limited (``max_duration``: host.json ``maxAutoLockRenewalDuration``); the buffer never is.
+An ``SdkReceiver`` (``backend: sdk``) is kept the same way, renewing through the SDK (one
+call per message); the SDK does not show its prefetch buffer, so only a session lock
+covers that.
 
 Time is an input: ``clock`` (Unix seconds, the clock lock expiries are written in) and
 ``sleep`` are the keeper's.
@@ -24,8 +27,10 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ..messages import Message
-from ..servicebus.client import AmqpConnection, AmqpReceiver, SourceError
+from ..servicebus import sdk_source
+from ..servicebus.client import AmqpConnection, SourceError
 from ..servicebus.management import Management, lock_key
+from ..servicebus.sdk_source import SdkManagement, SdkReceiver, SourceReceiver
 
 log = logging.getLogger("replication.tasks.locks")
 
@@ -46,6 +51,19 @@ def management_for(connection: AmqpConnection) -> Management:
     return management
 
 
+def management_of(receiver: SourceReceiver) -> Management | SdkManagement:
+    """Where ``receiver``'s locks are renewed: ``$management`` on its connection, or the
+    SDK receiver's own calls (``backend: sdk``)."""
+    if isinstance(receiver, SdkReceiver):
+        return receiver.management
+    return management_for(receiver.connection)
+
+
+def held_key(message: Message) -> bytes | None:
+    """The lock of a message from either backend's receiver (its delivery tag)."""
+    return lock_key(message) or sdk_source.lock_key(message)
+
+
 @dataclass(slots=True)
 class _Held:
     message: Message
@@ -64,18 +82,18 @@ class LockKeeper:
 
     def __init__(
         self,
-        receiver: AmqpReceiver,
+        receiver: SourceReceiver,
         *,
         max_duration: float | None = None,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        management: Management | None = None,
+        management: Management | SdkManagement | None = None,
     ) -> None:
         self.receiver = receiver
         self.max_duration = max_duration
         self.clock = clock
         self.sleep = sleep
-        self.management = management or management_for(receiver.connection)
+        self.management = management or management_of(receiver)
         self.renewals = 0
         """Renew requests that succeeded (for tests and metrics)."""
         self._held: dict[bytes, _Held] = {}
@@ -93,7 +111,7 @@ class LockKeeper:
         """Keeps these messages' locks (``limited``: for at most ``max_duration``)."""
         now = self.clock()
         for message in messages:
-            token = lock_key(message)
+            token = held_key(message)
             if token is None:
                 continue
             held = self._held.get(token)
@@ -108,7 +126,7 @@ class LockKeeper:
     def settled(self, messages: Iterable[Message]) -> None:
         """No longer held (settled, or given up)."""
         for message in messages:
-            token = lock_key(message)
+            token = held_key(message)
             if token is not None:
                 self._held.pop(token, None)
 
@@ -157,7 +175,7 @@ class LockKeeper:
             await self._wait(min(next_at, now + IDLE_LOOK) - now)
 
     def _look_at_buffer(self) -> None:
-        unread = [m for m in self.receiver.unread() if lock_key(m) not in self._held]
+        unread = [m for m in self.receiver.unread() if held_key(m) not in self._held]
         if unread:
             self.hold(unread, limited=False)
 

@@ -50,6 +50,7 @@ from azure.servicebus.exceptions import OperationTimeoutError, ServiceBusError
 from ..messages import Message, from_received
 from ..servicebus.client import AmqpReceiver, AmqpSource, NoSessionAvailable, SourceError
 from ..servicebus.endpoint import Endpoint
+from ..servicebus.sdk_source import sdk_receiver
 from .breaker import Breakers, TargetUnavailable
 from .locks import LockKeeper
 from .sender import SenderFor
@@ -90,25 +91,6 @@ class PumpStats:
     released: int = 0
     """Given back without counting a delivery: held back behind a failed message of their
     session, or still waiting for an unreachable target when the pump stopped."""
-
-
-def sdk_receiver(
-    client: ServiceBusClient, entity: str, subscription: str | None, **kwargs: object
-) -> ServiceBusReceiver:
-    """A peek-lock receiver on a queue or subscription that settles without waiting.
-
-    azure-servicebus 7.15 waits for the broker's echo of every settlement, one round trip
-    per message (4x slower here). We settle only after the target accepted the copies, so
-    at-least-once holds either way; an unconfirmed complete that is lost means one
-    redelivery, a duplicate the target's duplicate detection removes.
-    """
-    if subscription is not None:
-        receiver = client.get_subscription_receiver(entity, subscription, **kwargs)
-    else:
-        receiver = client.get_queue_receiver(entity, **kwargs)
-    if hasattr(receiver, "_await_settlement_outcome"):
-        receiver._await_settlement_outcome = False
-    return receiver
 
 
 def _receiver(client: ServiceBusClient, source: Source, **kwargs: object) -> ServiceBusReceiver:
