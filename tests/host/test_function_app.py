@@ -55,7 +55,7 @@ pipelines:
     assert bindings["merge_all_2"]["isSessionsEnabled"] is True
 
 
-def test_pipeline_batch_size_and_concurrency_reach_the_local_host() -> None:
+def test_pipeline_batch_size_concurrency_and_backend_reach_the_local_host() -> None:
     from replication.host.trigger import HostOptions
 
     text = """\
@@ -65,6 +65,7 @@ pipelines:
     target: {connection: B, queue: q}
     batch_size: 25
     concurrency: 3
+    backend: sdk
   - name: plain
     source: {connection: A, queue: r}
     target: {connection: B, queue: r}
@@ -75,9 +76,11 @@ pipelines:
     base = HostOptions(prefetch_count=100, max_message_batch_size=100, max_concurrent_sessions=8)
     tuned = base.for_function(functions["tuned"])
     assert (tuned.max_message_batch_size, tuned.max_concurrent_sessions) == (25, 3)
+    assert tuned.backend == "sdk"  # the local host receives through azure-servicebus
     plain = base.for_function(functions["plain"])
     assert plain.max_message_batch_size == 100  # the pipeline default
     assert plain.max_concurrent_sessions == 8  # no concurrency given: host.json's
+    assert plain.backend == "amqp"  # the default: our AMQP client
 
 
 async def test_the_batch_locks_are_renewed_through_the_actions_while_a_target_is_held() -> None:
