@@ -255,8 +255,15 @@ class PipelineSpec(_Spec):
     )
     backend: Literal["amqp", "sdk"] = Field(
         "amqp",
-        description="How the app sends to the targets (and receives where it receives "
-        "itself): amqp, its own AMQP client (the default, faster), or sdk, azure-servicebus.",
+        description="How the app talks to Service Bus: amqp, its own AMQP client (the "
+        "default, faster), or sdk, azure-servicebus. It picks how the targets are sent to, "
+        "and how the local host (`python -m replication start`) receives from the sources; "
+        "in Azure the Functions host receives. sdk keeps the same semantics, except that "
+        "each message is settled with its own call (no ranged settlement), a message given "
+        "back without a delivery counted goes back with its session when the receiver "
+        "closes but a plain (not session) receiver can only abandon it (a delivery counted), "
+        "abandon and defer cannot change properties (dropped, with a warning), and locks of "
+        "prefetched messages are not renewed (a session lock covers them).",
     )
 
 
@@ -795,9 +802,7 @@ class _Checker:
         try:
             namespace_of(value)
         except ValueError as exc:
-            self.add(
-                loc, f"setting {name!r} does not hold a Service Bus connection string: {exc}"
-            )
+            self.add(loc, f"setting {name!r} does not hold a Service Bus connection string: {exc}")
 
     def check_routing(self, spec: PipelineSpec, loc: Loc) -> None:
         if spec.target is not None and spec.routes is not None:
