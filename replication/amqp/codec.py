@@ -246,7 +246,7 @@ def _enc_symbol(out: bytearray, value: Any) -> None:
     out += data
 
 
-def _write_compound(out: bytearray, body: bytearray | bytes, count: int, small: int) -> None:
+def write_compound(out: bytearray, body: bytearray | bytes, count: int, small: int) -> None:
     """Writes a list, map or array header + body, choosing the 8-bit form when it fits."""
     size = len(body)
     if size < 0xFF and count <= 0xFF:
@@ -263,7 +263,7 @@ def _enc_list(out: bytearray, value: Any) -> None:
     body = bytearray()
     for item in value:
         encode_into(body, item)
-    _write_compound(out, body, len(value), 0xC0)
+    write_compound(out, body, len(value), 0xC0)
 
 
 def _enc_map(out: bytearray, value: Any) -> None:
@@ -271,7 +271,7 @@ def _enc_map(out: bytearray, value: Any) -> None:
     for key, item in value.items():
         encode_into(body, key)
         encode_into(body, item)
-    _write_compound(out, body, 2 * len(value), 0xC1)
+    write_compound(out, body, 2 * len(value), 0xC1)
 
 
 def encode_symbol_keyed_map(out: bytearray, value: Any) -> None:
@@ -283,7 +283,7 @@ def encode_symbol_keyed_map(out: bytearray, value: Any) -> None:
         else:
             encode_into(body, key)
         encode_into(body, item)
-    _write_compound(out, body, 2 * len(value), 0xC1)
+    write_compound(out, body, 2 * len(value), 0xC1)
 
 
 def _enc_described(out: bytearray, value: Any) -> None:
@@ -418,7 +418,7 @@ def _enc_array(out: bytearray, value: Any) -> None:
                 write(body, item)
     except (struct.error, OverflowError, UnicodeEncodeError) as exc:
         raise EncodeError(f"array of {kind.name}: {exc}") from None
-    _write_compound(out, body, len(items), 0xE0)
+    write_compound(out, body, len(items), 0xE0)
 
 
 ENCODERS: dict[type, Encoder] = {
@@ -887,6 +887,27 @@ def decode_at(data: bytes, pos: int = 0) -> tuple[Any, int]:
         raise DecodeError("values nested too deeply") from None
     except _LEAKS as exc:
         raise DecodeError(f"malformed AMQP encoding: {exc}") from None
+
+
+_SIZE8 = frozenset({0xA0, 0xA1, 0xA3, 0xC0, 0xC1, 0xE0})
+_SIZE32 = frozenset({0xB0, 0xB1, 0xB3, 0xD0, 0xD1, 0xF0})
+
+
+def skip_at(data: bytes, pos: int) -> int:
+    """The offset just past the value at ``pos``, from its constructor and size alone: how a
+    reader passes over what it does not need without building it. The caller checks the
+    result against the data's length; an unknown constructor is a ``DecodeError``."""
+    code = data[pos]
+    width = _FIXED_WIDTH.get(code)
+    if width is not None:
+        return pos + 1 + width
+    if code in _SIZE8:
+        return pos + 2 + data[pos + 1]
+    if code in _SIZE32:
+        return pos + 5 + int.from_bytes(data[pos + 1 : pos + 5], "big")
+    if code == 0x00:  # described: the descriptor, then the value
+        return skip_at(data, skip_at(data, pos + 1))
+    raise DecodeError(f"invalid constructor 0x{code:02x}")
 
 
 def decode(data: bytes) -> Any:

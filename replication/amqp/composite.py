@@ -194,7 +194,7 @@ def _write_list(out: bytearray, body: bytearray, count: int) -> None:
     if count == 0:
         out.append(0x45)
     else:
-        codec._write_compound(out, body, count, 0xC0)
+        codec.write_compound(out, body, count, 0xC0)
 
 
 def _as_tuple(value: Any) -> tuple[Any, ...] | None:

@@ -172,6 +172,8 @@ class MessageStore:
         self._last_seq: dict[int, int] = dict(
             self._db.execute("SELECT entity, last_seq FROM sequence")
         )
+        self._sequences_used: set[int] = set()
+        """Entities whose last sequence number the open transaction has not written yet."""
         self._in_transaction = False
         self.commits = 0
         self._sizes: dict[int, int] = {}
@@ -195,15 +197,12 @@ class MessageStore:
         return eid
 
     def next_sequence(self, entity: int) -> int:
-        """Service Bus sequence numbers: per entity, increasing, never reused (even on restart)."""
+        """Service Bus sequence numbers: per entity, increasing, never reused (even on restart).
+        The entity's last number is written once, by the commit that makes them durable."""
         seq = self._last_seq.get(entity, 0) + 1
         self._last_seq[entity] = seq
         self._begin()
-        self._db.execute(
-            "INSERT INTO sequence(entity, last_seq) VALUES (?, ?) "
-            "ON CONFLICT(entity) DO UPDATE SET last_seq = excluded.last_seq",
-            (entity, seq),
-        )
+        self._sequences_used.add(entity)
         return seq
 
     # ------------------------------------------------------------------ writes (buffered)
@@ -267,6 +266,13 @@ class MessageStore:
         """Makes every buffered change durable in one transaction; True when there was any."""
         if not self._in_transaction:
             return False
+        if self._sequences_used:
+            self._db.executemany(
+                "INSERT INTO sequence(entity, last_seq) VALUES (?, ?) "
+                "ON CONFLICT(entity) DO UPDATE SET last_seq = excluded.last_seq",
+                [(entity, self._last_seq[entity]) for entity in self._sequences_used],
+            )
+            self._sequences_used.clear()
         self._db.execute("COMMIT")
         self._in_transaction = False
         self.commits += 1

@@ -9,11 +9,12 @@ message is never re-encoded on its way through.
 from __future__ import annotations
 
 import dataclasses
+import struct
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from ..amqp import codec
+from ..amqp import codec, scan
 from ..amqp.errors import DecodeError
 from ..amqp.message import (
     AmqpSequence,
@@ -26,7 +27,7 @@ from ..amqp.message import (
     MessageAnnotations,
     Properties,
 )
-from ..amqp.types import timestamp
+from ..amqp.types import symbol
 from ..servicebus.symbols import (
     DEAD_LETTER_SOURCE,
     ENQUEUE_SEQUENCE_NUMBER,
@@ -131,7 +132,36 @@ def new_message_id() -> str:
 
 
 def parse_message(payload: bytes) -> IncomingMessage:
-    """Splits one encoded message; the bare part is kept as the sender wrote it."""
+    """Splits one encoded message; the bare part is kept as the sender wrote it. The body is
+    passed over by its size (``amqp.scan``); a form the scanner does not read goes through
+    the general decoder, which also names what is wrong with a malformed one."""
+    try:
+        return _scanned(payload)
+    except Exception:  # scan.Unusual, or a value the scanner's shortcut cannot hold
+        return _decoded(payload)
+
+
+def _scanned(payload: bytes) -> IncomingMessage:
+    found = scan.scan(payload)
+    header = Header._from_value(found.header) if found.header else None  # type: ignore[attr-defined]
+    properties = (
+        Properties._from_value(found.properties)  # type: ignore[attr-defined]
+        if found.properties is not None
+        else None
+    )
+    annotations: dict[Any, Any] = {}
+    if found.annotations_at >= 0:
+        annotations = dict(codec.decode_at(payload, found.annotations_at)[0])
+    application_properties = None
+    if found.application_properties_at >= 0:
+        application_properties = scan.string_map(payload, found.application_properties_at)
+    return IncomingMessage(
+        header, annotations, properties, application_properties,
+        payload[found.bare_start : found.bare_end], len(payload),
+    )  # fmt: skip
+
+
+def _decoded(payload: bytes) -> IncomingMessage:
     header = None
     annotations: dict[Any, Any] = {}
     properties = None
@@ -203,30 +233,91 @@ def delivery_payload(
     state: int = 0,
     dead_letter_source: str | None = None,
 ) -> bytes:
-    """The bytes of one delivery: header, merged annotations, then the sender's bare message."""
-    out = bytearray()
-    Header._amqp_encode(  # type: ignore[attr-defined]
-        out,
-        Header(durable=True, ttl=ttl_ms if ttl_ms and ttl_ms <= 0xFFFFFFFF else None,
-               delivery_count=delivery_count),
-    )  # fmt: skip
-    annotations: dict[Any, Any] = {}
+    """The bytes of one delivery: header, merged annotations, then the sender's bare message.
+
+    Written straight from the values (every delivery goes through here): the sender's stored
+    annotation entries are copied undecoded and the broker's appended after them."""
+    ttl = ttl_ms if ttl_ms and ttl_ms <= 0xFFFFFFFF else None
+    header = b"\x41\x50\x04" + (_uint(ttl) if ttl is not None else b"\x40") + b"\x42"
+    header += _uint(delivery_count)
+    count, entries = 0, b""
     if sender_annotations:
-        annotations.update(codec.decode(sender_annotations).value)
-    annotations[SEQUENCE_NUMBER] = sequence_number
-    annotations[ENQUEUED_TIME] = timestamp(enqueued_ms)
-    annotations[ENQUEUE_SEQUENCE_NUMBER] = sequence_number
+        count, entries = _sender_entries(sender_annotations, dead_letter_source)
+    out = bytearray(_HEADER_SECTION)
+    out += bytes((len(header) + 1, 5))
+    out += header
+    pairs = bytearray(entries)
+    pairs += _SEQUENCE_NUMBER_KEY
+    pairs += _long(sequence_number)
+    pairs += _ENQUEUED_TIME_KEY
+    pairs += _pack_int64(0x83, enqueued_ms)
+    pairs += _ENQUEUE_SEQUENCE_NUMBER_KEY
+    pairs += _long(sequence_number)
+    count += 6
     if locked_until_ms is not None:
-        annotations[LOCKED_UNTIL] = timestamp(locked_until_ms)
+        pairs += _LOCKED_UNTIL_KEY
+        pairs += _pack_int64(0x83, locked_until_ms)
+        count += 2
     if lock_token is not None:
-        annotations[LOCK_TOKEN] = lock_token
+        pairs += _LOCK_TOKEN_KEY
+        pairs += b"\x98"
+        pairs += lock_token.bytes
+        count += 2
     if state:
-        annotations[MESSAGE_STATE] = state
+        pairs += _MESSAGE_STATE_KEY
+        pairs += _long(state)
+        count += 2
     if dead_letter_source:
-        annotations[DEAD_LETTER_SOURCE] = dead_letter_source
-    MessageAnnotations._amqp_encode(out, MessageAnnotations(annotations))  # type: ignore[attr-defined]
+        pairs += _DEAD_LETTER_SOURCE_KEY
+        codec.encode_into(pairs, dead_letter_source)
+        count += 2
+    out += _ANNOTATIONS_SECTION
+    codec.write_compound(out, pairs, count, 0xC1)
     out += bare
     return bytes(out)
+
+
+def _symbol(name: str) -> bytes:
+    out = bytearray()
+    codec.encode_into(out, symbol(name))
+    return bytes(out)
+
+
+_HEADER_SECTION = b"\x00\x53\x70\xc0"
+_ANNOTATIONS_SECTION = b"\x00\x53\x72"
+_SEQUENCE_NUMBER_KEY = _symbol(SEQUENCE_NUMBER)
+_ENQUEUED_TIME_KEY = _symbol(ENQUEUED_TIME)
+_ENQUEUE_SEQUENCE_NUMBER_KEY = _symbol(ENQUEUE_SEQUENCE_NUMBER)
+_LOCKED_UNTIL_KEY = _symbol(LOCKED_UNTIL)
+_LOCK_TOKEN_KEY = _symbol(LOCK_TOKEN)
+_MESSAGE_STATE_KEY = _symbol(MESSAGE_STATE)
+_DEAD_LETTER_SOURCE_KEY = _symbol(DEAD_LETTER_SOURCE)
+_pack_int64 = struct.Struct(">Bq").pack
+
+
+def _uint(value: int) -> bytes:
+    if value == 0:
+        return b"\x43"
+    if value <= 0xFF:
+        return bytes((0x52, value))
+    return b"\x70" + value.to_bytes(4, "big")
+
+
+def _long(value: int) -> bytes:
+    if -0x80 <= value <= 0x7F:
+        return bytes((0x55, value & 0xFF))
+    return _pack_int64(0x81, value)
+
+
+def _sender_entries(section: bytes, dead_letter_source: str | None) -> tuple[int, bytes]:
+    """The stored annotation section's entries and their count (keys and values); a sender's
+    own dead-letter source gives way to the broker's."""
+    if dead_letter_source and _DEAD_LETTER_SOURCE_KEY in section:
+        kept = {k: v for k, v in codec.decode(section).value.items() if k != DEAD_LETTER_SOURCE}
+        if not kept:
+            return 0, b""
+        section = encode_annotations(kept)
+    return scan.map_items(section, len(_ANNOTATIONS_SECTION))
 
 
 def rewrite_bare(

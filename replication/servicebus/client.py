@@ -38,31 +38,25 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
-from ..amqp import codec
 from ..amqp.client import Client, ReceivedMessage, Receiver, Sender
 from ..amqp.errors import AMQPError
-from ..amqp.message import BodyType, Properties, decode_message
+from ..amqp.message import BodyType, Properties
 from ..amqp.message import Message as AmqpMessage
 from ..amqp.outcomes import Accepted, Modified, Rejected, Released
 from ..amqp.performatives import RCV_SECOND, SND_UNSETTLED, Error
 from ..amqp.types import timestamp, uint
-from ..messages import Message, PropertyValue
+from ..messages import Message
 from .endpoint import Endpoint
+from .incoming import decode_arrived, text
 from .symbols import (
     CBS_NODE,
     DEAD_LETTER,
     DEAD_LETTER_DESCRIPTION,
     DEAD_LETTER_REASON,
-    DEAD_LETTER_SOURCE,
-    ENQUEUED_TIME,
-    LOCKED_UNTIL,
     LOCKED_UNTIL_UTC,
-    PARTITION_KEY,
-    SCHEDULED_ENQUEUE_TIME,
-    SEQUENCE_NUMBER,
     SESSION_FILTER,
     TIMEOUT,
 )
@@ -124,357 +118,6 @@ def _source_error(exc: BaseException, what: str) -> SourceError:
             return NoSessionAvailable(f"{what}: {description}", condition)
         return SourceError(f"{what}: {description}", condition)
     return SourceError(f"{what}: {exc!r}")
-
-
-# ---------------------------------------------------------------------- message conversion
-
-_CE_ZERO_MS = -62_135_596_800_000
-"""What brokers write for "no time" (0001-01-01); the SDK makes it ``datetime.min``."""
-_PLAIN = (str, int, float, bool, bytes, type(None))
-
-
-def to_message(amqp: AmqpMessage, source: Any = None) -> Message:
-    """The task library's message for a received AMQP message: every field that
-    ``messages.from_received`` fills from the SDK's ``ServiceBusReceivedMessage``, with the
-    same values (see tests/servicebus/test_client.py)."""
-    props = amqp.properties
-    annotations = amqp.message_annotations or {}
-    header = amqp.header
-    app = amqp.application_properties
-    body = amqp.body
-    if amqp.body_type is BodyType.DATA:
-        body = body[0] if len(body) == 1 else b"".join(body)
-    else:
-        body = _other_body(body)
-    ttl = header.ttl if header is not None else None
-    if props is not None:
-        message_id = _text(props.message_id)
-        session_id = _text(props.group_id)
-        correlation_id = _text(props.correlation_id)
-        subject = _text(props.subject)
-        content_type = _text(props.content_type)
-        reply_to = _text(props.reply_to)
-        reply_to_session_id = _text(props.reply_to_group_id)
-        to = _text(props.to)
-    else:
-        message_id = session_id = correlation_id = subject = content_type = None
-        reply_to = reply_to_session_id = to = None
-    properties, dead_letter_reason, dead_letter_description = _application_facts(app)
-    return Message(
-        body=bytes(body),
-        message_id=message_id,
-        session_id=session_id,
-        partition_key=_text(annotations.get(PARTITION_KEY)),
-        correlation_id=correlation_id,
-        subject=subject,
-        content_type=content_type,
-        reply_to=reply_to,
-        reply_to_session_id=reply_to_session_id,
-        to=to,
-        time_to_live=timedelta(milliseconds=ttl) if ttl else None,
-        scheduled_enqueue_time=_time(annotations.get(SCHEDULED_ENQUEUE_TIME)),
-        application_properties=properties,
-        enqueued_time=_time(annotations.get(ENQUEUED_TIME)),
-        sequence_number=_int(annotations.get(SEQUENCE_NUMBER)),
-        delivery_count=int(header.delivery_count) if header is not None else None,
-        locked_until=_time(annotations.get(LOCKED_UNTIL)),
-        dead_letter_reason=dead_letter_reason,
-        dead_letter_description=dead_letter_description,
-        dead_letter_source=_text_only(annotations.get(DEAD_LETTER_SOURCE)),
-        source=source,
-    )
-
-
-def decode_to_message(payload: bytes, source: Any = None) -> Message:
-    """``to_message(decode_message(payload))`` in one pass, about three times as fast.
-
-    Reads the sections Service Bus sends (header, annotations, properties, application
-    properties, data) straight into a ``Message``, decoding only the annotations a
-    ``Message`` keeps and skipping the rest (lock token, locked-until, ...). Anything
-    unusual (another descriptor form, an amqp-value or amqp-sequence body, a malformed
-    encoding) goes through the general decoder, which raises ``DecodeError`` if it must.
-    """
-    try:
-        return _fast_decode(payload, source)
-    except Exception:  # _Unusual, or malformed: the general decoder says what is wrong
-        pass
-    return to_message(decode_message(payload), source)
-
-
-def _decode_arrived(payload: bytes) -> Message | Exception:
-    """Decodes as a delivery arrives (while the pump may be waiting on its target); a
-    payload that cannot be decoded becomes its error, for the reader to deal with."""
-    try:
-        return decode_to_message(payload)
-    except Exception as exc:  # e.g. DecodeError, or a timestamp no datetime can hold
-        return exc
-
-
-class _Unusual(Exception):
-    """The fast path does not handle this payload."""
-
-
-_DECODERS = codec.DECODERS
-_WANTED_ANNOTATIONS = {
-    PARTITION_KEY.encode(): "partition_key",
-    SCHEDULED_ENQUEUE_TIME.encode(): "scheduled",
-    ENQUEUED_TIME.encode(): "enqueued",
-    SEQUENCE_NUMBER.encode(): "sequence",
-    DEAD_LETTER_SOURCE.encode(): "dead_letter_source",
-    LOCKED_UNTIL.encode(): "locked_until",
-}
-_FIXED_WIDTH = {
-    **dict.fromkeys((0x40, 0x41, 0x42, 0x43, 0x44, 0x45), 0),
-    **dict.fromkeys((0x50, 0x51, 0x52, 0x53, 0x54, 0x55, 0x56), 1),
-    0x60: 2, 0x61: 2,
-    **dict.fromkeys((0x70, 0x71, 0x72, 0x73, 0x74), 4),
-    **dict.fromkeys((0x80, 0x81, 0x82, 0x83, 0x84), 8),
-    0x94: 16, 0x98: 16,
-}  # fmt: skip
-_SIZE8 = frozenset({0xA0, 0xA1, 0xA3, 0xC0, 0xC1, 0xE0})
-_SIZE32 = frozenset({0xB0, 0xB1, 0xB3, 0xD0, 0xD1, 0xF0})
-
-
-def _skip(data: bytes, pos: int) -> int:
-    """The offset just past the value whose constructor is at ``pos``."""
-    code = data[pos]
-    width = _FIXED_WIDTH.get(code)
-    if width is not None:
-        return pos + 1 + width
-    if code in _SIZE8:
-        return pos + 2 + data[pos + 1]
-    if code in _SIZE32:
-        return pos + 5 + int.from_bytes(data[pos + 1 : pos + 5], "big")
-    return codec.decode_at(data, pos)[1]  # described values and the like
-
-
-def _fast_decode(payload: bytes, source: Any) -> Message:
-    data = payload
-    end = len(data)
-    pos = 0
-    header: list[Any] | None = None
-    props: list[Any] | None = None
-    app: dict[str, Any] | None = None
-    found: dict[str, Any] = {}
-    chunks: list[bytes] = []
-    while pos < end:
-        if data[pos] != 0x00 or data[pos + 1] != 0x53:
-            raise _Unusual
-        section = data[pos + 2]
-        pos += 3
-        if section == 0x75:  # data
-            code = data[pos]
-            if code == 0xA0:
-                stop = pos + 2 + data[pos + 1]
-                chunks.append(data[pos + 2 : stop])
-            elif code == 0xB0:
-                stop = pos + 5 + int.from_bytes(data[pos + 1 : pos + 5], "big")
-                chunks.append(data[pos + 5 : stop])
-            else:
-                raise _Unusual
-            if stop > end:
-                raise _Unusual
-            pos = stop
-        elif section == 0x72:  # message annotations: only the keys a Message keeps
-            code = data[pos]
-            if code == 0xC1:
-                count, pos, stop = data[pos + 2], pos + 3, pos + 2 + data[pos + 1]
-            elif code == 0xD1:
-                count = int.from_bytes(data[pos + 5 : pos + 9], "big")
-                pos, stop = pos + 9, pos + 5 + int.from_bytes(data[pos + 1 : pos + 5], "big")
-            else:
-                raise _Unusual
-            for _ in range(count // 2):
-                code = data[pos]
-                if code == 0xA3:
-                    key_end = pos + 2 + data[pos + 1]
-                    name = _WANTED_ANNOTATIONS.get(data[pos + 2 : key_end])
-                elif code == 0xB3:
-                    key_end = pos + 5 + int.from_bytes(data[pos + 1 : pos + 5], "big")
-                    name = _WANTED_ANNOTATIONS.get(data[pos + 5 : key_end])
-                else:
-                    raise _Unusual
-                if name is None:
-                    pos = _skip(data, key_end)
-                else:
-                    found[name], pos = _DECODERS[data[key_end]](data, key_end + 1)
-            if pos != stop:
-                raise _Unusual
-        elif section == 0x73:  # properties
-            props, pos = _fields(data, pos, 13)
-        elif section == 0x74:  # application properties
-            app, pos = _string_map(data, pos)
-        elif section == 0x70:  # header
-            header, pos = _fields(data, pos, 5)
-        elif section == 0x71 or section == 0x78:  # delivery annotations, footer
-            pos = _skip(data, pos)
-        else:  # amqp-value or amqp-sequence body, or not a section at all
-            raise _Unusual
-    if pos != end:
-        raise _Unusual
-    if props is not None:
-        message_id, _, to, subject, reply_to, correlation_id, content_type = props[:7]
-        session_id, reply_to_session_id = props[10], props[12]
-        message_id, to, subject = _text(message_id), _text(to), _text(subject)
-        reply_to, correlation_id = _text(reply_to), _text(correlation_id)
-        content_type, session_id = _text(content_type), _text(session_id)
-        reply_to_session_id = _text(reply_to_session_id)
-    else:
-        message_id = session_id = correlation_id = subject = content_type = None
-        reply_to = reply_to_session_id = to = None
-    properties, dead_letter_reason, dead_letter_description = _application_facts(app)
-    ttl = delivery_count = None
-    if header is not None:
-        ttl = header[2]
-        delivery_count = 0 if header[4] is None else int(header[4])
-    return Message(
-        body=chunks[0] if len(chunks) == 1 else b"".join(chunks),
-        message_id=message_id,
-        session_id=session_id,
-        partition_key=_text(found.get("partition_key")),
-        correlation_id=correlation_id,
-        subject=subject,
-        content_type=content_type,
-        reply_to=reply_to,
-        reply_to_session_id=reply_to_session_id,
-        to=to,
-        time_to_live=timedelta(milliseconds=ttl) if ttl else None,
-        scheduled_enqueue_time=_time(found.get("scheduled")),
-        application_properties=properties,
-        enqueued_time=_time(found.get("enqueued")),
-        sequence_number=_int(found.get("sequence")),
-        delivery_count=delivery_count,
-        locked_until=_time(found.get("locked_until")),
-        dead_letter_reason=dead_letter_reason,
-        dead_letter_description=dead_letter_description,
-        dead_letter_source=_text_only(found.get("dead_letter_source")),
-        source=source,
-    )
-
-
-def _fields(data: bytes, pos: int, size: int) -> tuple[list[Any], int]:
-    """A described list's fields (header, properties), padded with None to ``size``."""
-    code = data[pos]
-    if code == 0xC0:
-        count, item, stop = data[pos + 2], pos + 3, pos + 2 + data[pos + 1]
-    elif code == 0xD0:
-        count = int.from_bytes(data[pos + 5 : pos + 9], "big")
-        item, stop = pos + 9, pos + 5 + int.from_bytes(data[pos + 1 : pos + 5], "big")
-    elif code == 0x45:
-        return [None] * size, pos + 1
-    else:
-        raise _Unusual
-    fields: list[Any] = [None] * max(size, count)
-    for index in range(count):
-        code = data[item]
-        if code == 0x40:  # null, most fields
-            item += 1
-        elif code == 0xA1:  # str8, most of the rest
-            end = item + 2 + data[item + 1]
-            fields[index] = data[item + 2 : end].decode("utf-8")
-            item = end
-        else:
-            fields[index], item = _DECODERS[code](data, item + 1)
-    if item != stop:
-        raise _Unusual
-    return fields, stop
-
-
-def _string_map(data: bytes, pos: int) -> tuple[dict[Any, Any], int]:
-    """Application properties: a map with (usually str8) keys."""
-    code = data[pos]
-    if code == 0xC1:
-        count, item, stop = data[pos + 2], pos + 3, pos + 2 + data[pos + 1]
-    elif code == 0xD1:
-        count = int.from_bytes(data[pos + 5 : pos + 9], "big")
-        item, stop = pos + 9, pos + 5 + int.from_bytes(data[pos + 1 : pos + 5], "big")
-    else:
-        raise _Unusual
-    out: dict[Any, Any] = {}
-    for _ in range(count // 2):
-        code = data[item]
-        if code == 0xA1:
-            end = item + 2 + data[item + 1]
-            key: Any = data[item + 2 : end].decode("utf-8")
-            item = end
-        else:
-            key, item = _DECODERS[code](data, item + 1)
-        out[key], item = _DECODERS[data[item]](data, item + 1)
-    if item != stop or count % 2:
-        raise _Unusual
-    return out, stop
-
-
-def _application_facts(app: Any) -> tuple[dict[str, Any], str | None, str | None]:
-    """Application properties (str keys) and the dead-letter reason and description in them."""
-    if not app:
-        return {}, None, None
-    reason = app.get("DeadLetterReason")
-    description = app.get("DeadLetterErrorDescription")
-    return (
-        _properties(app),
-        reason if type(reason) is str else None,
-        description if type(description) is str else None,
-    )
-
-
-def _text(value: Any) -> str | None:
-    if value is None:
-        return None
-    if type(value) is str:
-        return value
-    if isinstance(value, bytes | bytearray):
-        return bytes(value).decode("utf-8")
-    return str(value)
-
-
-def _text_only(value: Any) -> str | None:
-    return str(value) if isinstance(value, str) else None
-
-
-def _int(value: Any) -> int | None:
-    return None if value is None else int(value)
-
-
-def _time(ms: Any) -> datetime | None:
-    if not ms or not isinstance(ms, int):
-        return None
-    if ms == _CE_ZERO_MS:
-        return datetime.min.replace(tzinfo=UTC)
-    return datetime.fromtimestamp(ms / 1000.0, UTC)  # as the SDK does (float seconds)
-
-
-def _properties(app: dict[str, Any]) -> dict[str, PropertyValue]:
-    out: dict[str, PropertyValue] = {}
-    for key, value in app.items():
-        kind = type(value)
-        if kind is bytes:
-            with contextlib.suppress(UnicodeDecodeError):  # as messages.from_received does
-                value = value.decode("utf-8")
-        elif kind not in _PLAIN:  # our codec's marker types: the plain values the SDK gives
-            if isinstance(value, str):
-                value = str(value)
-            elif isinstance(value, bool):
-                value = bool(value)
-            elif isinstance(value, int):
-                value = int(value)
-            elif isinstance(value, float):
-                value = float(value)
-        out[key if type(key) is str else str(key)] = value
-    return out
-
-
-def _other_body(body: Any) -> bytes:
-    """amqp-value / amqp-sequence bodies, as ``messages._body_bytes`` makes them."""
-    if isinstance(body, bytes | bytearray):
-        return bytes(body)
-    if isinstance(body, str):
-        return body.encode("utf-8")
-    try:
-        return b"".join(_other_body(part) if isinstance(part, str) else bytes(part)
-                        for part in body)  # fmt: skip
-    except TypeError:
-        return str(body).encode("utf-8")
 
 
 # ---------------------------------------------------------------------- connection + CBS
@@ -637,7 +280,7 @@ class AmqpConnection:
                 self.endpoint.address(path), credit=max(1, prefetch), filter=filters,
                 properties=properties, target=f"receiver-link-{uuid.uuid4()}",
                 snd_settle_mode=SND_UNSETTLED, rcv_settle_mode=RCV_SECOND,
-                credit_on_take=True, decode=_decode_arrived, timeout=attach_timeout,
+                credit_on_take=True, decode=decode_arrived, timeout=attach_timeout,
             )  # fmt: skip
         except TimeoutError as exc:  # the attach was never answered: the link is stuck
             await self.close()  # half-open; start over on a new connection
@@ -671,7 +314,7 @@ class AmqpReceiver:
         if remote is not None:
             filters = getattr(remote.source, "filter", None) or {}
             if SESSION_FILTER in filters:
-                self.session_id = _text(filters[SESSION_FILTER])
+                self.session_id = text(filters[SESSION_FILTER])
             ticks = (remote.properties or {}).get(LOCKED_UNTIL_UTC)
             if isinstance(ticks, int) and ticks > NET_EPOCH_TICKS:
                 self.session_locked_until = datetime.fromtimestamp(
@@ -828,5 +471,4 @@ __all__ = [
     "AuthenticationError",
     "NoSessionAvailable",
     "SourceError",
-    "to_message",
 ]

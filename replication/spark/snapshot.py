@@ -11,8 +11,9 @@ from __future__ import annotations
 from ..amqp.message import decode_message
 from ..amqp.types import int32
 from ..messages import Message
-from ..servicebus.client import AmqpSource, to_message
+from ..servicebus.client import AmqpSource
 from ..servicebus.endpoint import Endpoint
+from ..servicebus.incoming import to_message
 from ..servicebus.management import Management
 from .options import Options
 

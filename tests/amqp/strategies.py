@@ -13,6 +13,8 @@ from typing import Any
 from hypothesis import strategies as st
 
 from replication.amqp import codec
+from replication.amqp.message import BodyType, Header, Properties
+from replication.amqp.message import Message as AmqpMessage
 from replication.amqp.types import (
     AMQPType,
     Array,
@@ -184,3 +186,57 @@ def amqp_values(
         return st.one_of(*options)
 
     return st.recursive(leaves, extend, max_leaves=max_leaves)
+
+
+_ANNOTATION_KEYS = st.sampled_from([
+    "x-opt-partition-key", "x-opt-scheduled-enqueue-time", "x-opt-enqueued-time",
+    "x-opt-sequence-number", "x-opt-deadletter-source", "x-opt-locked-until",
+    "x-opt-lock-token", "x-other",
+]).map(symbol)  # fmt: skip
+_ANNOTATION_VALUES = st.one_of(
+    st.integers(0, 2**62),
+    st.integers(0, 4_000_000_000_000).map(timestamp),
+    strings,
+    uuids,
+    amqp_values(max_leaves=5),
+)
+
+
+@st.composite
+def amqp_messages(draw: Any) -> AmqpMessage:
+    """Messages of every body kind with the sections and annotations Service Bus uses."""
+    text = st.none() | strings
+    kind = draw(st.sampled_from(["data", "data", "value", "sequence"]))
+    body: Any
+    if kind == "data":
+        body, body_type = draw(st.lists(binaries, min_size=1, max_size=3)), BodyType.DATA
+    elif kind == "value":
+        body, body_type = (
+            draw(st.one_of(strings, binaries, amqp_values(max_leaves=5))),
+            BodyType.VALUE,
+        )
+    else:
+        body = draw(
+            st.lists(st.lists(amqp_values(max_leaves=3), max_size=3), min_size=1, max_size=2)
+        )
+        body_type = BodyType.SEQUENCE
+    header = draw(st.none() | st.builds(
+        Header, durable=st.booleans(), priority=st.integers(0, 9),
+        ttl=st.none() | st.integers(0, 2**32 - 1), delivery_count=st.integers(0, 2**32 - 1),
+    ))  # fmt: skip
+    properties = draw(st.none() | st.builds(
+        Properties, message_id=st.none() | strings | uuids | ulongs, to=text, subject=text,
+        reply_to=text, correlation_id=st.none() | strings | uuids, content_type=st.none() | symbols,
+        group_id=text, reply_to_group_id=text,
+        absolute_expiry_time=st.none() | st.integers(0, 2**40).map(timestamp),
+    ))  # fmt: skip
+    return AmqpMessage(
+        body=body, body_type=body_type, header=header,
+        delivery_annotations=draw(st.none() | st.dictionaries(symbols, primitives, max_size=3)),
+        message_annotations=draw(
+            st.none() | st.dictionaries(_ANNOTATION_KEYS, _ANNOTATION_VALUES, max_size=8)
+        ),
+        properties=properties,
+        application_properties=draw(st.none() | st.dictionaries(strings, primitives, max_size=8)),
+        footer=draw(st.none() | st.dictionaries(symbols, primitives, max_size=2)),
+    )  # fmt: skip

@@ -26,11 +26,10 @@ from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue, TransportTyp
 from azure.servicebus.aio import ServiceBusClient
 from azure.servicebus.amqp import AmqpAnnotatedMessage
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
-from replication.amqp.message import BodyType, Header, Properties, decode_message, encode_message
+from replication.amqp.message import Header, Properties, decode_message, encode_message
 from replication.amqp.message import Message as AmqpMessage
-from replication.amqp.types import symbol, timestamp
+from replication.amqp.types import symbol
 from replication.messages import Message, from_received
 from replication.servicebus import sas
 from replication.servicebus.client import (
@@ -38,21 +37,14 @@ from replication.servicebus.client import (
     AuthenticationError,
     NoSessionAvailable,
     SourceError,
-    decode_to_message,
-    to_message,
 )
 from replication.servicebus.endpoint import Endpoint
+from replication.servicebus.incoming import decode_to_message, to_message
 from replication.tasks.pump import PumpStats, Source, pump
 from replication.tasks.targets import SenderPool, Target
 from replication.tasks.task import ReplicationTask
 from tests.amqp.strategies import (
-    amqp_values,
-    binaries,
-    primitives,
-    strings,
-    symbols,
-    ulongs,
-    uuids,
+    amqp_messages,
 )
 from tests.broker.conftest import BrokerHandle, make_config
 
@@ -516,59 +508,6 @@ def assert_same_fields(mine: Message, sdk: Message, skip: frozenset[str] | set[s
             }, mine.message_id
         else:
             assert type(ours) is type(theirs), f"{mine.message_id}.{name}"
-
-
-_ANNOTATION_KEYS = st.sampled_from([
-    "x-opt-partition-key", "x-opt-scheduled-enqueue-time", "x-opt-enqueued-time",
-    "x-opt-sequence-number", "x-opt-deadletter-source", "x-opt-locked-until",
-    "x-opt-lock-token", "x-other",
-]).map(symbol)  # fmt: skip
-_ANNOTATION_VALUES = st.one_of(
-    st.integers(0, 2**62),
-    st.integers(0, 4_000_000_000_000).map(timestamp),
-    strings,
-    uuids,
-    amqp_values(max_leaves=5),
-)
-
-
-@st.composite
-def amqp_messages(draw: Any) -> AmqpMessage:
-    text = st.none() | strings
-    kind = draw(st.sampled_from(["data", "data", "value", "sequence"]))
-    body: Any
-    if kind == "data":
-        body, body_type = draw(st.lists(binaries, min_size=1, max_size=3)), BodyType.DATA
-    elif kind == "value":
-        body, body_type = (
-            draw(st.one_of(strings, binaries, amqp_values(max_leaves=5))),
-            BodyType.VALUE,
-        )
-    else:
-        body = draw(
-            st.lists(st.lists(amqp_values(max_leaves=3), max_size=3), min_size=1, max_size=2)
-        )
-        body_type = BodyType.SEQUENCE
-    header = draw(st.none() | st.builds(
-        Header, durable=st.booleans(), priority=st.integers(0, 9),
-        ttl=st.none() | st.integers(0, 2**32 - 1), delivery_count=st.integers(0, 2**32 - 1),
-    ))  # fmt: skip
-    properties = draw(st.none() | st.builds(
-        Properties, message_id=st.none() | strings | uuids | ulongs, to=text, subject=text,
-        reply_to=text, correlation_id=st.none() | strings | uuids, content_type=st.none() | symbols,
-        group_id=text, reply_to_group_id=text,
-        absolute_expiry_time=st.none() | st.integers(0, 2**40).map(timestamp),
-    ))  # fmt: skip
-    return AmqpMessage(
-        body=body, body_type=body_type, header=header,
-        delivery_annotations=draw(st.none() | st.dictionaries(symbols, primitives, max_size=3)),
-        message_annotations=draw(
-            st.none() | st.dictionaries(_ANNOTATION_KEYS, _ANNOTATION_VALUES, max_size=8)
-        ),
-        properties=properties,
-        application_properties=draw(st.none() | st.dictionaries(strings, primitives, max_size=8)),
-        footer=draw(st.none() | st.dictionaries(symbols, primitives, max_size=2)),
-    )  # fmt: skip
 
 
 def _outcome(decode: Any) -> Any:
