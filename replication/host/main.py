@@ -13,13 +13,24 @@ from .. import metrics
 
 
 def add_start_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dir", type=Path, default=Path.cwd(),
-                        help="the function app folder (function_app.py, host.json, settings)")
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=Path.cwd(),
+        help="the function app folder (function_app.py, host.json, settings)",
+    )
     parser.add_argument("--settings", type=Path, help="local.settings.json to use")
-    parser.add_argument("--demo", action="store_true",
-                        help="feed the sample pipelines, stop when everything moved, show it")
-    parser.add_argument("--metrics-port", type=int, default=9464,
-                        help="port of /metrics and /health (0: any free port)")
+    parser.add_argument(
+        "--demo",
+        action="store_true",
+        help="feed the sample pipelines, stop when everything moved, show it",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=9464,
+        help="port of /metrics and /health (0: any free port)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no live progress table")
     parser.add_argument("--log-level", default="INFO")  # fmt: skip
 
@@ -114,12 +125,12 @@ async def _show_arrivals(host: object) -> None:
     settings = host.settings  # type: ignore[attr-defined]
     print("\nwhat arrived on the secondary in this run (its state: .replication/demo):")
     for entity, session, count in (
-        ("orders", "customer-0", 4), ("telemetry-json", None, 2), ("events-eu", None, 2)
+        ("orders", "customer-0", 4),
+        ("telemetry-json", None, 2),
+        ("events-eu", None, 2),
     ):
         try:
-            peeked = await peek(
-                directory, settings, "SecondaryServiceBus", entity, count, session
-            )
+            peeked = await peek(directory, settings, "SecondaryServiceBus", entity, count, session)
         except Exception as exc:  # a sample pipeline file without that entity
             print(f"  {entity}: {exc}")
             continue
@@ -130,10 +141,16 @@ async def _show_arrivals(host: object) -> None:
 
 
 def add_peek_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("entity", help="queue, or topic/Subscriptions/name; "
-                        "append /$DeadLetterQueue for its dead-letter queue")
-    parser.add_argument("--connection", default="SecondaryServiceBus",
-                        help="app setting with the connection string (SecondaryServiceBus)")
+    parser.add_argument(
+        "entity",
+        help="queue, or topic/Subscriptions/name; "
+        "append /$DeadLetterQueue for its dead-letter queue",
+    )
+    parser.add_argument(
+        "--connection",
+        default="SecondaryServiceBus",
+        help="app setting with the connection string (SecondaryServiceBus)",
+    )
     parser.add_argument("--count", type=int, default=10)
     parser.add_argument("--dir", type=Path, default=Path.cwd())
     parser.add_argument("--settings", type=Path)
@@ -142,6 +159,7 @@ def add_peek_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_peek(args: argparse.Namespace) -> int:
+    from ..servicebus.client import SourceError
     from .peek import peek
     from .settings import SettingsError, load_settings
 
@@ -153,6 +171,9 @@ def run_peek(args: argparse.Namespace) -> int:
     except (SettingsError, KeyError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except SourceError as exc:  # no such entity, refused token, namespace not answering
+        print(f"error: cannot peek at {args.entity}: {exc}", file=sys.stderr)
+        return 1
     for item in messages:
         print(json.dumps(item) if args.json else
               f"#{item['sequence_number']} id={item['message_id']} session={item['session_id']} "

@@ -1,8 +1,10 @@
 """``python -m replication peek <entity>``: what arrived at an entity, without taking it.
 
-Peeks with the SDK through the connection named by an app setting (default: the secondary
-namespace). When that connection is a local emulator that is not running, the embedded
-broker is started on its data directory for the peek and stopped again.
+Peeks over our AMQP client (``servicebus.management``: a ``peek-message`` request, which
+locks nothing, a session included) through the connection named by an app setting (default:
+the secondary namespace). ``<entity>/$DeadLetterQueue`` is the entity's dead-letter sub-queue,
+as Service Bus names it. When that connection is a local emulator that is not running, the
+embedded broker is started on its data directory for the peek and stopped again.
 """
 
 from __future__ import annotations
@@ -12,14 +14,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from azure.servicebus.aio import ServiceBusClient
-
-from ..messages import from_received
+from ..messages import Message
+from ..servicebus.client import AmqpSource
+from ..servicebus.management import Management
 from .embedded import emulator_port, plan_brokers, start_brokers
-
-DEAD_LETTER_SUFFIX = "/$DeadLetterQueue"
-"""``peek orders/$DeadLetterQueue``: the entity's dead-letter sub-queue, as Service Bus
-names it."""
 
 
 def _listening(port: int) -> bool:
@@ -31,7 +29,9 @@ def _listening(port: int) -> bool:
 async def peek(
     directory: Path, settings: Mapping[str, str], connection: str, entity: str, count: int,
     session: str | None = None,
-) -> list[dict[str, Any]]:
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Up to ``count`` messages at ``entity`` of the namespace the app setting ``connection``
+    names (of ``session`` only, when given), as ``run_peek`` prints them."""
     if connection not in settings:
         raise KeyError(f"no app setting {connection!r} in the local settings")
     connection_string = settings[connection]
@@ -46,28 +46,16 @@ async def peek(
         plan = {p: e for p, e in plan_brokers(pipelines.pipelines, settings).items() if p == port}
         brokers = await start_brokers(plan, directory / ".replication")
     try:
-        async with ServiceBusClient.from_connection_string(connection_string) as client:
-            options: dict[str, Any] = {"session_id": session} if session else {}
-            if entity.lower().endswith(DEAD_LETTER_SUFFIX.lower()):  # orders/$DeadLetterQueue
-                from azure.servicebus import ServiceBusSubQueue
-
-                entity = entity[: -len(DEAD_LETTER_SUFFIX)]
-                options["sub_queue"] = ServiceBusSubQueue.DEAD_LETTER
-            if "/subscriptions/" in entity.lower():
-                topic, _, subscription = entity.partition("/Subscriptions/")
-                receiver = client.get_subscription_receiver(topic, subscription, **options)
-            else:
-                receiver = client.get_queue_receiver(entity, **options)
-            async with receiver:
-                peeked = await receiver.peek_messages(max_message_count=count)
+        async with AmqpSource.from_connection_string(connection_string) as source:
+            management = Management(await source.connection())
+            peeked = await management.peek(entity, count, session_id=session)
         return [_describe(m) for m in peeked]
     finally:
         for broker in brokers:
             await broker.stop()
 
 
-def _describe(received: Any) -> dict[str, Any]:
-    message = from_received(received)
+def _describe(message: Message) -> dict[str, Any]:
     try:
         body: Any = message.body.decode("utf-8")
     except UnicodeDecodeError:

@@ -1,5 +1,6 @@
 """Service Bus ``$management`` requests over our AMQP connection: renewing message and session
-locks while work on them is still in flight (a Spark micro-batch can outlast a lock).
+locks while work on them is still in flight (a Spark micro-batch can outlast a lock), and
+peeking at what an entity holds without locking or taking it (``python -m replication peek``).
 
 A request goes on a sender link to ``<entity>/$management`` with ``operation`` in the
 application properties and a map body; the answer comes on a receiver link from the same
@@ -20,8 +21,10 @@ from ..amqp.client import ReceivedMessage, Receiver, Sender
 from ..amqp.errors import AMQPError
 from ..amqp.message import BodyType, Properties
 from ..amqp.message import Message as AmqpMessage
+from ..amqp.types import int32
 from ..messages import Message
 from .client import AmqpConnection, AmqpReceiver, SourceError, _source_error
+from .incoming import decode_to_message
 
 
 def lock_key(message: Message) -> bytes | None:
@@ -90,6 +93,34 @@ class Management:
                                    {"lock-tokens": tokens})  # fmt: skip
         expirations = [_utc(e) for e in reply.get("expirations") or []]
         return min(expirations, default=datetime.now(UTC))
+
+    async def peek(
+        self, path: str, count: int = 1, *, from_sequence_number: int = 1,
+        session_id: str | None = None,
+    ) -> list[Message]:  # fmt: skip
+        """Up to ``count`` messages of ``path`` from ``from_sequence_number`` on, in sequence
+        order, without locking them (``path`` may end in ``/$DeadLetterQueue``); of one
+        session when ``session_id`` is given. A reply may hold fewer than asked (Service Bus
+        does not promise them all at once), so it asks again from past the last one until
+        it has ``count`` or the entity gives none."""
+        peeked: list[Message] = []
+        start = from_sequence_number
+        while len(peeked) < count:
+            body: dict[str, Any] = {
+                "from-sequence-number": start, "message-count": int32(count - len(peeked)),
+            }  # fmt: skip
+            if session_id is not None:
+                body["session-id"] = session_id
+            reply = await self.request(path, "com.microsoft:peek-message", body)
+            batch = [decode_to_message(bytes(item["message"]))
+                     for item in reply.get("messages") or []
+                     if isinstance(item, dict) and "message" in item]  # fmt: skip
+            last = batch[-1].sequence_number if batch else None
+            peeked.extend(batch[: count - len(peeked)])
+            if last is None or last < start:  # nothing more (or no way to go on past it)
+                break
+            start = last + 1
+        return peeked
 
     async def _pair(self, path: str) -> tuple[Sender, Receiver, asyncio.Lock]:
         node = f"{path}/$management"

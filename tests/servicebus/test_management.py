@@ -1,11 +1,13 @@
 """``$management`` over our AMQP connection against the broker: lock renewal keeps a message
-(and a session) ours past its lock duration; errors come back with the service's status."""
+(and a session) ours past its lock duration; peek shows messages without locking them;
+errors come back with the service's status."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from azure.servicebus import ServiceBusMessage
@@ -20,7 +22,7 @@ pytestmark = pytest.mark.timeout(60)
 CONFIG = make_config({
     "short": {"LockDuration": "PT5S"},
     "s-short": {"LockDuration": "PT5S", "RequiresSession": True},
-})  # fmt: skip
+}, topics={"news": {"Subscriptions": {"all": {}}}})  # fmt: skip
 
 
 def send(broker: BrokerHandle, queue: str, messages: list[ServiceBusMessage]) -> None:
@@ -94,3 +96,87 @@ async def test_a_connection_without_a_token_is_closed_after_the_grace_period(
     finally:
         await idle.close()
         await authorized.close()
+
+
+async def test_peek_shows_messages_in_order_and_locks_nothing(broker_factory) -> None:  # type: ignore[no-untyped-def]
+    broker: BrokerHandle = broker_factory(CONFIG)
+    send(broker, "short", [ServiceBusMessage(f"body {i}", message_id=f"m{i}",
+                                             application_properties={"n": i})
+                           for i in range(5)])  # fmt: skip
+    async with AmqpSource(Endpoint.from_connection_string(broker.connection_string)) as source:
+        management = Management(await source.connection())
+        first = await management.peek("short", 3)
+        assert [(m.message_id, m.body, m.application_properties) for m in first] == [
+            (f"m{i}", f"body {i}".encode(), {"n": i}) for i in range(3)
+        ]
+        sequence = [m.sequence_number for m in first]
+        assert sequence == sorted(sequence) and all(m.source is None for m in first)
+        rest = await management.peek("short", 10, from_sequence_number=sequence[-1] + 1)
+        assert [m.message_id for m in rest] == ["m3", "m4"]
+        assert await management.peek("short", 10, from_sequence_number=10_000) == []
+        receiver = await source.receiver("short")
+        taken = await receiver.receive(5, 5)
+        assert [m.message_id for m in taken] == [f"m{i}" for i in range(5)]  # none was locked
+        assert [m.delivery_count for m in taken] == [0] * 5  # and peeking is no delivery
+        receiver.complete(taken)
+        await receiver.close()
+
+
+async def test_peek_into_one_session_leaves_it_free(broker_factory) -> None:  # type: ignore[no-untyped-def]
+    broker: BrokerHandle = broker_factory(CONFIG)
+    send(broker, "s-short", [ServiceBusMessage(f"{s}{i}", message_id=f"{s}{i}", session_id=s)
+                             for i in range(3) for s in ("a", "b")])  # fmt: skip
+    async with AmqpSource(Endpoint.from_connection_string(broker.connection_string)) as source:
+        management = Management(await source.connection())
+        peeked = await management.peek("s-short", 10, session_id="b")
+        assert [(m.message_id, m.session_id) for m in peeked] == [(f"b{i}", "b") for i in range(3)]
+        everything = await management.peek("s-short", 10)  # no session: across all of them
+        assert len(everything) == 6
+        receiver = await source.receiver("s-short", session=True, session_id="b", wait=5)
+        assert receiver.session_id == "b"  # the peek did not lock the session
+        await receiver.close()
+
+
+async def test_peek_reads_dead_letters_and_subscriptions(broker_factory) -> None:  # type: ignore[no-untyped-def]
+    broker: BrokerHandle = broker_factory(CONFIG)
+    send(broker, "short", [ServiceBusMessage("x", message_id=f"m{i}") for i in range(2)])
+    with broker.client() as client:
+        with client.get_topic_sender("news") as sender:
+            sender.send_messages(ServiceBusMessage("headline", message_id="n0"))
+        with client.get_queue_receiver("short", max_wait_time=2) as receiver:
+            [first] = receiver.receive_messages(max_message_count=1)
+            receiver.dead_letter_message(first, reason="bad", error_description="for the test")
+    async with AmqpSource(Endpoint.from_connection_string(broker.connection_string)) as source:
+        management = Management(await source.connection())
+        [dead] = await management.peek("short/$DeadLetterQueue", 10)
+        assert (dead.message_id, dead.dead_letter_reason, dead.dead_letter_description) == (
+            "m0", "bad", "for the test",
+        )  # fmt: skip
+        assert [m.message_id for m in await management.peek("short", 10)] == ["m1"]
+        [news] = await management.peek("news/Subscriptions/all", 10)
+        assert (news.message_id, news.body) == ("n0", b"headline")
+
+
+class _Stingy(Management):
+    """Gives at most two messages per reply, as a service may (it promises no more)."""
+
+    def __init__(self, connection: AmqpConnection) -> None:
+        super().__init__(connection)
+        self.asked: list[dict[str, Any]] = []
+
+    async def request(self, path: str, operation: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.asked.append(dict(body))
+        reply = await super().request(path, operation, body)
+        return {**reply, "messages": (reply.get("messages") or [])[:2]}
+
+
+async def test_peek_asks_again_when_a_reply_holds_fewer(broker_factory) -> None:  # type: ignore[no-untyped-def]
+    broker: BrokerHandle = broker_factory(CONFIG)
+    send(broker, "short", [ServiceBusMessage("x", message_id=f"m{i}") for i in range(5)])
+    async with AmqpSource(Endpoint.from_connection_string(broker.connection_string)) as source:
+        management = _Stingy(await source.connection())
+        peeked = await management.peek("short", 4)
+        assert [m.message_id for m in peeked] == ["m0", "m1", "m2", "m3"]
+        assert [b["message-count"] for b in management.asked] == [4, 2]
+        everything = await management.peek("short", 100)
+        assert [m.message_id for m in everything] == [f"m{i}" for i in range(5)]
