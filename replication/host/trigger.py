@@ -28,15 +28,18 @@ locks with the same ``LockKeeper``; where the SDK cannot do what ours does (rele
 settlement, properties changed on abandon) ``sdk_source`` says what it does instead: a
 session's messages still go back with the session without a delivery counted, but a
 plain receiver's released messages are abandoned, which counts one. With
-``sdk`` the function gets the SDK's own ``ServiceBusReceivedMessage``: the SDK keeps no
-transfer bytes to build binding data from, and re-encoding its decoded message would lose
-types (strings and binaries both come back as bytes).
+``sdk`` the function gets a copy of the SDK's own ``ServiceBusReceivedMessage``, detached
+from its receiver as the SDK pickles it (settling goes through the actions, and the SDK's
+settled state does not reach the function's object), not one decoded from binding data:
+the SDK keeps no transfer bytes to build that from, and re-encoding its decoded message
+would lose types (strings and binaries both come back as bytes).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -324,8 +327,8 @@ class TriggerRunner:
         self, receiver: SourceReceiver, batch: list[Message], tokens: list[Any]
     ) -> bool:
         try:
-            if isinstance(receiver, SdkReceiver):  # the SDK's messages (see the module)
-                received = [m.source for m in batch]
+            if isinstance(receiver, SdkReceiver):  # the SDK's messages, detached (the module)
+                received = [copy.copy(m.source) for m in batch]
                 messages = received if self.trigger.many else received[0]
             else:
                 contents = [

@@ -16,9 +16,10 @@ What the SDK cannot do the way our AMQP path does, and what happens instead:
   confirmed"); the calls go out in order before the next receive and before ``close``.
   A settlement that fails (the lock is gone) is logged; the message comes again.
 - Release (give back without counting a delivery) has no SDK call: a session receiver's
-  messages are left unsettled and go back with the session when the receiver closes
-  (Service Bus and our broker count no delivery for that); a plain receiver's are
-  abandoned, which counts one.
+  messages are left unsettled and go back with the session when the receiver closes (a
+  lock that ends with its receiver, not by expiry, counts no delivery: our broker does as
+  the Service Bus sessions guide describes); a plain receiver's are abandoned, which
+  counts one.
 - Abandon and defer cannot change properties on the way (``propertiesToModify``): the SDK
   settles them unchanged and a warning says what was dropped.
 - Prefetched messages not taken yet are not visible (``unread`` is empty), so their locks
@@ -57,6 +58,8 @@ from .client import AmqpReceiver, AuthenticationError, NoSessionAvailable, Sourc
 log = logging.getLogger("replication.servicebus.sdk_source")
 
 DEAD_LETTER_QUEUE = "/$DeadLetterQueue"
+MIN_WAIT = 0.01
+"""Seconds: the shortest wait the SDK takes (it refuses 0)."""
 SUBSCRIPTIONS = "/subscriptions/"
 
 _tokens: weakref.WeakKeyDictionary[ServiceBusReceivedMessage, uuid.UUID] = (
@@ -182,7 +185,7 @@ class SdkSource:
             options["sub_queue"] = ServiceBusSubQueue.DEAD_LETTER
         if session:
             options["session_id"] = NEXT_AVAILABLE_SESSION if session_id is None else session_id
-            options["max_wait_time"] = max(wait, 0.001)
+            options["max_wait_time"] = max(wait, MIN_WAIT)
         receiver = sdk_receiver(self.client, entity, subscription, **options)
         try:
             if session and session_id is None:
@@ -240,9 +243,10 @@ class SdkReceiver:
         """Up to ``max_count`` messages, waiting up to ``max_wait`` s for the first; ``[]``
         when none came; ``SourceError`` when the receiver failed."""
         await self._settled()
+        wait = None if max_wait is None else max(max_wait, MIN_WAIT)  # the SDK wants > 0
         try:
             batch = await self.receiver.receive_messages(
-                max_message_count=max_count, max_wait_time=max_wait or None
+                max_message_count=max_count, max_wait_time=wait
             )
         except (ServiceBusError, OSError, ValueError) as exc:
             self._failed = True

@@ -278,6 +278,7 @@ def actions_app(queue: str, sessions: bool, seen: list[Any]) -> func.FunctionApp
         seen.append((received.message_id, body, received.lock_token, received.delivery_count))
         if body == b"complete":
             message_actions.complete(received)
+            time.sleep(0.2)  # the complete is out; the function's message is its own still
             with pytest.raises(SettlementError, match="not found"):
                 message_actions.complete(received)  # settled already
         elif body == b"dead":
