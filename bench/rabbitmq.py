@@ -249,10 +249,6 @@ class RabbitMQNode:
                 return dict(row)
         raise RabbitMQError(f"RabbitMQ has no queue {name!r}")
 
-    def purge(self, name: str) -> None:
-        """Empties the queue (after a failed load, so the next one starts clean)."""
-        self.ctl("purge_queue", name)
-
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
