@@ -46,6 +46,8 @@ class Sections:
     """Offset of the message-annotations map, -1 without one."""
     properties: list[Any] | None = None
     """The properties' thirteen fields, None-padded."""
+    properties_span: tuple[int, int] | None = None
+    """Where the properties section starts and ends (for a writer that replaces it)."""
     application_properties_at: int = -1
     """Offset of the application-properties map, -1 without one."""
     data: list[bytes] = field(default_factory=list)
@@ -100,6 +102,7 @@ def scan(payload: bytes) -> Sections:
                 pos = stop
             elif section == PROPERTIES:
                 found.properties, pos = fields(data, pos, 13)
+                found.properties_span = (start, pos)
             elif section == HEADER:
                 found.header, pos = fields(data, pos, 5)
             elif section == MESSAGE_ANNOTATIONS:

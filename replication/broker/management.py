@@ -177,7 +177,7 @@ def _receive_deferred(
     messages = []
     for row in rows:
         if receive_and_delete:
-            broker.store.delete(queue.entity, row.seq)
+            broker.store.delete(queue.entity, row.seq, row.size)
             messages.append({"message": queue.payload(row, None)})
             continue
         lock = queue.lock(row, now, session=session)

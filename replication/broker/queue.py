@@ -121,6 +121,8 @@ class Lock:
     """Locked through receive-by-sequence-number: abandoning keeps the message deferred."""
     session: str | None = None
     """A session message: its lock lasts as long as the session's lock."""
+    size: int | None = None
+    """The locked message's ``StoredMessage.size``, so completing it needs no lookup."""
 
 
 class LockLostError(Exception):
@@ -288,7 +290,7 @@ class Queue:
             until = session.until_ms
         else:
             until = now + int(self.settings.lock_duration.total_seconds() * 1000)
-        lock = Lock(uuid.uuid4(), row.seq, self, until, row.delivery_count, owner)
+        lock = Lock(uuid.uuid4(), row.seq, self, until, row.delivery_count, owner, size=row.size)
         lock.deferred = row.state == STATE_DEFERRED
         lock.session = session.session_id if session is not None else None
         self.locks[lock.token] = lock
@@ -324,7 +326,7 @@ class Queue:
 
     def complete(self, token: uuid.UUID, now: int) -> None:
         lock = self._take_lock(token, now)
-        self.store.delete(self.entity, lock.seq)
+        self.store.delete(self.entity, lock.seq, lock.size)
 
     def abandon(self, token: uuid.UUID, now: int, *, count: bool = True) -> None:
         """Unlocks; the message is ready again once the transaction commits."""
@@ -467,7 +469,7 @@ class Queue:
         row = self.store.load(self.entity, [seq]).get(seq)
         if row is None:
             return
-        self.store.delete(self.entity, seq)
+        self.store.delete(self.entity, seq, row.size)
         bare = _with_dead_letter_reason(row.bare, reason, description)
         if self.forward_dead_letters_to is not None:
             message = self._forwarded_dead_letter((row.annotations or b"") + bare)
@@ -508,7 +510,7 @@ class Queue:
                 row.seq, TTL_EXPIRED, "The message expired and was dead lettered."
             )
         else:
-            self.store.delete(self.entity, row.seq)
+            self.store.delete(self.entity, row.seq, row.size)
 
     # ------------------------------------------------------------------ by sequence number
 

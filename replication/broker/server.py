@@ -849,7 +849,7 @@ class Broker:
         """
         queue = consumer.queue
         for row in rows:
-            queue.store.delete(queue.entity, row.seq)
+            queue.store.delete(queue.entity, row.seq, row.size)
         consumer.in_flight += len(rows)
 
         def send() -> None:

@@ -139,7 +139,7 @@ class Topic:
         row = self.store.load(self.entity, [seq]).get(seq)
         if row is None:
             return
-        self.store.delete(self.entity, seq)
+        self.store.delete(self.entity, seq, row.size)
         message = wire.parse_message((row.annotations or b"") + row.bare)
         now = now_ms()
         if row.expires_ms is not None:

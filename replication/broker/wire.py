@@ -59,6 +59,9 @@ class IncomingMessage:
     application_properties: dict[str, Any] | None
     bare: bytes
     size: int
+    properties_span: tuple[int, int] | None = dataclasses.field(default=None, compare=False)
+    """Where in ``bare`` the properties section is, when known (so it can be replaced
+    without reading the sections again)."""
 
     @property
     def message_id(self) -> str | None:
@@ -88,9 +91,9 @@ def ensure_message_id(message: IncomingMessage) -> IncomingMessage:
         return message
     properties = message.properties or Properties()
     properties = dataclasses.replace(properties, message_id=new_message_id())
-    bare = _with_properties(message.bare, properties)
+    bare, span = _with_properties(message.bare, properties, message.properties_span)
     message.size += len(bare) - len(message.bare)
-    message.bare, message.properties = bare, properties
+    message.bare, message.properties, message.properties_span = bare, properties, span
     return message
 
 
@@ -104,26 +107,31 @@ def with_expiry(message: IncomingMessage, expires_ms: int | None) -> IncomingMes
         return message
     properties = dataclasses.replace(message.properties or Properties(),
                                      absolute_expiry_time=expires_ms)  # fmt: skip
-    bare = _with_properties(message.bare, properties)
+    bare, span = _with_properties(message.bare, properties, message.properties_span)
     return dataclasses.replace(
-        message, properties=properties, bare=bare, size=message.size + len(bare) - len(message.bare)
-    )
+        message, properties=properties, bare=bare,
+        size=message.size + len(bare) - len(message.bare), properties_span=span,
+    )  # fmt: skip
 
 
-def _with_properties(bare: bytes, properties: Properties) -> bytes:
-    """The bare message with its properties section replaced (or added in front); every other
-    section keeps the sender's bytes."""
+def _with_properties(
+    bare: bytes, properties: Properties, span: tuple[int, int] | None
+) -> tuple[bytes, tuple[int, int]]:
+    """The bare message with its properties section (at ``span`` when known) replaced, or
+    added in front; every other section keeps the sender's bytes. Also where it is now."""
     encoded = bytearray()
     codec.encode_into(encoded, properties)
-    start = end = 0  # no properties section: insert one at the front
-    pos = 0
-    while pos < len(bare):
-        section_start = pos
-        section, pos = codec.decode_at(bare, pos)
-        if type(section) is Properties:
-            start, end = section_start, pos
-            break
-    return bare[:start] + bytes(encoded) + bare[end:]
+    if span is None:
+        span = (0, 0)  # no properties section: insert one at the front
+        pos = 0
+        while pos < len(bare):
+            section_start = pos
+            section, pos = codec.decode_at(bare, pos)
+            if type(section) is Properties:
+                span = (section_start, pos)
+                break
+    start, end = span
+    return bare[:start] + bytes(encoded) + bare[end:], (start, start + len(encoded))
 
 
 def new_message_id() -> str:
@@ -155,9 +163,11 @@ def _scanned(payload: bytes) -> IncomingMessage:
     application_properties = None
     if found.application_properties_at >= 0:
         application_properties = scan.string_map(payload, found.application_properties_at)
+    span = found.properties_span or (found.bare_start, found.bare_start)  # none: in front
+    span = (span[0] - found.bare_start, span[1] - found.bare_start)
     return IncomingMessage(
         header, annotations, properties, application_properties,
-        payload[found.bare_start : found.bare_end], len(payload),
+        payload[found.bare_start : found.bare_end], len(payload), span,
     )  # fmt: skip
 
 

@@ -35,7 +35,12 @@ def test_parse_message_equals_the_general_decoder(message: AmqpMessage, sdk_tail
         codec.encode_into(out, DeliveryAnnotations({symbol("x-tail"): 1}))
         payload = bytes(out)
     assert wire.parse_message(payload) == wire._decoded(payload)
-    assert wire._scanned(payload) == wire._decoded(payload)  # the shortcut read it itself
+    scanned = wire._scanned(payload)  # the shortcut read it itself
+    assert scanned == wire._decoded(payload)
+    # the properties rewritten where the scan found them, or by reading the sections again
+    assert wire.with_expiry(scanned, 1_764_000_000_000) == wire.with_expiry(
+        wire._decoded(payload), 1_764_000_000_000
+    )
 
 
 @pytest.mark.parametrize("sender_annotations", [{}, {symbol("x-opt-partition-key"): "pk"}])
