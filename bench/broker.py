@@ -27,18 +27,20 @@ load average:
    disposition per run of delivery ids), its credit enough for every message (see
    ``ClientEndToEnd`` for why). Same warm-up. See ``_Sender`` for the one frame the load
    leaves out (RabbitMQ ends the session on it).
-3. The RabbitMQ reference (issue 20: goal >= 1.5x on 1 and 2): after our two runs, a private
+3. The RabbitMQ reference (issue 20: goal >= 1.5x on 1 and 2): before them, a private
    RabbitMQ node (Debian's ``rabbitmq-server``, 3.10.8 on bookworm, with ``rabbitmq_amqp1_0``;
    installed with apt-get when missing; started and stopped by ``bench/rabbitmq.py``, its own
-   directories, cookie, epmd and ports), a durable classic queue declared through the plugin
-   and checked with rabbitmqctl (durable, our message stored persistent), then loads 1 and 2
-   with the same code, counts and warm-up, SASL PLAIN guest/guest; the node is stopped before
-   the rest. 1 and 2 print ours, RabbitMQ's and the ratio ours/RabbitMQ. ``--skip-rabbitmq``
-   leaves it out; ``--rabbitmq`` makes its absence fail the run (by default a line says why
-   it did not run). Durability differs by default: our broker commits with SQLite
-   ``synchronous=NORMAL`` (an accepted message survives a broker crash, not a power cut;
-   ``--broker-cmd`` with ``--fsync`` for the latter), RabbitMQ confirms a persistent message
-   once its message store has written it, fsyncing in batches, or once it was consumed.
+   directories, cookie, epmd and ports) and a durable classic queue declared through the
+   plugin and checked with rabbitmqctl (durable, our message stored persistent). Loads 1 and
+   2 each run on our broker and then at once on RabbitMQ (so a ratio's two figures are
+   seconds apart on a shared box), same code, counts and warm-up, SASL PLAIN guest/guest;
+   the node is stopped before the rest. 1 and 2 print ours, RabbitMQ's and the ratio
+   ours/RabbitMQ. ``--skip-rabbitmq`` leaves it out; ``--rabbitmq`` makes its absence fail
+   the run (by default a line says why it did not run). Durability differs by default: our
+   broker commits with SQLite ``synchronous=NORMAL`` (an accepted message survives a broker
+   crash, not a power cut; ``--broker-cmd`` with ``--fsync`` for the latter), RabbitMQ
+   confirms a persistent message once its message store has written it, fsyncing in
+   batches, or once it was consumed.
 4. SDK e2e: azure-servicebus (sync), a sender thread sending batches of 100 and a receiver
    thread (prefetch 100) receiving up to 100 at a time and completing each message.
 5. fan-out: ``--fanout-messages`` durable messages of ``--size`` bytes sent with proton to
@@ -95,8 +97,8 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -1265,42 +1267,36 @@ class RabbitQueue:
         self.taken = True
 
 
-@dataclass(slots=True)
-class Reference:
-    """What the RabbitMQ reference measured, {load: msgs/s}, filled as each load finishes (a
-    failure keeps the figures before it)."""
-
-    label: str = "RabbitMQ"
-    rates: dict[str, float] = field(default_factory=dict)
-
-
-def rabbitmq_reference(args: argparse.Namespace, queue: str, reference: Reference) -> None:
-    """Starts the private RabbitMQ node, runs the proton and client e2e loads against it into
-    ``reference`` and stops it. Raises ``RabbitMQUnavailable`` when it cannot be installed."""
+@contextlib.contextmanager
+def rabbitmq_reference(args: argparse.Namespace, queue: str) -> Iterator[tuple[Peer, str]]:
+    """The private RabbitMQ node, started with its durable queue checked: yields the peer and
+    the queue's address, stops the node on the way out and prints what it logged. Raises
+    ``RabbitMQUnavailable`` when it cannot be installed."""
     reason = ensure_installed()
     if reason is not None:
         raise RabbitMQUnavailable(reason)
     node = RabbitMQNode()
     try:
-        node.start()
-        reference.label = node.label
-        peer = Peer(node.label, node.port, RABBITMQ_USER, RABBITMQ_PASSWORD)
-        address = RabbitQueue(peer, queue, args.size).run(node)
+        try:
+            node.start()
+            peer = Peer(node.label, node.port, RABBITMQ_USER, RABBITMQ_PASSWORD)
+            address = RabbitQueue(peer, queue, args.size).run(node)
+        except Exception:
+            if node.alive():
+                print(f"RabbitMQ's last log lines:\n{node.log()}", file=sys.stderr)
+            raise
         print(
             f"reference: RabbitMQ {node.version} (Erlang {node.erlang}, rabbitmq_amqp1_0), "
             f"private node {node.node} on {peer.host}:{peer.port}, durable classic queue "
             f"{address} (checked: durable, message persistent), SASL PLAIN guest", flush=True,
         )  # fmt: skip
-        loads = {"proton": proton_e2e, "client": client_e2e}
-        for load, measure in loads.items():
-            reference.rates[load] = measure(peer, address, args.messages, args.size, args.in_flight)
-        left = node.queue(queue).get("messages")
+        yield peer, address
+        try:
+            left = node.queue(queue).get("messages")
+        except RabbitMQError as exc:
+            left = f"? ({exc})"
         if left:
             print(f"  ! RabbitMQ: {left} message(s) left in {address} after the loads")
-    except Exception:
-        if node.alive():
-            print(f"RabbitMQ's last log lines:\n{node.log()}", file=sys.stderr)
-        raise
     finally:
         code = node.stop()
         reports, races = node.trouble()
@@ -1315,6 +1311,50 @@ def rabbitmq_reference(args: argparse.Namespace, queue: str, reference: Referenc
                 print(f"  {report:.400}")
         if code not in (0, -signal.SIGTERM, None):
             print(f"RabbitMQ exited with {code}")
+
+
+def e2e(args: argparse.Namespace, ours: Peer, queue: str) -> bool:
+    """The proton and client e2e loads on our broker, each followed at once by the same load
+    on the RabbitMQ reference, so the two figures of a ratio are seconds apart on a shared
+    box; a line per load. Returns True when the reference failed, or was required
+    (``--rabbitmq``) and could not run."""
+    count, size, in_flight = args.messages, args.size, args.in_flight
+    common = f"{count:,} x {size} B durable, {in_flight:,} in flight"
+    loads: dict[str, tuple[Callable[[Peer, str, int, int, int], float], str]] = {
+        "proton": (proton_e2e, f"{common}, peek-lock + accept"),
+        "client": (
+            client_e2e,
+            f"{common}, our replication.amqp client: {min(in_flight, count):,} concurrent "
+            f"send_encoded, receiver credit {count:,}, accepted per batch",
+        ),
+    }
+    failed = False
+    with contextlib.ExitStack() as stack:
+        target: tuple[Peer, str] | None = None
+        if args.rabbitmq is False:
+            print("RabbitMQ reference: skipped (--skip-rabbitmq)", flush=True)
+        else:
+            try:
+                target = stack.enter_context(rabbitmq_reference(args, queue))
+            except RabbitMQUnavailable as exc:
+                failed = bool(args.rabbitmq)
+                required = " (--rabbitmq: the run fails)" if failed else ""
+                print(f"RabbitMQ reference: not available: {exc}{required}", flush=True)
+            except Exception as exc:  # report it, measure the rest
+                failed = True
+                print(f"RabbitMQ reference FAILED: {_why(exc)}", flush=True)
+        for load, (measure, detail) in loads.items():
+            rate = measure(ours, queue, count, size, in_flight)
+            theirs: tuple[str, float] | None = None
+            if target is not None:
+                peer, address = target
+                try:
+                    theirs = peer.label, measure(peer, address, count, size, in_flight)
+                except Exception as exc:  # no more of the reference; ours go on
+                    failed, target = True, None
+                    print(f"RabbitMQ reference FAILED ({load} e2e): {_why(exc)}", flush=True)
+            print(e2e_line(load, rate, theirs, detail), flush=True)
+    return failed
 
 
 # ---------------------------------------------------------------------- azure-servicebus
@@ -1395,12 +1435,12 @@ def load_average() -> str:
     return "load average " + ", ".join(f"{load:.2f}" for load in os.getloadavg())
 
 
-def e2e_line(load: str, ours: float, reference: Reference | None, detail: str) -> str:
+def e2e_line(load: str, ours: float, reference: tuple[str, float] | None, detail: str) -> str:
     """``<load> e2e: ours <n> msgs/s, <reference> <m> msgs/s, ratio <ours/reference>x (...)``,
     or only our figure when the reference did not measure this load."""
-    if reference is None or load not in reference.rates:
+    if reference is None:
         return f"{load} e2e: {ours:,.0f} msgs/s ({detail})"
-    label, theirs = reference.label, reference.rates[load]
+    label, theirs = reference
     return (
         f"{load} e2e: ours {ours:,.0f} msgs/s, {label} {theirs:,.0f} msgs/s, ratio "
         f"{ours / theirs:.2f}x (goal >= {GOAL:.1f}x; {detail})"
@@ -1455,34 +1495,7 @@ def main(argv: list[str] | None = None) -> int:
         broker.start()
         print(header(broker), flush=True)
         ours = Peer("ours", broker.port)
-        count, size, in_flight = args.messages, args.size, args.in_flight
-        rates = {
-            "proton": proton_e2e(ours, queue, count, size, in_flight),
-            "client": client_e2e(ours, queue, count, size, in_flight),
-        }
-        reference: Reference | None = None
-        if args.rabbitmq is False:
-            print("RabbitMQ reference: skipped (--skip-rabbitmq)", flush=True)
-        else:  # after our runs, so the idle node does not share the box with them
-            reference = Reference()
-            try:
-                rabbitmq_reference(args, queue, reference)
-            except RabbitMQUnavailable as exc:
-                failed = bool(args.rabbitmq)
-                required = " (--rabbitmq: the run fails)" if failed else ""
-                print(f"RabbitMQ reference: not available: {exc}{required}", flush=True)
-            except Exception as exc:  # report it, measure the rest
-                failed = True
-                print(f"RabbitMQ reference FAILED: {_why(exc)}", flush=True)
-        common = f"{count:,} x {size} B durable, {in_flight:,} in flight"
-        print(e2e_line("proton", rates["proton"], reference, f"{common}, peek-lock + accept"))
-        print(
-            e2e_line(
-                "client", rates["client"], reference,
-                f"{common}, our replication.amqp client: {min(in_flight, count):,} concurrent "
-                f"send_encoded, receiver credit {count:,}, accepted per batch",
-            ), flush=True,
-        )  # fmt: skip
+        failed = e2e(args, ours, queue)
         rate = sdk_e2e(broker.port, queue, args.messages, args.size)
         print(
             f"SDK e2e: {rate:,.0f} msgs/s ({args.messages:,} x {args.size} B, batches of "
