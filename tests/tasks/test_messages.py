@@ -3,8 +3,9 @@ the replication stamp."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import azure.functions as func
 import pytest
@@ -113,7 +114,31 @@ def test_stamp_appends_on_every_hop() -> None:
         (datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC), "2026-01-02T03:04:05.0000000Z"),
         (datetime(2026, 1, 2, 4, 4, 5, 1, tzinfo=UTC).astimezone(), "2026-01-02T04:04:05.0000010Z"),
         (datetime(2026, 1, 2, 3, 4, 5), "2026-01-02T03:04:05.0000000Z"),  # naive = UTC
+        (
+            datetime(2026, 1, 2, 5, 4, 5, tzinfo=timezone(timedelta(hours=2))),
+            "2026-01-02T03:04:05.0000000Z",
+        ),
+        (datetime.min.replace(tzinfo=UTC), "0001-01-01T00:00:00.0000000Z"),  # as .NET writes it
     ],
 )
 def test_iso_utc(moment: datetime, text: str) -> None:
     assert iso_utc(moment) == text
+
+
+def test_copy_keeps_every_field_and_changes_only_the_named_ones() -> None:
+    source = object()
+    original = Message(
+        **{name: f"v-{name}" for name in ("message_id", "session_id", "partition_key",
+                                          "correlation_id", "subject", "content_type",
+                                          "reply_to", "reply_to_session_id", "to",
+                                          "dead_letter_reason", "target")},
+        body=b"b", application_properties={"k": 1}, sequence_number=7, delivery_count=2,
+        source=source,
+    )  # fmt: skip
+    copy = original.copy(subject="new")
+    assert copy == dataclasses.replace(original, subject="new")
+    assert copy.source is source and copy.subject == "new" and original.subject == "v-subject"
+    assert copy.application_properties == {"k": 1}
+    assert copy.application_properties is not original.application_properties
+    with pytest.raises(TypeError, match=r"no field\(s\) colour"):
+        original.copy(colour="red")
