@@ -71,6 +71,13 @@ def encode_frame(
     return bytes(out)
 
 
+def _transfer_frame(channel: int, performative: bytes | bytearray, payload: bytes) -> bytes:
+    """A one-frame delivery from its already encoded performative."""
+    return _HEADER.pack(8 + len(performative) + len(payload), 2, FRAME_AMQP, channel) + (
+        performative + payload
+    )
+
+
 def encode_transfer_frames(
     channel: int, transfer: Any, payload: bytes, max_frame_size: int
 ) -> list[bytes]:
@@ -82,7 +89,7 @@ def encode_transfer_frames(
     codec.encode_into(performative, transfer)
     room = max_frame_size - 8 - len(performative) - 1  # more=true can add a byte
     if len(payload) + len(performative) + 8 <= max_frame_size:
-        return [encode_frame(channel, transfer, payload)]
+        return [_transfer_frame(channel, performative, payload)]
     if room <= 0:
         raise FramingError(f"max-frame-size {max_frame_size} cannot hold a transfer frame")
     frames = []
