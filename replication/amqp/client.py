@@ -62,9 +62,7 @@ class _LinkEndpoint:
     def __init__(self, client: Client, link: Link) -> None:
         self.client = client
         self.link = link
-        self.detached: asyncio.Future[Error | None] = (
-            asyncio.get_running_loop().create_future()
-        )
+        self.detached: asyncio.Future[Error | None] = asyncio.get_running_loop().create_future()
 
     def _check(self) -> None:
         if self.detached.done():
@@ -230,6 +228,8 @@ class Client:
         self.session = session
         self._endpoints: dict[int, _LinkEndpoint] = {}
         self._link_waiters: dict[int, asyncio.Future[Link]] = {}
+        self._session_ended: LinkDetachedError | None = None
+        """Why the session ended, once it did: every later attach fails with it."""
 
     @classmethod
     async def connect(
@@ -267,6 +267,10 @@ class Client:
             )
         return client
 
+    def _check_session(self) -> None:
+        if self._session_ended is not None:
+            raise self._session_ended
+
     async def _attach(self, link: Link, timeout: float) -> None:
         future: asyncio.Future[Link] = asyncio.get_running_loop().create_future()
         self._link_waiters[id(link)] = future
@@ -277,6 +281,7 @@ class Client:
             self._link_waiters.pop(id(link), None)
 
     async def sender(self, address: str, *, name: str | None = None, timeout: float = 10) -> Sender:
+        self._check_session()
         link = self.session.attach_sender(
             name or f"sender-{uuid.uuid4()}", Target(address=address), source=Source()
         )
@@ -295,6 +300,7 @@ class Client:
         """Attaches a receiving link from ``address``; ``filter`` goes on the source,
         ``properties`` on the attach (e.g. Service Bus's ``com.microsoft:timeout``). The
         peer's attach (``receiver.link.remote_source`` etc.) is there once this returns."""
+        self._check_session()
         link = self.session.attach_receiver(
             name or f"receiver-{uuid.uuid4()}", Source(address=address, filter=filter),
             target=Target(address=target), credit=credit, properties=properties,
@@ -334,6 +340,18 @@ class Client:
                         error.condition if error else None,
                     )
                 )
+        elif isinstance(event, ev.SessionEnded) and event.session is self.session:
+            error = event.error
+            reason = f": {error.description or error.condition}" if error else ""
+            self._session_ended = LinkDetachedError(
+                f"the session ended{reason}", error.condition if error else None
+            )
+            for endpoint in self._endpoints.values():
+                if not endpoint.detached.done():
+                    endpoint.detached.set_result(error)
+            for waiter in self._link_waiters.values():
+                if not waiter.done():
+                    waiter.set_exception(self._session_ended)
         elif isinstance(event, ev.ConnectionClosed):
             for endpoint in self._endpoints.values():
                 if not endpoint.detached.done():

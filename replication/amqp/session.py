@@ -201,7 +201,10 @@ class Session:
     def _queue_disposition(self, delivery: Delivery) -> None:
         if delivery.delivery_id is None:  # not yet on the wire: settle before sending
             return
-        self._pending_dispositions[id(delivery)] = delivery
+        if not (delivery.settled and delivery.remote_settled):
+            # both ends settled: nothing left to say (RabbitMQ ends the session on a sender's
+            # disposition for a delivery it settled itself)
+            self._pending_dispositions[id(delivery)] = delivery
         if delivery.settled:
             if delivery.link.is_sender:
                 self._outgoing_unsettled.pop(delivery.delivery_id, None)
@@ -323,9 +326,7 @@ class Session:
     def _link_for(self, handle: int) -> Link:
         link = self._links_by_remote.get(handle)
         if link is None:
-            raise SessionError(
-                f"handle {handle} is not attached", "amqp:session:unattached-handle"
-            )
+            raise SessionError(f"handle {handle} is not attached", "amqp:session:unattached-handle")
         return link
 
     def _on_attach(self, attach: Attach) -> None:

@@ -709,6 +709,23 @@ def test_unsettled_outcome_then_sender_settles() -> None:
     assert received.delivery.remote_settled
 
 
+def test_settling_what_the_peer_settled_sends_nothing() -> None:
+    """The receiver accepted and settled: the sender settling too is bookkeeping only (a
+    sender's disposition for it makes RabbitMQ 3.10 end the session)."""
+    pair, sender, _receiver = sender_pair(credit=1)
+    delivery = sender.send(b"m")
+    pair.pump()
+    (received,) = of(pair.server_events, ev.DeliveryReceived)
+    received.delivery.update(Accepted())
+    pair.pump()
+    assert delivery.remote_settled
+    mark = pair.mark()
+    delivery.settle()
+    pair.pump()
+    assert delivery.settled
+    assert bodies(pair.sent_by_client(mark), Disposition) == []
+
+
 def test_accepting_ten_deliveries_sends_one_ranged_disposition() -> None:
     pair, sender, _receiver = sender_pair(credit=10)
     for i in range(10):

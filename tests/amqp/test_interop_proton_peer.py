@@ -78,6 +78,14 @@ class ProtonBroker(MessagingHandler):
                 conn.condition = Condition("amqp:connection:forced", "broker shutting down")
                 conn.close()
 
+    def on_end_sessions(self, event: Any) -> None:
+        for conn in self.connections:
+            session = conn.session_head(proton.Endpoint.LOCAL_ACTIVE)
+            while session is not None:
+                session.condition = Condition("amqp:session:errant-link", "unexpected frame")
+                session.close()
+                session = session.next(proton.Endpoint.LOCAL_ACTIVE)
+
     # -- connections and links
 
     def on_connection_init(self, event: Any) -> None:
@@ -606,6 +614,22 @@ async def test_broker_closing_the_connection_wakes_our_receiver(broker: ProtonBr
         assert info.value.condition == "amqp:connection:forced"
         assert "broker shutting down" in str(info.value)
         await asyncio.wait_for(client.driver.closed.wait(), TIMEOUT)
+    finally:
+        await client.close()
+
+
+@pytest.mark.timeout(60)
+async def test_a_session_ended_by_the_peer_says_why(broker: ProtonBroker):
+    """The peer ends our session with an error: links waiting on it and every later attach
+    fail with that error, not a bare "attach refused"."""
+    client = await _connect(broker)
+    try:
+        receiver = await client.receiver("q", credit=5)
+        broker.trigger("end_sessions")
+        await asyncio.wait_for(receiver.detached, TIMEOUT)
+        with pytest.raises(LinkDetachedError, match="the session ended: unexpected frame") as info:
+            await client.sender("q")
+        assert info.value.condition == "amqp:session:errant-link"
     finally:
         await client.close()
 
