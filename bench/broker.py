@@ -25,8 +25,7 @@ load average:
    ``--in-flight`` coroutines each sending with ``Sender.send_encoded`` and awaiting the
    outcome, a ``Receiver`` accepting what arrived in batches of up to ``--in-flight`` (one
    disposition per run of delivery ids), its credit enough for every message (see
-   ``ClientEndToEnd`` for why). Same warm-up. See ``_Sender`` for the one frame the load
-   leaves out (RabbitMQ ends the session on it).
+   ``ClientEndToEnd`` for why). Same warm-up.
 3. The RabbitMQ reference (issue 20: goal >= 1.5x on 1 and 2): before them, a private
    RabbitMQ node (Debian's ``rabbitmq-server``, 3.10.8 on bookworm, with ``rabbitmq_amqp1_0``;
    installed with apt-get when missing; started and stopped by ``bench/rabbitmq.py``, its own
@@ -117,7 +116,6 @@ from rabbitmq import USER as RABBITMQ_USER
 from replication import __version__ as REPLICATION_VERSION
 from replication.amqp.client import Client, Receiver
 from replication.amqp.client import Sender as AmqpClientSender
-from replication.amqp.link import Delivery as AmqpDelivery
 from replication.amqp.message import BodyType, Header
 from replication.amqp.message import Message as AmqpMessage
 from replication.amqp.message import decode_message as decode_amqp
@@ -1073,23 +1071,6 @@ def _terminus_filter(terminus: proton.Terminus) -> dict[Any, Any] | None:
 # ---------------------------------------------------------------------- our own AMQP client
 
 
-class _Sender(AmqpClientSender):
-    """Our client's ``Sender``, minus one frame: it does not settle, with a disposition of its
-    own, a delivery whose outcome came already settled (as both brokers send ``accepted``).
-
-    The stock ``Sender._on_update`` answers such an outcome with a sender-role disposition
-    for a delivery the receiver has settled and forgotten. Our broker ignores it; RabbitMQ
-    3.10's AMQP 1.0 plugin ends the session on it ("Unexpected frame"), so without this the
-    client load cannot run against the reference. Both brokers get this same sender; once the
-    engine drops that frame itself, this is a no-op.
-    """
-
-    def _on_update(self, delivery: AmqpDelivery) -> None:
-        if delivery.remote_settled and not delivery.settled:
-            delivery.settled = True  # settled at both ends: nothing left to tell the peer
-        super()._on_update(delivery)
-
-
 class ClientEndToEnd:
     """Concurrent send + receive of ``count`` messages over one connection of our own client
     (``replication.amqp.client``), the counterpart of ``EndToEnd``.
@@ -1125,7 +1106,6 @@ class ClientEndToEnd:
         )  # fmt: skip
         try:
             sender = await client.sender(self.queue, name="bench-client-sender")
-            sender.__class__ = _Sender  # attached, nothing sent yet
             receiver = await client.receiver(
                 self.queue, credit=self.count, name="bench-client-receiver", decode=None
             )
