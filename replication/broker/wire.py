@@ -213,11 +213,11 @@ def parse_transfer(payload: bytes, message_format: int) -> list[IncomingMessage]
     """The messages of one transfer: one, or each data section of a batch."""
     if message_format != BATCH_FORMAT:
         return [parse_message(payload)]
-    messages = []
-    for section in codec.decode_all(payload):
-        if type(section) is Data:
-            messages.append(parse_message(section.value))
-    return messages
+    try:
+        parts = scan.scan(payload).data
+    except scan.Unusual:  # the general decoder reads it, or says what is wrong
+        parts = [section.value for section in codec.decode_all(payload) if type(section) is Data]
+    return [parse_message(part) for part in parts]
 
 
 def encode_annotations(annotations: dict[Any, Any]) -> bytes:

@@ -2,5 +2,7 @@
 engine (``replication.amqp``) and its users (tasks, Spark, the local host, failover, the
 broker): connection strings, SAS tokens, the Service Bus symbols.
 
-Nothing here imports the task library, the broker or an SDK.
+Nothing here imports the task library or the broker. The SDK appears only where it is
+the chosen backend (``sdk_source``: ``backend: sdk``) or the thing being read
+(``Endpoint.from_client``).
 """

@@ -11,7 +11,8 @@ Two receive backends, the same semantics: ``"amqp"`` reads over our own AMQP sta
 (``servicebus.client``: a message decoded once, a batch's completes in one ranged disposition),
 ``"sdk"`` with the asyncio azure-servicebus receiver. ``"auto"`` (the default) takes
 ``"amqp"`` whenever the client's endpoint and credential allow it (plain AMQP or TLS, a SAS
-key or token, or an Entra ID credential), else the SDK. Sending is the SDK's either way.
+key or token, or an Entra ID credential), else the SDK. Sending is the ``sender_for``'s
+(``SenderPool``: our AMQP sender by default, or the SDK's).
 
 Locks: a batch in flight keeps its peek-locks however long it takes (a slow step, a target
 that is down), so it is not delivered again and costs no delivery attempt. The AMQP backend
@@ -25,8 +26,10 @@ costs the prefetched messages behind it one delivery (they come again, nothing i
 ``maxAutoLockRenewalDuration``); None renews as long as the pump holds the batch.
 
 Outages: sends go through a per-target breaker (``breaker.Breakers``). A target that stays
-unreachable holds the batch in flight (locks kept) until it answers again, and the drain
-loop, sequential per receiver, takes nothing new meanwhile. When ``stop`` is set the
+unreachable holds the batches in flight (locks kept) until it answers again, and the drain
+loop takes nothing new meanwhile: a session receiver has one batch in flight, a plain one
+at most ``BATCHES_IN_FLIGHT`` (the next batch is processed while the one before waits for
+its target's answer; on one link they reach the target in order). When ``stop`` is set the
 breakers let their waiting sends go and their source messages are given back without a
 delivery counted (it is a shutdown): released by the AMQP backend, left to go back with
 the session by an SDK session receiver; an SDK plain receiver cannot release, it abandons.
