@@ -26,10 +26,9 @@ costs the prefetched messages behind it one delivery (they come again, nothing i
 ``maxAutoLockRenewalDuration``); None renews as long as the pump holds the batch.
 
 Outages: sends go through a per-target breaker (``breaker.Breakers``). A target that stays
-unreachable holds the batches in flight (locks kept) until it answers again, and the drain
-loop takes nothing new meanwhile: a session receiver has one batch in flight, a plain one
-at most ``BATCHES_IN_FLIGHT`` (the next batch is processed while the one before waits for
-its target's answer; on one link they reach the target in order). When ``stop`` is set the
+unreachable holds the batch in flight (locks kept) until it answers again, and the drain
+loop, sequential per receiver, takes nothing new meanwhile (one batch at a time, so a
+slow step or send can never let a later batch overtake it). When ``stop`` is set the
 breakers let their waiting sends go and their source messages are given back without a
 delivery counted (it is a shutdown): released by the AMQP backend, left to go back with
 the session by an SDK session receiver; an SDK plain receiver cannot release, it abandons.
@@ -380,56 +379,20 @@ class _Loop:
 
     async def amqp_drain(self, receiver: AmqpReceiver, keeper: LockKeeper,
                          until_empty: bool) -> None:  # fmt: skip
-        """Batch after batch; a session's one at a time (its order), a plain entity's with
-        the next batch taken and sent while the one before waits for its target's answer
-        (``BATCHES_IN_FLIGHT``), so the pump works while the brokers do."""
-        in_flight: set[asyncio.Task[bool]] = set()
-        limit = 1 if until_empty else BATCHES_IN_FLIGHT
-        try:
-            while not self.stop.is_set():
-                batch = await receiver.receive(self.max_batch, self.max_wait)
-                if not batch:
-                    if until_empty:
-                        return
-                    continue
-                if self.stop.is_set():  # it stopped while this was awaited: not taken
-                    receiver.release(batch)
-                    break
-                keeper.hold(batch)
-                if limit == 1:
-                    if await self.amqp_batch(receiver, keeper, batch, until_empty):
-                        return
-                    continue
-                in_flight.add(asyncio.create_task(
-                    self.amqp_batch(receiver, keeper, batch, until_empty)
-                ))  # fmt: skip
-                if len(in_flight) >= limit:
-                    done, in_flight = await asyncio.wait(
-                        in_flight, return_when=asyncio.FIRST_COMPLETED
-                    )
-                    for task in done:
-                        task.result()  # a failure ends the drain, as it does sequentially
-        except BaseException:
-            for task in in_flight:
-                task.cancel()
-            if in_flight:
-                await asyncio.wait(in_flight)
-            raise
-        for task in in_flight:  # stopping: the batches under way finish first
-            await task
-
-    async def amqp_batch(self, receiver: AmqpReceiver, keeper: LockKeeper,
-                         batch: list[Message], until_empty: bool) -> bool:  # fmt: skip
-        try:
-            settlements = await self.processed(batch)
-            settle_amqp(receiver, settlements, self.stats)
-        finally:
-            keeper.settled(batch)
-        return self.batch_done(settlements, until_empty)
-
-
-BATCHES_IN_FLIGHT = 2
-"""Batches of a plain (not session) source processed at once by one receiver."""
+        while not self.stop.is_set():
+            batch = await receiver.receive(self.max_batch, self.max_wait)
+            if not batch:
+                if until_empty:
+                    return
+                continue
+            keeper.hold(batch)
+            try:
+                settlements = await self.processed(batch)
+                settle_amqp(receiver, settlements, self.stats)
+            finally:
+                keeper.settled(batch)
+            if self.batch_done(settlements, until_empty):
+                return
 
 
 def settle_amqp(receiver: AmqpReceiver, settlements: list[Settlement], stats: PumpStats) -> None:

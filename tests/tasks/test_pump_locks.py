@@ -214,6 +214,28 @@ async def test_slow_batch_keeps_its_locks(
     assert dead_lettered(broker, "src") == 0
 
 
+async def test_a_slow_batch_is_not_overtaken_by_the_next(
+    broker_factory: Callable[..., BrokerHandle],
+) -> None:
+    """A plain source's first batch takes a second longer to send: the batches behind it
+    wait, so the target gets the messages in the order they were read (one batch in flight
+    per receiver; two would let the next overtake a slow one)."""
+    broker = broker_factory(make_config({"src": {}, "dst": {}}))
+    sent = [ServiceBusMessage(f"{i}", message_id=f"m-{i}") for i in range(20)]
+    send(broker, "src", sent)
+    cs = broker.connection_string
+    pool = SenderPool({None: Target(cs, "dst")})
+    slow = SlowFirstBatch(pool, 1.0)
+    try:
+        async with running(ReplicationTask("in-order"), cs, Source("src"), slow,
+                           backend="amqp", max_batch=5) as run:  # fmt: skip
+            await run.until(lambda: run.stats.completed == len(sent))
+    finally:
+        await pool.close()
+    got = await asyncio.to_thread(receive_all, cs, "dst")
+    assert [m.message_id for m in got] == [m.message_id for m in sent]
+
+
 # ---------------------------------------------------------------------- a target outage
 
 
