@@ -8,12 +8,9 @@ this mode is at-most-once by design; streaming reads are the at-least-once way.
 
 from __future__ import annotations
 
-from ..amqp.message import decode_message
-from ..amqp.types import int32
 from ..messages import Message
 from ..servicebus.client import AmqpSource
 from ..servicebus.endpoint import Endpoint
-from ..servicebus.incoming import to_message
 from ..servicebus.management import Management
 from .options import Options
 
@@ -34,11 +31,7 @@ async def _peek(source: AmqpSource, options: Options) -> list[Message]:
     next_sequence = 0
     while len(found) < options.max_messages:
         count = min(PEEK_PAGE, options.max_messages - len(found))
-        reply = await management.request(options.path, "com.microsoft:peek-message", {
-            "from-sequence-number": next_sequence, "message-count": int32(count),
-        })  # fmt: skip
-        page = [to_message(decode_message(bytes(item["message"])))
-                for item in reply.get("messages") or []]  # fmt: skip
+        page = await management.peek(options.path, count, from_sequence_number=next_sequence)
         if not page:
             break
         found += page
