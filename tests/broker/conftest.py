@@ -504,6 +504,18 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: floa
         time.sleep(interval)
 
 
+def receive_all(broker: BrokerHandle, queue: str, **kwargs: Any) -> list[ServiceBusReceivedMessage]:
+    """Receives and completes whatever ``queue`` holds (until a second passes with nothing);
+    ``kwargs`` go to ``get_queue_receiver`` (session_id, sub_queue, ...)."""
+    out: list[ServiceBusReceivedMessage] = []
+    with broker.client() as client, client.get_queue_receiver(queue, **kwargs) as receiver:
+        while batch := receiver.receive_messages(max_message_count=100, max_wait_time=1):
+            for message in batch:
+                receiver.complete_message(message)
+            out += batch
+    return out
+
+
 def receive_n(
     receiver: ServiceBusReceiver, count: int, timeout: float = 10.0, max_wait_time: float = 1.0
 ) -> list[ServiceBusReceivedMessage]:

@@ -7,7 +7,7 @@ from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
 
 from replication.broker.config import ConfigError, parse_config
 
-from .conftest import BrokerHandle, make_config, receive_n
+from .conftest import BrokerHandle, make_config, receive_all, receive_n
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -32,16 +32,6 @@ CONFIG = make_config(
         "onward": {"Properties": {"ForwardTo": "out"}},
     }}},
 )  # fmt: skip
-
-
-def receive_all(broker: BrokerHandle, queue: str, **kwargs: object) -> list:
-    out = []
-    with broker.client() as client, client.get_queue_receiver(queue, **kwargs) as receiver:
-        while batch := receiver.receive_messages(max_message_count=50, max_wait_time=1):
-            for message in batch:
-                receiver.complete_message(message)
-            out += batch
-    return out
 
 
 @pytest.mark.broker_config(CONFIG)

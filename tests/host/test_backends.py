@@ -16,21 +16,11 @@ from azure.servicebus import ServiceBusMessage
 from replication.host.trigger import HostOptions
 from replication.tasks.stamping import ENQUEUE_TIME, SEQUENCE, iso_utc
 from replication.tasks.targets import BACKENDS
-from tests.broker.conftest import BrokerHandle, make_config
+from tests.broker.conftest import make_config, receive_all
 
 from .support import pipeline_app, run_app, settled, stats
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def receive_all(broker: BrokerHandle, queue: str, **kwargs: Any) -> list[Any]:
-    out: list[Any] = []
-    with broker.client() as client, client.get_queue_receiver(queue, **kwargs) as receiver:
-        while batch := receiver.receive_messages(max_message_count=100, max_wait_time=1):
-            for message in batch:
-                receiver.complete_message(message)
-            out += batch
-    return out
 
 
 def test_the_backend_is_amqp_or_sdk() -> None:

@@ -26,7 +26,7 @@ from replication.tasks.pump import PumpStats, Source, pump
 from replication.tasks.stamping import ENQUEUE_TIME, SEQUENCE, iso_utc
 from replication.tasks.targets import BACKENDS, SendBackend, SenderPool, Target
 from replication.tasks.task import PATH, ReplicationTask
-from tests.broker.conftest import BrokerHandle, make_config
+from tests.broker.conftest import BrokerHandle, make_config, receive_all
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -82,16 +82,6 @@ async def wait_until(predicate: Callable[[], bool], timeout: float = 60.0) -> No
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
         await asyncio.sleep(0.1)
-
-
-def receive_all(broker: BrokerHandle, queue: str, **kwargs: Any) -> list[Any]:
-    out: list[Any] = []
-    with broker.client() as client, client.get_queue_receiver(queue, **kwargs) as receiver:
-        while batch := receiver.receive_messages(max_message_count=100, max_wait_time=1):
-            for message in batch:
-                receiver.complete_message(message)
-            out += batch
-    return out
 
 
 @pytest.mark.broker_config(CONFIG)
