@@ -134,7 +134,7 @@ def sdk_receiver(
     return receiver
 
 
-async def _without_retries(receiver: ServiceBusReceiver, opening: Awaitable[Any]) -> Any:
+async def without_retries(receiver: ServiceBusReceiver, opening: Awaitable[Any]) -> Any:
     """Opens without the SDK's retries. For the next available session they turn "none now"
     into four tries with backoff (about 20 s with its defaults), during which nobody sees a
     stop; the caller asks again itself, at once, as ``AmqpSource`` does."""
@@ -189,7 +189,7 @@ class SdkSource:
         receiver = sdk_receiver(self.client, entity, subscription, **options)
         try:
             if session and session_id is None:
-                await _without_retries(receiver, receiver.__aenter__())
+                await without_retries(receiver, receiver.__aenter__())
             else:
                 await receiver.__aenter__()
         except BaseException as exc:

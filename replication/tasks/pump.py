@@ -52,7 +52,7 @@ from azure.servicebus.exceptions import OperationTimeoutError, ServiceBusError
 from ..messages import Message, from_received
 from ..servicebus.client import AmqpReceiver, AmqpSource, NoSessionAvailable, SourceError
 from ..servicebus.endpoint import Endpoint
-from ..servicebus.sdk_source import sdk_receiver
+from ..servicebus.sdk_source import sdk_receiver, without_retries
 from .breaker import Breakers, TargetUnavailable
 from .locks import LockKeeper
 from .sender import SenderFor
@@ -307,7 +307,12 @@ class _Loop:
                     max_wait_time=self.max_wait, prefetch_count=prefetch,
                     auto_lock_renewer=renewer,
                 )  # fmt: skip
-                async with receiver:
+                try:  # "no session now" at once, not after the SDK's ~20 s of retries
+                    await without_retries(receiver, receiver.__aenter__())
+                except BaseException:
+                    await receiver.close()
+                    raise
+                async with receiver:  # open already: this closes it at the end
                     await self.sdk_drain(receiver, renewer, until_empty=True)
             except OperationTimeoutError:
                 continue  # no session free right now

@@ -236,6 +236,29 @@ async def test_a_slow_batch_is_not_overtaken_by_the_next(
     assert [m.message_id for m in got] == [m.message_id for m in sent]
 
 
+async def test_an_sdk_session_pump_with_no_session_stops_at_once(
+    broker_factory: Callable[..., BrokerHandle],
+) -> None:
+    """With the SDK's default retries, asking for the next session when there is none took
+    about 20 s of backoff before the worker saw ``stop``; it asks without them now."""
+    broker = broker_factory(make_config({"src": {"RequiresSession": True}, "dst": {}}))
+    client = AsyncServiceBusClient.from_connection_string(broker.connection_string)
+    pool = SenderPool({None: Target(broker.connection_string, "dst")})
+    stop = asyncio.Event()
+    job = asyncio.create_task(pump(
+        ReplicationTask("idle"), client, Source("src", sessions=True), pool, stop,
+        backend="sdk", max_wait=1.0, session_workers=1,
+    ))  # fmt: skip
+    try:
+        await asyncio.sleep(2.5)  # a few rounds of "no session available"
+        stop.set()
+        await asyncio.wait_for(job, 6)  # was ~20 s: TimeoutError
+    finally:
+        job.cancel()
+        await pool.close()
+        await client.close()
+
+
 # ---------------------------------------------------------------------- a target outage
 
 
