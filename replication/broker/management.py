@@ -79,9 +79,7 @@ def handle_request(broker: Broker, peer: Peer, entity: str, delivery: Delivery) 
                 400, "com.microsoft:not-supported", f"operation {name!r} on topic '{entity}'"
             )
         if name in SEND_OPERATIONS and target.name.lower() not in broker.sendable:
-            raise ManagementError(
-                400, "amqp:not-allowed", f"cannot send or schedule to '{entity}'"
-            )
+            raise ManagementError(400, "amqp:not-allowed", f"cannot send or schedule to '{entity}'")
         right = "Send" if name in SEND_OPERATIONS else (
             "Manage" if name in MANAGE_OPERATIONS else "Listen"
         )  # fmt: skip
@@ -92,6 +90,8 @@ def handle_request(broker: Broker, peer: Peer, entity: str, delivery: Delivery) 
             raise ManagementError(401, "amqp:unauthorized-access", problem)
         broker.touch(target, now_ms())
         body = request.body if isinstance(request.body, dict) else {}
+        if name == "com.microsoft:update-disposition" and isinstance(target, Queue):
+            _check_session_owner(target, peer, _tokens(body), _session_id(body))  # txn or not
         enlisted = broker.transactions.enlist_request(peer, state, name, target, body)
         status, result = handler(broker, peer, target, body) if enlisted is None else enlisted
     except ManagementError as exc:
@@ -241,6 +241,26 @@ def _update_disposition(
     return 200, {}
 
 
+def _check_session_owner(
+    queue: Queue, peer: Peer, tokens: list[uuid.UUID], session_id: str | None
+) -> None:
+    """A session's messages settle only through the session's own receiver, as on Service
+    Bus: the request must name their session and come on the connection that holds its
+    lock (the SDKs settle deferred session messages so). Any other connection, even one
+    naming the session, gets session-lock-lost and the message stays locked."""
+    for token in tokens:
+        lock = queue.locks.get(token)
+        if lock is None or lock.session is None:
+            continue  # not a session message (or already gone: the settle says lock-lost)
+        held = queue.session_locks.get(lock.session)
+        owner = getattr(held.owner, "peer", None) if held is not None else None
+        if session_id != lock.session or owner is not peer:
+            raise SessionLockLostError(
+                f"this receiver does not hold the session {lock.session!r} of {queue.name} "
+                f"that the lock {token} belongs to"
+            )
+
+
 @operation("com.microsoft:schedule-message")
 def _schedule(broker: Broker, peer: Peer, entity: Entity, body: dict[str, Any]) -> tuple[int, Any]:
     messages = [wire.parse_message(bytes(entry["message"])) for entry in body.get("messages", [])]
@@ -307,9 +327,7 @@ def _get_message_sessions(
     broker: Broker, peer: Peer, queue: Queue, body: dict[str, Any]
 ) -> tuple[int, Any]:
     if not queue.sessions_enabled:
-        raise ManagementError(
-            400, "amqp:not-allowed", f"'{queue.name}' does not require sessions"
-        )
+        raise ManagementError(400, "amqp:not-allowed", f"'{queue.name}' does not require sessions")
     since = body.get("last-updated-time")
     since_ms = int(since) if since is not None else None
     if since_ms is not None and (since_ms <= 0 or since_ms >= DATETIME_MAX_MS):
@@ -329,9 +347,7 @@ def _required_session(queue: Queue, body: dict[str, Any]) -> str:
     if session_id is None:
         raise ManagementError(400, "com.microsoft:argument-error", "session-id is required")
     if not queue.sessions_enabled:
-        raise ManagementError(
-            400, "amqp:not-allowed", f"'{queue.name}' does not require sessions"
-        )
+        raise ManagementError(400, "amqp:not-allowed", f"'{queue.name}' does not require sessions")
     return session_id
 
 
@@ -370,9 +386,7 @@ def _add_rule(broker: Broker, peer: Peer, queue: Queue, body: dict[str, Any]) ->
 
 
 @operation("com.microsoft:remove-rule")
-def _remove_rule(
-    broker: Broker, peer: Peer, queue: Queue, body: dict[str, Any]
-) -> tuple[int, Any]:
+def _remove_rule(broker: Broker, peer: Peer, queue: Queue, body: dict[str, Any]) -> tuple[int, Any]:
     subscription = _subscription(broker, queue)
     name = str(body.get("rule-name") or "")
     try:
