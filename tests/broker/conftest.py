@@ -329,6 +329,20 @@ class BrokerHandle:
         assert self.loop_thread is not None, "the broker is stopped"
         return self.loop_thread.run(coro, timeout)
 
+    def drop_receiving_connections(self) -> int:
+        """Aborts (no close, no detach: a network failure) every connection with a receiving
+        link; returns how many."""
+
+        def drop() -> int:
+            assert self.broker is not None
+            peers = [p for p in self.broker.peers.values() if p.consumers]
+            for peer in peers:
+                assert peer.driver.transport is not None
+                peer.driver.transport.abort()
+            return len(peers)
+
+        return self.call(drop)
+
     def client(self, **kwargs: Any) -> ServiceBusClient:
         """A sync SDK client over the emulator connection string (``conn_str=`` for another
         key), whose senders and receivers run without the SDK's keep-alive thread (see

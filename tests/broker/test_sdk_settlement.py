@@ -237,15 +237,7 @@ def test_locks_released_when_the_connection_drops(broker: BrokerHandle) -> None:
     try:
         (held,) = receive_n(receiver, 1)
 
-        def drop_consumers() -> int:
-            assert broker.broker is not None
-            peers = [p for p in broker.broker.peers.values() if p.consumers]
-            for peer in peers:
-                assert peer.driver.transport is not None
-                peer.driver.transport.abort()
-            return len(peers)
-
-        assert broker.call(drop_consumers) == 1
+        assert broker.drop_receiving_connections() == 1
         started = time.monotonic()
         with broker.client() as other, other.get_queue_receiver("q") as second:
             (again,) = receive_n(second, 1, timeout=5)

@@ -50,20 +50,6 @@ def request_disposition(receiver: ServiceBusReceiver, token: Any, session_id: st
     )
 
 
-def drop_connections_with_consumers(broker: BrokerHandle) -> int:
-    """Aborts (no close, no detach) every connection that has a receiving link."""
-
-    def drop() -> int:
-        assert broker.broker is not None
-        peers = [p for p in broker.broker.peers.values() if p.consumers]
-        for peer in peers:
-            assert peer.driver.transport is not None
-            peer.driver.transport.abort()
-        return len(peers)
-
-    return broker.call(drop)
-
-
 @pytest.mark.broker_config(CONFIG)
 def test_complete_by_lock_token_from_another_connection(broker: BrokerHandle) -> None:
     send(broker, "q", ServiceBusMessage("elsewhere", message_id="x1"))
@@ -88,7 +74,7 @@ def test_lock_token_is_lost_with_the_receiving_link(broker: BrokerHandle, how: s
         if how == "receiver closed":
             receiver1.close()
         else:
-            assert drop_connections_with_consumers(broker) == 1
+            assert broker.drop_receiving_connections() == 1
         with broker.client() as client2, client2.get_queue_receiver("q") as receiver2:
             with pytest.raises(MessageLockLostError, match="has expired or was released"):
                 settle_by_token(receiver2, held.lock_token)
