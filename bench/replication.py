@@ -2,6 +2,7 @@
 
     python bench/replication.py [--messages 20000] [--size 256] [--batch 100] [--workers 1]
                                 [--backend amqp|sdk] [--send-backend amqp|sdk]
+                                [--profile-broker FILE]
 
 Starts the embedded broker as a subprocess (queues ``src``, ``dst``, ``plain``), loads
 ``--messages`` messages into ``src`` (untimed), then in the same run:
@@ -24,6 +25,11 @@ Starts the embedded broker as a subprocess (queues ``src``, ``dst``, ``plain``),
    decoded by the SDK-type bindings extension, the function on the worker loop, and every
    message settled on its own through ``ServiceBusMessageActions`` (a gRPC call each).
 
+``--profile-broker FILE`` runs only 2, with the broker restarted under cProfile on the
+loaded store, and prints the broker's top entries by own time (the profile behind the
+broker's per-message work; cProfile slows it about twofold, so the rate it prints is not
+the benchmark's).
+
 Prints msgs/s for each and the ratios to the reference (target >= 0.5: replication also
 receives and settles every message, so it does about twice the broker round trips).
 """
@@ -35,6 +41,7 @@ import asyncio
 import json
 import os
 import platform
+import pstats
 import re
 import socket
 import subprocess
@@ -74,14 +81,20 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_broker(workdir: Path) -> tuple[subprocess.Popen[str], str]:
+def start_broker(
+    workdir: Path, port: int | None = None, profile: Path | None = None
+) -> tuple[subprocess.Popen[str], str]:
+    """The broker on ``workdir``'s store (``port``: the same one again after a restart),
+    under cProfile writing to ``profile`` when given."""
     config = {"UserConfig": {"Namespaces": [{"Name": "sbemulatorns", "Queues": [
         {"Name": name, "Properties": {}} for name in ("src", "dst", "plain", "hsrc", "hdst")
     ]}], "Logging": {"Type": "Console"}}}  # fmt: skip
     (workdir / "Config.json").write_text(json.dumps(config))
-    port = free_port()
+    port = port or free_port()
+    profiler = ["-m", "cProfile", "-o", str(profile)] if profile is not None else []
     process = subprocess.Popen(
-        [sys.executable, "-m", "replication", "broker", "--config", str(workdir / "Config.json"),
+        [sys.executable, *profiler, "-m", "replication", "broker",
+         "--config", str(workdir / "Config.json"),
          "--port", str(port), "--data-dir", str(workdir / "data")],
         cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
         env=dict(os.environ, PYTHONPATH=str(ROOT)),
@@ -209,7 +222,36 @@ pipelines:
     return elapsed
 
 
+async def profile_broker(args: argparse.Namespace) -> None:
+    """``--profile-broker``: src loaded, the broker restarted under cProfile on the same
+    store, then only the replication timed; prints the broker's top entries by own time."""
+    with tempfile.TemporaryDirectory(prefix="bench-replication-") as tmp:
+        workdir = Path(tmp)
+        process, connection_string = start_broker(workdir)
+        port = int(connection_string.split("localhost:")[1].split(";")[0])
+        try:
+            await send_all(connection_string, "src", messages(args.messages, args.size),
+                           args.batch)  # fmt: skip
+        finally:
+            process.terminate()
+            process.wait(20)
+        process, connection_string = start_broker(workdir, port, args.profile_broker)
+        try:
+            elapsed = await replicate(
+                connection_string, args.messages, args.batch, args.workers, args.backend,
+                args.send_backend,
+            )
+        finally:
+            process.terminate()  # the broker stops cleanly, so cProfile writes its file
+            process.wait(20)
+    print(f"replicate under the profiled broker: {args.messages / elapsed:,.0f} msgs/s")
+    pstats.Stats(str(args.profile_broker)).sort_stats("tottime").print_stats(25)
+
+
 async def run(args: argparse.Namespace) -> None:
+    if args.profile_broker is not None:
+        await profile_broker(args)
+        return
     with tempfile.TemporaryDirectory(prefix="bench-replication-") as tmp:
         process, connection_string = start_broker(Path(tmp))
         try:
@@ -267,6 +309,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--send-backend", choices=("amqp", "sdk"), default="amqp",
         help="the pump's send side: our AMQP stack (default) or the SDK",
+    )  # fmt: skip
+    parser.add_argument(
+        "--profile-broker", type=Path, metavar="FILE",
+        help="only the replication, with the broker under cProfile (stats written to FILE); "
+        "prints its top entries",
     )  # fmt: skip
     asyncio.run(run(parser.parse_args(argv)))
 
