@@ -33,7 +33,7 @@ _RANK = {
 }  # fmt: skip
 """The order sections come in (spec 3.2); only body sections may repeat."""
 _BARE_RANK = _RANK[PROPERTIES]
-_MALFORMED = (IndexError, ValueError, DecodeError, struct.error, OverflowError)
+_MALFORMED = (IndexError, ValueError, DecodeError, struct.error, OverflowError, RecursionError)
 
 
 @dataclass(slots=True)

@@ -68,6 +68,7 @@ def test_pick_skips_unwanted_values_without_decoding_them() -> None:
         (b"\x00\x53\x73\x45\x00\x53\x73\x45", "properties twice"),
         (b"\x00\x53\x75\xa0\x01x\x00\x53\x77\x40", "data and amqp-value"),
         (b"\x00\x53\x79\x40", "not a section"),
+        (b"\x00\x53\x75\xa0\x01x\x00\x53\x78" + b"\x00" * 50_000 + b"\x40", "nested deep"),
     ],
 )
 def test_scan_declines_what_it_does_not_read(payload: bytes, why: str) -> None:
