@@ -8,10 +8,12 @@ allowed where a batch was sent but its acknowledgement was lost in the switch).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from azure.servicebus import ServiceBusMessage
@@ -127,11 +129,28 @@ async def test_a_file_flip_with_sb1_gone_moves_replication_to_sb2(
     check_nothing_lost(sb1.message_ids("dst"), sb2.message_ids("dst"))
 
 
+class HoldAfter:
+    """A ``sender_for`` whose sends after the first ``batches`` wait until ``until()`` (the
+    pump replicates faster than a DNS re-check: without this it could drain sb1 first)."""
+
+    def __init__(self, pool: SenderPool, batches: int, until: Callable[[], bool]) -> None:
+        self.pool, self.batches, self.until, self.calls = pool, batches, until, 0
+
+    @contextlib.asynccontextmanager
+    async def __call__(self, name: str | None) -> AsyncIterator[Any]:
+        self.calls += 1
+        while self.calls > self.batches and not self.until():
+            await asyncio.sleep(0.05)
+        async with self.pool(name) as sender:
+            yield sender
+
+
 async def test_a_failover_source_finishes_its_batch_then_reads_sb2(
     broker_factory: Callable[..., BrokerHandle], dns_server: object
 ) -> None:
     """Consumers fail over too: the pump reads the alias; after the flip it settles what it
-    holds on sb1 and goes on with sb2's messages. What it left on sb1 is still there."""
+    holds on sb1 and goes on with sb2's messages. What it left on sb1 is still there (its
+    sends wait for the switch after the first five batches, so some are left)."""
     sb1, sb2, dst = (broker_factory(CONFIG) for _ in range(3))
     half = 3 * COUNT // 5
     fill(sb1, "src", [f"m-{i}" for i in range(half)])
@@ -143,8 +162,9 @@ async def test_a_failover_source_finishes_its_batch_then_reads_sb2(
     })  # fmt: skip
     source = spec.build("stream/source", sb1.connection_string, host_map(sb1, sb2))
     pool = SenderPool({None: Target(dst.connection_string, "dst")})
+    held = HoldAfter(pool, 5, lambda: source.switches >= 1)
     stop = asyncio.Event()
-    job = asyncio.create_task(pump(ReplicationTask("stream"), source, Source("src"), pool, stop))
+    job = asyncio.create_task(pump(ReplicationTask("stream"), source, Source("src"), held, stop))
     try:
         await wait_until(lambda: dst.count("dst") >= COUNT // 10)
         dns_server.set_cname(ALIAS, "sb2.test.example.com", ttl=1)  # type: ignore[attr-defined]
