@@ -94,11 +94,15 @@ class Sender(_LinkEndpoint):
         return await self.send_encoded(encode_message(message), settled=settled)
 
     async def send_encoded(
-        self, payload: bytes, *, message_format: int = 0, settled: bool = False
-    ) -> Any:
-        """Sends an already encoded message (or a batch, with its ``message_format``)."""
+        self, payload: bytes, *, message_format: int = 0, settled: bool = False,
+        state: Any = None,
+    ) -> Any:  # fmt: skip
+        """Sends an already encoded message (or a batch, with its ``message_format``);
+        ``state`` goes on the transfer (e.g. a ``TransactionalState`` that enlists it)."""
         self._check()
-        delivery = self.link.send(payload, settled=settled, message_format=message_format)
+        delivery = self.link.send(
+            payload, settled=settled, message_format=message_format, state=state
+        )
         if settled:
             self.client.driver.wake()
             return None
@@ -144,6 +148,9 @@ class Receiver(_LinkEndpoint):
         self.credit_on_take = credit_on_take
         self.decode = decode
         self.queue: asyncio.Queue[ReceivedMessage] = asyncio.Queue()
+        self._answers: dict[int, asyncio.Future[Any]] = {}
+        """id(delivery) -> the peer's answer to a state sent unsettled (``update``)."""
+        self.detached.add_done_callback(self._fail_answers)
 
     async def receive(self, timeout: float | None = None) -> ReceivedMessage:
         """The next message (waits up to ``timeout`` seconds, then raises TimeoutError)."""
@@ -219,6 +226,48 @@ class Receiver(_LinkEndpoint):
             item.delivery.update(outcome)
         self.client.driver.wake()
 
+    def update(self, received: list[ReceivedMessage], state: Any) -> list[asyncio.Future[Any]]:
+        """Tells the peer ``state`` for many deliveries without settling them (ranged, as
+        ``settle``); each future resolves with the peer's answer (its delivery state, e.g.
+        a transactional outcome) once the peer settles, and fails when the link goes first.
+        The deliveries are settled here once answered."""
+        loop = asyncio.get_running_loop()
+        futures = []
+        for item in received:
+            future: asyncio.Future[Any] = loop.create_future()
+            if self.detached.done():
+                future.set_exception(self._gone())
+            elif item.delivery.settled:
+                future.set_exception(AMQPError("the delivery was settled already"))
+            else:
+                self._answers[id(item.delivery)] = future
+                item.delivery.update(state, settled=False)
+            futures.append(future)
+        self.client.driver.wake()
+        return futures
+
+    def _on_update(self, delivery: Delivery) -> None:
+        if not delivery.remote_settled or id(delivery) not in self._answers:
+            return
+        future = self._answers.pop(id(delivery))
+        if not future.done():
+            future.set_result(delivery.remote_state)
+        if not delivery.settled:
+            delivery.settle()
+
+    def _gone(self) -> LinkDetachedError:
+        error = self.detached.result() if self.detached.done() else None
+        return LinkDetachedError(
+            (error.description if error else None) or "link detached before the answer",
+            error.condition if error else "amqp:link:detach-forced",
+        )
+
+    def _fail_answers(self, _: asyncio.Future[Error | None]) -> None:
+        answers, self._answers = self._answers, {}
+        for future in answers.values():
+            if not future.done():
+                future.set_exception(self._gone())
+
 
 class Client:
     """An AMQP connection with one session."""
@@ -280,11 +329,19 @@ class Client:
         finally:
             self._link_waiters.pop(id(link), None)
 
-    async def sender(self, address: str, *, name: str | None = None, timeout: float = 10) -> Sender:
+    async def sender(
+        self, address: str | None, *, name: str | None = None, timeout: float = 10,
+        target: Any = None, properties: dict[Any, Any] | None = None,
+    ) -> Sender:  # fmt: skip
+        """Attaches a sending link to ``address``; ``target`` replaces the plain
+        ``Target(address)`` (e.g. a transaction ``Coordinator``), ``properties`` go on the
+        attach (e.g. Service Bus's ``com.microsoft:transfer-destination-address``)."""
         self._check_session()
         link = self.session.attach_sender(
-            name or f"sender-{uuid.uuid4()}", Target(address=address), source=Source()
-        )
+            name or f"sender-{uuid.uuid4()}",
+            Target(address=address) if target is None else target,
+            source=Source(), properties=properties,
+        )  # fmt: skip
         sender = Sender(self, link)
         self._endpoints[id(link)] = sender
         await self._attach(link, timeout)
@@ -324,7 +381,7 @@ class Client:
                 endpoint._on_delivery(event.delivery)
         elif isinstance(event, ev.DeliveryUpdated):
             endpoint = self._endpoints.get(id(event.link))
-            if isinstance(endpoint, Sender):
+            if isinstance(endpoint, Sender | Receiver):
                 endpoint._on_update(event.delivery)
         elif isinstance(event, ev.LinkDetached):
             # links detached by the peer's close carry no error of their own: use the close's
