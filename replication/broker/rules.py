@@ -20,6 +20,7 @@ from typing import Any
 
 from ..amqp.message import Header, Properties
 from ..amqp.types import decimal32, decimal64, decimal128, timestamp
+from ..servicebus import symbols
 from ..servicebus.symbols import PARTITION_KEY
 from ..sqlfilter import (
     CorrelationFilter,
@@ -318,13 +319,13 @@ def _text(value: Any) -> Any:
 
 # ---------------------------------------------------------------------- $management encoding
 
-RULE_DESCRIPTION = 0x0000013700000004
-EMPTY_RULE_ACTION = 0x0000013700000005
-SQL_RULE_ACTION = 0x0000013700000006
-SQL_FILTER = 0x000001370000006
-TRUE_FILTER = 0x000001370000007
-FALSE_FILTER = 0x000001370000008
-CORRELATION_FILTER = 0x000001370000009
+RULE_DESCRIPTION = symbols.RULE_DESCRIPTION_CODE
+EMPTY_RULE_ACTION = symbols.EMPTY_RULE_ACTION_CODE
+SQL_RULE_ACTION = symbols.SQL_RULE_ACTION_CODE
+SQL_FILTER = symbols.SQL_FILTER_CODE
+TRUE_FILTER = symbols.TRUE_FILTER_CODE
+FALSE_FILTER = symbols.FALSE_FILTER_CODE
+CORRELATION_FILTER = symbols.CORRELATION_FILTER_CODE
 COMPATIBILITY_LEVEL = 20
 """What Service Bus reports as a SQL filter's and action's compatibility level."""
 

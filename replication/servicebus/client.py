@@ -56,9 +56,16 @@ from .symbols import (
     DEAD_LETTER,
     DEAD_LETTER_DESCRIPTION,
     DEAD_LETTER_REASON,
+    ENTITY_ALREADY_EXISTS,
+    ENTITY_NOT_FOUND,
     LOCKED_UNTIL_UTC,
+    MESSAGE_LOCK_LOST,
+    MESSAGE_NOT_FOUND,
+    NOT_FOUND,
     SESSION_FILTER,
+    SESSION_LOCK_LOST,
     TIMEOUT,
+    UNAUTHORIZED_ACCESS,
 )
 from .tokens import ServiceBusSasl
 
@@ -104,6 +111,61 @@ class AuthenticationError(SourceError):
 
 class NoSessionAvailable(SourceError):
     """No session of the entity could be locked within the wait (``com.microsoft:timeout``)."""
+
+
+class MessageLockLost(SourceError):
+    """The message's lock expired or was released (``com.microsoft:message-lock-lost``): it
+    cannot be settled or renewed any more; it will be delivered again."""
+
+    retryable = False  # type: ignore[assignment]
+
+
+class SessionLockLost(SourceError):
+    """The session's lock expired or is held by another receiver
+    (``com.microsoft:session-lock-lost``): take the session again to go on."""
+
+    retryable = False  # type: ignore[assignment]
+
+
+class MessageNotFound(SourceError):
+    """No such message: a sequence number that is not deferred (or not scheduled) in the
+    entity, or a lock token it does not know (``com.microsoft:message-not-found``)."""
+
+    retryable = False  # type: ignore[assignment]
+
+
+class EntityNotFound(SourceError):
+    """No such queue, topic, subscription or rule (``amqp:not-found``,
+    ``com.microsoft:entity-not-found``)."""
+
+    retryable = False  # type: ignore[assignment]
+
+
+class EntityAlreadyExists(SourceError):
+    """It exists already, e.g. a rule of that name (``com.microsoft:entity-already-exists``)."""
+
+    retryable = False  # type: ignore[assignment]
+
+
+ERRORS_BY_CONDITION: dict[str, type[SourceError]] = {
+    MESSAGE_LOCK_LOST: MessageLockLost,
+    SESSION_LOCK_LOST: SessionLockLost,
+    MESSAGE_NOT_FOUND: MessageNotFound,
+    ENTITY_NOT_FOUND: EntityNotFound,
+    NOT_FOUND: EntityNotFound,
+    ENTITY_ALREADY_EXISTS: EntityAlreadyExists,
+    UNAUTHORIZED_ACCESS: AuthenticationError,
+}
+"""The error a condition the service answers with stands for (what the SDKs map it to:
+``MessageLockLostError``, ``SessionLockLostError``, ``MessageNotFoundError``,
+``MessagingEntityNotFoundError``, ``MessagingEntityAlreadyExistsError``, ...)."""
+
+
+def error_for(description: str, condition: str | None) -> SourceError:
+    """A ``SourceError`` of the type ``condition`` stands for (``SourceError`` itself for
+    the rest)."""
+    kind = ERRORS_BY_CONDITION.get(condition or "", SourceError)
+    return kind(description, condition) if condition else kind(description)
 
 
 def _source_error(exc: BaseException, what: str) -> SourceError:

@@ -48,5 +48,31 @@ DEAD_LETTER = "com.microsoft:dead-letter"
 MESSAGE_LOCK_LOST = "com.microsoft:message-lock-lost"
 SESSION_LOCK_LOST = "com.microsoft:session-lock-lost"
 SESSION_CANNOT_BE_LOCKED = "com.microsoft:session-cannot-be-locked"
+MESSAGE_NOT_FOUND = "com.microsoft:message-not-found"
+ENTITY_NOT_FOUND = "com.microsoft:entity-not-found"
+ENTITY_ALREADY_EXISTS = "com.microsoft:entity-already-exists"
 ENTITY_DISABLED = "com.microsoft:entity-disabled"
+OPERATION_TIMEOUT = "com.microsoft:timeout"
+NOT_FOUND = "amqp:not-found"
 UNAUTHORIZED_ACCESS = "amqp:unauthorized-access"
+TRANSACTION_UNKNOWN_ID = "amqp:transaction:unknown-id"
+TRANSACTION_ROLLBACK = "amqp:transaction:rollback"
+TRANSACTION_TIMEOUT = "amqp:transaction:timeout"
+
+# ---------------------------------------------------------------------- $management
+
+SERVER_TIMEOUT = "com.microsoft:server-timeout"
+"""Application property of a request: how long (uint, ms) the service may take."""
+ASSOCIATED_LINK_NAME = "associated-link-name"
+"""Application property of a request about a receiver's messages or session: its link name."""
+
+# Descriptor codes of the rule descriptions enumerate-rules answers with (as the .NET SDK
+# defines them: the filters' codes have one hex digit fewer than the others, and the JS SDK
+# matches on these same numbers).
+RULE_DESCRIPTION_CODE = 0x0000013700000004
+EMPTY_RULE_ACTION_CODE = 0x0000013700000005
+SQL_RULE_ACTION_CODE = 0x0000013700000006
+SQL_FILTER_CODE = 0x000001370000006
+TRUE_FILTER_CODE = 0x000001370000007
+FALSE_FILTER_CODE = 0x000001370000008
+CORRELATION_FILTER_CODE = 0x000001370000009
