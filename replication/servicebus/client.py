@@ -39,13 +39,13 @@ import time
 import uuid
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..amqp.client import Client, ReceivedMessage, Receiver, Sender
 from ..amqp.errors import AMQPError
 from ..amqp.message import BodyType, Properties
 from ..amqp.message import Message as AmqpMessage
-from ..amqp.outcomes import Accepted, Modified, Rejected, Released
+from ..amqp.outcomes import Accepted, Modified, Rejected, Released, TransactionalState
 from ..amqp.performatives import RCV_SECOND, SND_UNSETTLED, Error
 from ..amqp.types import timestamp, uint
 from ..messages import Message
@@ -68,6 +68,9 @@ from .symbols import (
     UNAUTHORIZED_ACCESS,
 )
 from .tokens import ServiceBusSasl
+
+if TYPE_CHECKING:
+    from .transactions import Transaction
 
 log = logging.getLogger("replication.servicebus.client")
 
@@ -414,49 +417,69 @@ class AmqpReceiver:
                 messages.append(item.message)
         return messages
 
-    # -- settlement: sent settled, together with the rest of the loop turn's output
+    # -- settlement: sent settled, together with the rest of the loop turn's output; in a
+    # transaction sent unsettled, the service's answer awaited by the commit
 
-    def complete(self, messages: Iterable[Message]) -> int:
-        """Completes messages; consecutive deliveries share one disposition frame."""
-        return self._settle(messages, Accepted())
+    def complete(self, messages: Iterable[Message], *, transaction: Transaction | None = None
+                 ) -> int:  # fmt: skip
+        """Completes messages; consecutive deliveries share one disposition frame.
+        ``transaction``: completed when it commits (``transactions.py``)."""
+        return self._settle(messages, Accepted(), transaction)
 
     def abandon(
-        self, messages: Iterable[Message], annotations: dict[Any, Any] | None = None
-    ) -> int:
+        self, messages: Iterable[Message], annotations: dict[Any, Any] | None = None, *,
+        transaction: Transaction | None = None,
+    ) -> int:  # fmt: skip
         """Gives messages back; their delivery count goes up (``modified(delivery-failed)``).
         ``annotations``: properties to change on them as they go back."""
-        return self._modify(messages, False, annotations)
+        return self._modify(messages, False, annotations, transaction)
 
-    def defer(self, messages: Iterable[Message], annotations: dict[Any, Any] | None = None) -> int:
+    def defer(
+        self, messages: Iterable[Message], annotations: dict[Any, Any] | None = None, *,
+        transaction: Transaction | None = None,
+    ) -> int:  # fmt: skip
         """Sets messages aside, to be received by sequence number later
         (``modified(undeliverable-here)``, as the SDKs defer)."""
-        return self._modify(messages, True, annotations)
+        return self._modify(messages, True, annotations, transaction)
 
     def _modify(
-        self, messages: Iterable[Message], elsewhere: bool, annotations: dict[Any, Any] | None
-    ) -> int:
+        self, messages: Iterable[Message], elsewhere: bool, annotations: dict[Any, Any] | None,
+        transaction: Transaction | None,
+    ) -> int:  # fmt: skip
         outcome = Modified(
             delivery_failed=True, undeliverable_here=elsewhere, message_annotations=annotations
         )
-        return self._settle(messages, outcome)
+        return self._settle(messages, outcome, transaction)
 
     def release(self, messages: Iterable[Message]) -> int:
         """Gives messages back without counting a delivery attempt."""
         return self._settle(messages, Released())
 
-    def dead_letter(self, message: Message, reason: str = "", description: str = "") -> int:
+    def dead_letter(
+        self, message: Message, reason: str = "", description: str = "", *,
+        transaction: Transaction | None = None,
+    ) -> int:  # fmt: skip
         """Moves a message to the dead-letter queue with a reason and a description."""
         reason, description = reason[:256], description[:1024]
         error = Error(
             condition=DEAD_LETTER, description=description or None,
             info={DEAD_LETTER_REASON: reason, DEAD_LETTER_DESCRIPTION: description},
         )  # fmt: skip
-        return self._settle([message], Rejected(error=error))
+        return self._settle([message], Rejected(error=error), transaction)
 
-    def _settle(self, messages: Iterable[Message], outcome: Any) -> int:
+    def _settle(
+        self, messages: Iterable[Message], outcome: Any, transaction: Transaction | None = None
+    ) -> int:
         received = [m.source for m in messages if isinstance(m.source, ReceivedMessage)]
         if not received:
             return 0
+        if transaction is not None:  # before the link check: a lost link fails the commit
+            state = TransactionalState(
+                txn_id=transaction.enlist(self.connection).txn_id, outcome=outcome
+            )
+            what = f"settling {len(received)} message(s) of {self.path}"
+            transaction.expect(self.link.update(received, state), what)
+            return len(received)
         if not self.is_open:  # the locks went with the link: the messages come again
             log.warning("cannot settle %d message(s) of %s: the link is closed",
                         len(received), self.path)  # fmt: skip
@@ -512,6 +535,15 @@ class AmqpSource:
                     if self._connection is connection:
                         self._connection = None
             raise
+
+    def transaction(self) -> contextlib.AbstractAsyncContextManager[Transaction]:
+        """``async with namespace.transaction() as txn:`` a transaction on the namespace's
+        connection, committed when the block ends, rolled back when it raises; pass ``txn``
+        to ``AmqpSender.send_messages``, ``AmqpReceiver`` settlements and ``Management``
+        requests of this namespace (``transactions.py``)."""
+        from .transactions import transaction
+
+        return transaction(self)
 
     async def close(self) -> None:
         async with self._lock:

@@ -10,19 +10,32 @@ over it is refused here with ``amqp:link:message-size-exceeded``, as the SDK ref
 
 Any number of coroutines may send on one ``AmqpSender`` at once: each transfer waits for its
 own outcome.
+
+Transactions (``transactions.py``): ``send_messages(..., transaction=txn)`` puts
+``TransactionalState(txn-id)`` on the transfer; the messages reach the entity when ``txn``
+commits. Send-via: ``AmqpSender(namespace, destination, via=entity)`` attaches to ``entity``
+with the link property ``com.microsoft:transfer-destination-address`` = ``destination``, so
+everything sent goes to the destination through the via entity: how one transaction may
+reach an entity other than the one its settlements are on (Service Bus refuses a
+transaction across entities otherwise). The connection puts a token for both.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import TYPE_CHECKING, Any
 
 from ..amqp.client import Sender
 from ..amqp.errors import AMQPError
-from ..amqp.outcomes import Accepted, Rejected
+from ..amqp.outcomes import Accepted, Rejected, TransactionalState
 from ..messages import Message
 from . import outgoing
-from .client import AmqpSource, SourceError, _source_error
+from .client import AmqpConnection, AmqpSource, SourceError, _source_error
+from .symbols import TRANSFER_DESTINATION
+
+if TYPE_CHECKING:
+    from .transactions import Transaction
 
 MESSAGE_SIZE_EXCEEDED = "amqp:link:message-size-exceeded"
 DEFAULT_MAX_MESSAGE_SIZE = 256 * 1024
@@ -34,11 +47,17 @@ class SendError(SourceError):
 
 
 class AmqpSender:
-    def __init__(self, namespace: AmqpSource, path: str, *, timeout: float = 60.0) -> None:
+    """Sends to ``path``; with ``via``, through the entity ``via`` (send-via)."""
+
+    def __init__(
+        self, namespace: AmqpSource, path: str, *, timeout: float = 60.0, via: str | None = None
+    ) -> None:
         self.namespace = namespace
         self.path = path
+        self.via = via
         self.timeout = timeout
         self._link: Sender | None = None
+        self._connection: AmqpConnection | None = None
         self._opening = asyncio.Lock()
 
     @property
@@ -56,15 +75,26 @@ class AmqpSender:
             try:
                 connection = await self.namespace.connection()
                 await connection.authorize(self.path)
+                properties: dict[Any, Any] | None = None
+                address = connection.endpoint.address(self.path)
+                if self.via is not None:
+                    await connection.authorize(self.via)
+                    properties = {TRANSFER_DESTINATION: self.path}
+                    address = connection.endpoint.address(self.via)
                 link = await connection.client.sender(
-                    connection.endpoint.address(self.path), timeout=self.timeout
+                    address, properties=properties, timeout=self.timeout
                 )
             except (AMQPError, OSError) as exc:
-                raise _as_send_error(exc, f"cannot send to {self.path}") from exc
-            self._link = link
+                where = self.path if self.via is None else f"{self.path} via {self.via}"
+                raise _as_send_error(exc, f"cannot send to {where}") from exc
+            self._link, self._connection = link, connection
             return link
 
-    async def send_messages(self, messages: Message | list[Message]) -> None:
+    async def send_messages(
+        self, messages: Message | list[Message], *, transaction: Transaction | None = None
+    ) -> None:
+        """Sends one message, or a list as one batch; returns once the entity took them.
+        ``transaction``: they reach the entity when it commits (nothing if it rolls back)."""
         batch = [messages] if isinstance(messages, Message) else list(messages)
         if not batch:
             return
@@ -74,6 +104,10 @@ class AmqpSender:
         else:
             payload, message_format = outgoing.encode_batch(batch, encoded), outgoing.BATCH_FORMAT
         link = await self._open()
+        state = None
+        if transaction is not None:
+            assert self._connection is not None
+            state = transaction.enlist(self._connection)
         if len(payload) > self.max_message_size:
             raise SendError(
                 f"{len(batch)} message(s) of {len(payload)} bytes exceed the "
@@ -81,11 +115,14 @@ class AmqpSender:
             )  # fmt: skip
         try:
             outcome = await asyncio.wait_for(
-                link.send_encoded(payload, message_format=message_format), self.timeout
+                link.send_encoded(payload, message_format=message_format, state=state),
+                self.timeout,
             )
         except (AMQPError, OSError) as exc:  # TimeoutError included: no outcome in time
             self._link = None
             raise _as_send_error(exc, f"sending to {self.path} failed") from exc
+        if isinstance(outcome, TransactionalState):  # enlisted: its outcome inside
+            outcome = outcome.outcome
         if isinstance(outcome, Accepted):
             return
         if isinstance(outcome, Rejected):
