@@ -1,12 +1,12 @@
 """Metrics and progress of a pipeline's streaming queries, from Spark's own progress events.
 
 Executors cannot update the driver's counters, so the counts come from what Spark reports
-to the driver for each micro-batch: ``numInputRows`` (source messages received) and the
-pipeline's observed metrics (``Dataset.observe`` on the planned rows: rows sent to a target,
-rows sent to the error target). They feed the same Prometheus counters as the Functions
-worker and the local host (``replication_received_messages_total`` and friends), plus the
-Spark-only batch count, batch duration and rate. ``FILTERED`` is not counted on Spark: with
-routers one message can become several rows, so input minus output says nothing exact.
+to the driver for each micro-batch: the pipeline's observed metrics (``Dataset.observe`` on
+the tasks' rows of counts, ``executor.Counts``: messages received, copies the targets and
+the error targets accepted, messages filtered, dead-lettered, abandoned). They feed the same
+Prometheus counters as the Functions worker and the local host
+(``replication_received_messages_total`` and friends), plus the Spark-only batch count,
+batch duration and rate (messages per second).
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ BATCH_SECONDS = Histogram(
     buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
 )  # fmt: skip
 RATE = Gauge(
-    "replication_spark_processed_rows_per_second", "Rows per second of the last micro-batch.",
+    "replication_spark_processed_rows_per_second",
+    "Source messages per second of the last micro-batch.",
     ["pipeline", "query"], registry=metrics.REGISTRY,
 )  # fmt: skip
 
@@ -44,15 +45,27 @@ def observed_name(query_name: str) -> str:
     return OBSERVED_PREFIX + query_name
 
 
-def observe(planned: Any, query_name: str, error_target: str) -> Any:
-    """The planned rows with their counts observed per micro-batch."""
+SUMMED = (
+    "received",
+    "forwarded",
+    "to_error_target",
+    "filtered",
+    "dead_lettered",
+    "abandoned",
+    "released",
+    "late",
+    "errors",
+)
+"""The columns of ``executor.Counts`` summed per micro-batch."""
+
+
+def observe(counts: Any, query_name: str) -> Any:
+    """The tasks' rows of counts with their sums observed per micro-batch."""
     from pyspark.sql import functions as f
 
-    to_error = f.when(f.col("target") == error_target, 1).otherwise(0)
-    return planned.observe(
+    return counts.observe(
         observed_name(query_name),
-        f.count(f.lit(1)).alias("rows"),
-        f.coalesce(f.sum(to_error), f.lit(0)).alias("to_error_target"),
+        *(f.coalesce(f.sum(name), f.lit(0)).alias(name) for name in SUMMED),
     )
 
 
@@ -76,28 +89,41 @@ class PipelineProgress(StreamingQueryListener):
         progress = event.progress
         if progress.name not in self.query_names:
             return
+        seconds = progress.durationMs.get("triggerExecution", 0) / 1000
         try:
-            self.record(progress.name, progress.numInputRows,
-                        progress.durationMs.get("triggerExecution", 0) / 1000,
-                        progress.processedRowsPerSecond,
-                        progress.observedMetrics.get(observed_name(progress.name)))  # fmt: skip
+            counts = self.record(
+                progress.name, seconds, progress.observedMetrics.get(observed_name(progress.name))
+            )
         except Exception:  # a listener that raises is dropped by Spark: log and go on
             log.exception("%s: cannot record the progress of batch %s", self.pipeline,
                           progress.batchId)  # fmt: skip
             return
-        log.info("%s: batch %d, %d rows in %.2f s, %.0f rows/s", progress.name,
-                 progress.batchId, progress.numInputRows,
-                 progress.durationMs.get("triggerExecution", 0) / 1000,
-                 progress.processedRowsPerSecond or 0.0)  # fmt: skip
+        received = counts.get("received", 0)
+        level = logging.INFO if received or counts.get("errors") else logging.DEBUG
+        log.log(
+            level,
+            "%s: batch %d, %d messages in %.2f s (%.0f msgs/s): %s",
+            progress.name,
+            progress.batchId,
+            received,
+            seconds,
+            received / seconds if seconds else 0.0,
+            ", ".join(f"{k} {v}" for k, v in counts.items() if v and k != "received"),
+        )
 
-    def record(self, query: str, received: int, seconds: float, rate: float | None,
-               observed: Any) -> None:  # fmt: skip
+    def record(self, query: str, seconds: float, observed: Any) -> dict[str, int]:
+        """Counts one micro-batch into the metrics; returns its observed sums."""
         name = self.pipeline
+        counts = {key: int(observed[key] or 0) for key in SUMMED} if observed is not None else {}
         BATCHES.labels(name, query).inc()
         BATCH_SECONDS.labels(name).observe(seconds)
-        RATE.labels(name, query).set(rate or 0.0)
-        metrics.RECEIVED.labels(name).inc(received)
-        if observed is not None:
-            to_error = int(observed["to_error_target"] or 0)
-            metrics.FORWARDED.labels(name).inc(int(observed["rows"] or 0) - to_error)
-            metrics.DEAD_LETTERED.labels(name).inc(to_error)
+        RATE.labels(name, query).set(counts.get("received", 0) / seconds if seconds else 0.0)
+        metrics.RECEIVED.labels(name).inc(counts.get("received", 0))
+        metrics.FORWARDED.labels(name).inc(counts.get("forwarded", 0))
+        metrics.FILTERED.labels(name).inc(counts.get("filtered", 0))
+        metrics.DEAD_LETTERED.labels(name).inc(
+            counts.get("dead_lettered", 0) + counts.get("to_error_target", 0)
+        )
+        if counts.get("abandoned"):
+            metrics.FAILED.labels(name).inc()
+        return counts

@@ -1,14 +1,16 @@
 """``python -m replication spark``: a configured pipeline on Spark Structured Streaming.
 
 Reads the same ``local.settings.json`` (or the environment) and ``pipelines.yaml`` as the
-local host. Per pipeline source: a ``servicebus`` stream, the pipeline's steps in
-``mapInArrow`` (``pipeline.plan_function``), and a ``servicebus`` sink that sends each row to
-the target its ``target`` column names; one checkpoint folder per source. ``--available-now``
-processes what is there and stops; otherwise it runs until Ctrl-C (the query stops between
-micro-batches; uncommitted messages are given back). ``--replay PATH`` sends the records of
-Capture files through the pipeline instead (a batch job). Nothing here assumes local mode:
-on a cluster the same module runs under ``spark-submit`` (``--master`` is then ignored in
-favour of the submit's).
+local host. Per pipeline source one streaming query (one checkpoint folder per source): the
+driver plans assignments (``pipeline_source``), each executor task receives its share,
+runs the pipeline's steps, sends and settles on its own link (``executor``), as the local
+host does; the rows are the tasks' counts, for the metrics, written to Spark's ``noop``
+sink. ``--available-now`` processes what is there and stops; otherwise it runs until Ctrl-C
+(the query stops between micro-batches; what a task had not settled is given back).
+``--replay PATH`` sends the records of Capture files through the pipeline instead (a batch
+job: the steps in ``mapInArrow``, the ``servicebus`` sink). Nothing here assumes local
+mode: on a cluster the same module runs under ``spark-submit`` (``--master`` is then
+ignored in favour of the submit's).
 """
 
 from __future__ import annotations
@@ -26,24 +28,47 @@ log = logging.getLogger("replication.spark")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pipeline", required=True, help="the pipeline (by name) to run")
-    parser.add_argument("--dir", type=Path, default=Path.cwd(),
-                        help="the app folder (pipelines.yaml, local.settings.json)")
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=Path.cwd(),
+        help="the app folder (pipelines.yaml, local.settings.json)",
+    )
     parser.add_argument("--settings", type=Path, help="local.settings.json to use")
-    parser.add_argument("--master", default=None,
-                        help="Spark master (default: local[2], or what spark-submit set)")
-    parser.add_argument("--available-now", action="store_true",
-                        help="process what is at the source now, then stop")
-    parser.add_argument("--checkpoint", type=Path,
-                        help="checkpoint folder (default: <dir>/.replication/spark/<pipeline>)")
-    parser.add_argument("--replay", metavar="PATH",
-                        help="replay Capture Avro files (a file or folder) through the pipeline")
-    parser.add_argument("--max-messages-per-trigger", type=int, default=5000,
-                        help="messages per micro-batch (default 5000)")
-    parser.add_argument("--no-brokers", action="store_true",
-                        help="do not start embedded brokers for local emulator connections")
-    parser.add_argument("--metrics-port", type=int, default=None,
-                        help="serve the Prometheus /metrics of the streams on this port "
-                             "(0: any free port; default: not served)")
+    parser.add_argument(
+        "--master", default=None, help="Spark master (default: local[2], or what spark-submit set)"
+    )
+    parser.add_argument(
+        "--available-now", action="store_true", help="process what is at the source now, then stop"
+    )
+    parser.add_argument(
+        "--checkpoint",
+        type=Path,
+        help="checkpoint folder (default: <dir>/.replication/spark/<pipeline>)",
+    )
+    parser.add_argument(
+        "--replay",
+        metavar="PATH",
+        help="replay Capture Avro files (a file or folder) through the pipeline",
+    )
+    parser.add_argument(
+        "--max-messages-per-trigger",
+        type=int,
+        default=5000,
+        help="messages per micro-batch (default 5000)",
+    )
+    parser.add_argument(
+        "--no-brokers",
+        action="store_true",
+        help="do not start embedded brokers for local emulator connections",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve the Prometheus /metrics of the streams on this port "
+        "(0: any free port; default: not served)",
+    )
     parser.add_argument("--log-level", default="INFO")  # fmt: skip
 
 
@@ -121,22 +146,12 @@ class SparkPipeline:
         return options
 
     def source_options(self, index: int, max_per_trigger: int) -> dict[str, str]:
-        endpoint = self.pipeline.sources[index]
-        connection = self.settings[endpoint.connection]
-        if endpoint.failover is not None:  # where the source is now
-            import asyncio
-
-            failover = endpoint.failover.build(f"{self.pipeline.name}/spark", connection,
-                                               self.settings, self.pipeline.base_dir)  # fmt: skip
-            connection = asyncio.run(failover.connection_string())
-        options = {"connectionString": connection, "sessions": str(endpoint.sessions).lower(),
-                   "maxMessagesPerTrigger": str(max_per_trigger)}  # fmt: skip
-        if endpoint.queue:
-            options["queue"] = endpoint.queue
-        else:
-            options["topic"] = str(endpoint.topic)
-            options["subscription"] = str(endpoint.subscription)
-        return options
+        """The ``servicebus-pipeline`` stream of source ``index``: the pipeline itself (its
+        source's namespace is resolved on the driver every micro-batch), one assignment per
+        task slot of the cluster."""
+        slots = max(1, int(self.spark.sparkContext.defaultParallelism))
+        return {**self.sink_options(), "source": str(index), "numPartitions": str(slots),
+                "maxMessagesPerTrigger": str(max_per_trigger)}  # fmt: skip
 
     def planned(self, frame: Any, index: int = 0) -> Any:
         from .pipeline import OUTPUT_SCHEMA, plan_function
@@ -148,8 +163,9 @@ class SparkPipeline:
 
     def stream(self, checkpoint: Path, *, available_now: bool, max_per_trigger: int) -> None:
         """One query per source until they end (AvailableNow) or Ctrl-C; progress goes to
-        the log and the metrics (``progress.PipelineProgress``)."""
-        from .pipeline import ERROR_TARGET
+        the log and the metrics (``progress.PipelineProgress``). Executors receive, run the
+        steps, send and settle (``executor.run_assignment``); the query's rows are their
+        counts, observed for the metrics and written to Spark's ``noop`` sink."""
         from .progress import PipelineProgress, observe
 
         names = {self.query_name(i) for i in range(len(self.pipeline.sources))}
@@ -159,11 +175,9 @@ class SparkPipeline:
         try:
             for index in range(len(self.pipeline.sources)):
                 source = self.source_options(index, max_per_trigger)
-                frame = self.spark.readStream.format("servicebus").options(**source).load()
-                planned = observe(self.planned(frame, index), self.query_name(index),
-                                  ERROR_TARGET)  # fmt: skip
-                writer = (planned.writeStream.format("servicebus")
-                          .options(**self.sink_options())
+                counts = (self.spark.readStream.format("servicebus-pipeline")
+                          .options(**source).load())  # fmt: skip
+                writer = (observe(counts, self.query_name(index)).writeStream.format("noop")
                           .option("checkpointLocation", str(checkpoint / f"source-{index}"))
                           .queryName(self.query_name(index)))  # fmt: skip
                 writer = writer.trigger(availableNow=True) if available_now else writer

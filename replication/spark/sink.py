@@ -11,34 +11,20 @@ by message-id at the target (duplicate detection or the ``dedupe`` step).
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
 from ..messages import Message
 from .options import Options
 from .rows import from_row
+from .worker import pool_for, run_async
 
-T = TypeVar("T")
-
-
-_LOOP: Any = None
-_POOLS: dict[Any, Any] = {}
-"""Per Python worker process: one loop and one open sender pool per target set, reused by
-every partition the worker writes (Spark reuses workers). Connecting and closing the SDK's
-clients per partition cost about a second each micro-batch."""
-
-
-def run_async(coro: Coroutine[Any, Any, T]) -> T:
-    """Runs a coroutine on this process's loop thread from Spark's synchronous callbacks."""
-    global _LOOP
-    if _LOOP is None:
-        from .intake import LoopThread
-
-        _LOOP = LoopThread("servicebus-sink")
-    return _LOOP.run(coro, timeout=None)
+# run_async lives in worker.py (one loop per Python worker, shared with the pipeline
+# runner's receivers); callers that knew it from here still find it.
+__all__ = ["BatchWriter", "SentCount", "StreamWriter", "run_async", "send_messages"]
 
 
 @dataclass
@@ -49,21 +35,18 @@ class SentCount(WriterCommitMessage):
 async def send_messages(options: Options, messages: list[Message]) -> int:
     """Sends ``messages`` in order per session; raises when any was not accepted."""
     from ..tasks.sender import SendPolicy, send_ordered
-    from ..tasks.targets import SenderPool, Target
+    from ..tasks.targets import Target
 
     if not messages:
         return 0
-    key = options.pipeline or (options.connection_string, options.entity)
-    pool = _POOLS.get(key)
-    if pool is None:
-        if options.pipeline is not None:
-            from .pipeline import built_pipeline
+    if options.pipeline is not None:
+        from .pipeline import built_pipeline
 
-            built = built_pipeline(*options.pipeline)
-            pool = SenderPool(built.targets, backend=built.pipeline.backend)
-        else:
-            pool = SenderPool({None: Target(options.connection_string, options.entity)})
-        _POOLS[key] = pool
+        built = built_pipeline(*options.pipeline)
+        pool, _ = pool_for(options.pipeline, built.targets, built.pipeline.backend)
+    else:
+        targets = {None: Target(options.connection_string, options.entity)}
+        pool, _ = pool_for((options.connection_string, options.entity), targets)
     result = await send_ordered(messages, pool, SendPolicy(max_batch_messages=options.batch_size))
     failed = result.failed()
     if failed:

@@ -1,0 +1,188 @@
+"""The pipeline runner's stream: the driver plans assignments, executors do the work.
+
+``spark.readStream.format("servicebus-pipeline")`` with the pipeline's file text, name,
+settings and source index (``runner.SparkPipeline.source_options``) is a stream of counts,
+one row per task (``executor.COUNTS_SCHEMA``): each task receives, runs the pipeline, sends
+and settles by itself (``executor.run_assignment``), so the query's sink is Spark's
+``noop`` and the counts feed the metrics through ``Dataset.observe``.
+
+Driver side (one long-lived Python process next to the driver): offsets are ``{run,
+batch}``; ``latestOffset`` resolves the source's namespace (its ``failover`` block, cached
+answers and ``recheck_interval`` as everywhere: so a flip moves the next micro-batch) and
+advances the batch by one; ``partitions`` plans ``numPartitions`` assignments of
+``maxMessagesPerTrigger / numPartitions`` messages each, naming that namespace. Nothing is
+received here and nothing waits for ``commit``: the offsets only say how many batches ran,
+and a batch replayed after a driver restart receives other messages (nothing unsent was
+settled). ``Trigger.AvailableNow``: before each batch the driver peeks the source's head
+(one ``$management`` peek, nothing locked); when there is nothing, or the oldest message
+came after the query started, the stream ends (``latestOffset`` returns its start).
+Executors release messages enqueued after that cutoff untouched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.types import StructType
+
+from .assignment import Assignment, plan
+from .executor import COUNTS_SCHEMA, PipelineJob
+from .options import OptionError, _float, _int
+
+
+@dataclass(frozen=True)
+class PipelineSourceOptions:
+    job: PipelineJob
+    num_partitions: int = 2
+    max_messages_per_trigger: int = 5000
+    max_concurrent_sessions: int = 8
+    receive_wait: float = 1.0
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, str]) -> PipelineSourceOptions:
+        options = {str(k).lower(): v for k, v in raw.items()}
+        text, name = options.get("pipeline"), options.get("pipelinename")
+        if not text or not name:
+            raise OptionError("give options 'pipeline' (the file's text) and 'pipelineName'")
+        try:
+            source = int(options.get("source", 0))
+        except ValueError:
+            raise OptionError("option 'source' is the index of the pipeline's source") from None
+        job = PipelineJob((text, name, options.get("settings", "{}"), options.get("pipelinedir")),
+                          source)  # fmt: skip
+        return cls(
+            job, num_partitions=_int(options, "numPartitions", 2),
+            max_messages_per_trigger=_int(options, "maxMessagesPerTrigger", 5000),
+            max_concurrent_sessions=_int(options, "maxConcurrentSessions", 8),
+            receive_wait=_float(options, "receiveWait", 1.0),
+        )  # fmt: skip
+
+
+class PipelineDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "servicebus-pipeline"
+
+    def schema(self) -> str:
+        return COUNTS_SCHEMA
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return PipelineStreamReader(PipelineSourceOptions.parse(self.options))
+
+
+class PipelineStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: PipelineSourceOptions) -> None:
+        self.options = options
+        self.run = uuid.uuid4().hex
+        self.cutoff: datetime | None = None
+        self.namespace: str | None = None
+        """The source's namespace for the batch being planned (failover: resolved in
+        ``latestOffset``)."""
+        self._thread: Any = None
+        self._sources: dict[str, Any] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Executors get the reader for ``read``: options only (connections stay here)."""
+        return {"options": self.options, "run": self.run}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["options"])  # type: ignore[misc]
+        self.run = state["run"]
+
+    # ------------------------------------------------------------------ driver side
+
+    def initialOffset(self) -> dict[str, Any]:
+        return {"run": self.run, "batch": 0}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.options.max_messages_per_trigger)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.cutoff = datetime.now(UTC)
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        self.namespace = self._resolve()
+        if self.cutoff is not None and self._drained(self.namespace, self.cutoff):
+            return start  # AvailableNow: nothing left from before the query started
+        return {"run": self.run, "batch": int(start.get("batch", 0)) + 1}
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        namespace = self.namespace if self.namespace is not None else self._resolve()
+        job = self.options.job
+        sessions = self.options.max_concurrent_sessions if job.sessions() else 0
+        cutoff = self.cutoff.timestamp() if self.cutoff is not None else None
+        return plan(str(end.get("run", self.run)), int(end.get("batch", 0)), namespace,
+                    job.path(), partitions=self.options.num_partitions,
+                    total=self.options.max_messages_per_trigger, sessions=sessions,
+                    max_wait=self.options.receive_wait, cutoff=cutoff)  # fmt: skip
+
+    def commit(self, end: dict[str, Any]) -> None:
+        pass  # every task settled its own messages before it ended
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            thread, self._thread = self._thread, None
+            for source in self._sources.values():
+                with contextlib.suppress(Exception):  # stopping: gone anyway
+                    thread.run(source.close(), timeout=10)
+            thread.close()
+
+    def _run(self, coro: Any) -> Any:
+        if self._thread is None:
+            from .intake import LoopThread
+
+            self._thread = LoopThread("servicebus-planner")
+        return self._thread.run(coro, timeout=120)
+
+    def _resolve(self) -> str:
+        """Where the source is now: its failover's current host, or the configured one."""
+        return str(self._run(_resolve(self.options.job)))
+
+    def _drained(self, namespace: str, cutoff: datetime) -> bool:
+        job = self.options.job
+        connection = job.connection(namespace)
+        source = self._sources.get(connection)
+        if source is None:
+            from ..servicebus.client import AmqpSource
+
+            source = self._sources[connection] = AmqpSource.from_connection_string(connection)
+        return bool(self._run(_nothing_before(source, job.path(), cutoff)))
+
+    # ------------------------------------------------------------------ executors
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        from .executor import run_assignment
+        from .worker import run_async
+
+        assert isinstance(partition, Assignment)
+        counts = run_async(run_assignment(self.options.job, partition))
+        yield counts.row(partition.slot)
+
+
+async def _resolve(job: PipelineJob) -> str:
+    failover = job.failover()
+    if failover is None:
+        from ..failover.runtime import endpoint_host
+
+        return endpoint_host(job.configured_connection())
+    await failover.connection_string()
+    return str(failover.host)
+
+
+async def _nothing_before(source: Any, path: str, cutoff: datetime) -> bool:
+    """True when the entity's oldest message came after ``cutoff`` (or there is none)."""
+    from ..tasks.locks import management_for
+
+    connection = await source.connection()
+    head = await management_for(connection).peek(path, 1)
+    if not head:
+        return True
+    enqueued = head[0].enqueued_time
+    return enqueued is not None and enqueued > cutoff
