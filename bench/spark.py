@@ -6,10 +6,10 @@ Starts the embedded broker as a subprocess, then on the same ``--messages`` mess
 
 1. local host: the task pump (the trigger loop the local host runs) replicates src -> dst;
 2. Spark ``local[1]`` and ``local[2]``: ``python -m replication spark``'s job
-   (``SparkPipeline.stream`` with AvailableNow: the servicebus stream, the pipeline in
-   ``mapInArrow``, the servicebus sink) on the same copy pipeline, each in a fresh session;
-   the clock runs from the query start to its end (the JVM start and Spark's first-job
-   warm-up, a trivial ``mapInArrow`` job, are not counted).
+   (``SparkPipeline.stream`` with AvailableNow: the driver plans assignments, each task
+   receives, runs the pipeline, sends and settles on its own link) on the same copy
+   pipeline, each in a fresh session; the clock runs from the query start to its end (the
+   JVM start and Spark's first-job warm-up, a trivial ``mapInArrow`` job, are not counted).
 
 Prints msgs/s for each, the ratio Spark local[2] / local host, and the scaling ratio
 local[2] / local[1].
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
             results: dict[str, float] = {}
             asyncio.run(bench_replication.send_all(connection_string, "src", items, 100))
             host = asyncio.run(
-                bench_replication.replicate(connection_string, args.messages, 100, 1, "amqp")
+                bench_replication.replicate(connection_string, args.messages, 100, 1, "amqp", "amqp")
             )
             results["local host (task pump)"] = args.messages / host
             for master in ("local[1]", "local[2]"):

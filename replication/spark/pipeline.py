@@ -1,17 +1,20 @@
-"""A configured pipeline on Spark: the same steps, per partition, over the one message model.
+"""A configured pipeline on Spark as rows: the same steps over the one message model.
+
+The streaming runner does not go through rows any more (its executors receive, process,
+send and settle themselves: ``executor.py``); this is for rows that have no source to settle
+on, Capture replay (``runner.SparkPipeline.replay``) and DataFrames of one's own.
 
 ``plan_function`` is what ``mapInArrow`` runs on executors: each input row becomes a
 ``Message`` (source facts included, for the stamp), goes through the pipeline's task
 (``ReplicationTask.plan``: steps, loop guard, ``repl-path``, the stamp) and comes out as
 zero or more rows with a ``target`` column naming where it goes (``""``: the pipeline's
 target, ``route:0``, ``default``, ``error_target``, ...). Rows keep their partition's order,
-so a session (kept in one partition by the source) leaves in the order it arrived.
+so a session (kept in one partition) leaves in the order it arrived.
 
-A step's dead-letter decision cannot dead-letter one message of a micro-batch (the batch is
-completed as a whole), so, as in Azure Functions, such a message goes to the pipeline's
-``error_target`` with ``DeadLetterReason`` / ``DeadLetterErrorDescription`` properties;
-without an error target the partition fails with that reason (nothing is completed, the
-messages come again).
+A row cannot be dead-lettered (there is no source message), so, as in Azure Functions, a
+step's dead-letter decision sends it to the pipeline's ``error_target`` with
+``DeadLetterReason`` / ``DeadLetterErrorDescription`` properties; without an error target
+the partition fails with that reason.
 
 Executors rebuild the pipeline from its file text, name and settings once per process.
 Stateful steps (``dedupe``, ``chain``) keep their state per executor process.
@@ -57,7 +60,7 @@ class PipelineRef:
 
 
 class DeadLetterWithoutErrorTarget(RuntimeError):
-    """A step said dead-letter, and on Spark that needs the pipeline's error_target."""
+    """A step said dead-letter, and for rows that needs the pipeline's error_target."""
 
 
 def plan_rows(
@@ -76,7 +79,7 @@ def plan_rows(
                 raise DeadLetterWithoutErrorTarget(
                     f"pipeline {ref.name!r}: message {message.message_id!r} must be "
                     f"dead-lettered ({reason}: {description}) but the pipeline has no "
-                    "error_target (on Spark, dead-letter decisions go there)"
+                    "error_target (rows cannot be dead-lettered: dead-letter decisions go there)"
                 )
             props = dict(message.application_properties)
             props["DeadLetterReason"] = reason

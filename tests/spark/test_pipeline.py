@@ -1,6 +1,8 @@
 """Pipelines on Spark (``local[2]``, the embedded broker): the same output as the Functions /
 local host path for the same input, Capture replay, and a driver killed mid-stream that
-loses nothing when restarted from its checkpoint."""
+loses nothing when restarted from its checkpoint (its local executors die with it, their
+connections drop, and what they held comes again at once). Executors receiving, settling,
+sessions and failover: ``test_executors.py``."""
 
 from __future__ import annotations
 
@@ -140,7 +142,7 @@ def test_a_merge_of_a_queue_and_a_topic_subscription_counts_into_the_metrics(
     with broker.client() as client, client.get_subscription_receiver(
         "m-topic", "replicate", max_wait_time=1
     ) as receiver:
-        assert receiver.peek_messages(10) == []  # completed after the sink wrote
+        assert receiver.peek_messages(10) == []  # completed by the executors once sent
     after = metrics.counts("merge")
     assert after["received"] - before["received"] == 151
     assert after["forwarded"] - before["forwarded"] == 150
