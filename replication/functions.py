@@ -2,8 +2,8 @@
 
 ``register_pipelines(app, pipelines)`` adds, for every pipeline and each of its sources, a
 ``service_bus_queue_trigger`` or ``service_bus_topic_trigger`` function with the source's
-connection app-setting name, ``cardinality=many``, sessions as the source needs them and
-``auto_complete_messages=False``. The functions take the SDK-type bindings of
+connection app-setting name, ``cardinality=many`` and sessions as the source needs them.
+The functions take the SDK-type bindings of
 ``azurefunctions-extensions-bindings-servicebus``: a list of
 ``azure.servicebus.ServiceBusReceivedMessage`` and a ``ServiceBusMessageActions``.
 
@@ -18,6 +18,16 @@ Settlement, one message at a time, after its fate is known:
   within a session the messages after it are left unsettled and the session is released,
   so nothing overtakes it and they come again after it without a delivery counted (the
   local host releases them; in Azure they return with the session).
+
+Who sends the completes: for a plain (not session) source the function is registered with
+``auto_complete_messages=True`` and settles through the actions only what is not completed;
+the host completes the rest once the function returned, skipping what the function settled
+(the Service Bus extension's ``SettledMessages``), without a gRPC call per message. If an
+explicit settlement fails, the function completes the batch's good messages through the
+actions and raises, so the host abandons only the one it could not settle (auto-complete
+must not complete a message meant for the dead-letter queue). A session source keeps
+``auto_complete_messages=False``: the messages held back behind a failed one must stay
+unsettled until the session is released, and auto-complete would complete them.
 
 Nothing else in the batch is touched. A target that is unreachable does not make anything
 fail: its breaker opens (``tasks.breaker``), the sends wait for it, and meanwhile the batch's
@@ -84,8 +94,11 @@ class PipelineRuntime:
             dead = [s for s in settlements if s.decision is Decision.DEAD_LETTER]
             if dead and ERROR_TARGET in self.targets:
                 await self._to_error_target(dead)
-        await asyncio.to_thread(_settle_all, actions, settlements)
+        # a plain source's function is registered with auto-complete (see the module)
+        failures = await asyncio.to_thread(_settle_all, actions, settlements, not sessions)
         self._count(settlements)
+        if failures and not sessions:
+            raise SettlementsFailed(failures)
         return settlements
 
     async def _to_error_target(self, dead: list[Settlement]) -> None:
@@ -151,25 +164,43 @@ async def _keep_locks(
             await asyncio.to_thread(_renew_all, actions, messages, sessions)
 
 
-def _settle_all(actions: Any, settlements: list[Settlement]) -> None:
+class SettlementsFailed(Exception):
+    """Raised by a function with auto-complete when it could not settle some messages
+    itself: the host then abandons those instead of completing them."""
+
+    def __init__(self, failures: list[str]) -> None:
+        super().__init__(f"{len(failures)} settlement(s) failed, first: {failures[0]}")
+
+
+def _settle_all(
+    actions: Any, settlements: list[Settlement], auto_complete: bool = False
+) -> list[str]:
     """Blocking gRPC calls, run off the worker's event loop, ``SETTLE_CALLS`` at a time
     (each is a round trip to the host; their order does not matter, the sessions to let go
-    are released after them). A settlement that fails (the lock was lost with the source's
+    are released after them). With ``auto_complete`` the completes are the host's, unless
+    another settlement failed: then they are sent here too, and the failures returned make
+    the function raise. A settlement that fails (the lock was lost with the source's
     connection) means the message comes again: logged once per batch."""
-    calls: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
+    completes: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
+    others: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
     let_go: set[str] = set()
     for item in settlements:
         received = item.message.source
         if item.decision is Decision.COMPLETE:
-            calls.append((actions.complete, (received,)))
+            completes.append((actions.complete, (received,)))
         elif item.decision is Decision.DEAD_LETTER:
             reason, description = item.reason[:256], item.description[:1024]
-            calls.append((actions.deadletter, (received, reason, description)))
-        elif item.decision is Decision.ABANDON:
-            calls.append((actions.abandon, (received,)))
-        if item.decision in (Decision.ABANDON, Decision.RELEASE) and item.message.session_id:
+            others.append((actions.deadletter, (received, reason, description)))
+        elif item.decision is Decision.ABANDON or auto_complete:
+            # RELEASE from a plain source: it cannot be released, and must not be completed
+            others.append((actions.abandon, (received,)))
+        failed = item.decision in (Decision.ABANDON, Decision.RELEASE)
+        if failed and item.message.session_id and not auto_complete:  # a session source
             let_go.add(item.message.session_id)
+    calls = others if auto_complete else completes + others
     failures = [f for f in _SETTLERS.map(_attempt, calls) if f is not None]
+    if auto_complete and failures:
+        failures += [f for f in _SETTLERS.map(_attempt, completes) if f is not None]
     for session_id in sorted(let_go):  # the abandoned head comes first to the next taker
         failure = _attempt((actions.release_session, (session_id,)))
         if failure is not None:
@@ -177,6 +208,7 @@ def _settle_all(actions: Any, settlements: list[Settlement]) -> None:
     if failures:
         log.warning("%d of %d settlements failed (they come again): %s", len(failures),
                     len(settlements), failures[0])  # fmt: skip
+    return failures
 
 
 def _renew_all(actions: Any, messages: list[Message], sessions: bool) -> None:
@@ -217,13 +249,13 @@ def register_pipelines(
                     arg_name="messages", topic_name=source.topic,
                     subscription_name=source.subscription, connection=source.connection,
                     cardinality=func.Cardinality.MANY, is_sessions_enabled=source.sessions,
-                    auto_complete_messages=False,
+                    auto_complete_messages=not source.sessions,
                 )  # fmt: skip
             else:
                 trigger = app.service_bus_queue_trigger(
                     arg_name="messages", queue_name=source.queue, connection=source.connection,
                     cardinality=func.Cardinality.MANY, is_sessions_enabled=source.sessions,
-                    auto_complete_messages=False,
+                    auto_complete_messages=not source.sessions,
                 )  # fmt: skip
             app.function_name(name)(trigger(handler))
             names.append(name)

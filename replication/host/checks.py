@@ -2,11 +2,12 @@
 
 A pipeline whose steps (or router) can decide to dead-letter a message, without an
 ``error_target``, needs per-message settlement: functions that take the SDK-type bindings
-(``ServiceBusMessageActions``) with ``autoCompleteMessages`` off, and the extension package
-in requirements.txt. A function that settles per batch (``azure.functions.ServiceBusMessage``
-with auto-complete) can only fail the whole batch: every healthy message in it is
-redelivered with the bad one until MaxDeliveryCount dead-letters them all. These checks say
-so before it is deployed.
+(``ServiceBusMessageActions``), so it can dead-letter the bad one itself (with
+``autoCompleteMessages`` on the host completes only what the function left unsettled), and
+the extension package in requirements.txt. A function that settles per batch
+(``azure.functions.ServiceBusMessage`` with auto-complete) can only fail the whole batch:
+every healthy message in it is redelivered with the bad one until MaxDeliveryCount
+dead-letters them all. These checks say so before it is deployed.
 """
 
 from __future__ import annotations
@@ -76,7 +77,6 @@ def _batch_settled(
     (a function is matched by the pipeline it was generated for, else by its source)."""
     from .bindings import is_sdk_type
     from .discovery import load_app, service_bus_triggers
-    from .trigger import HostOptions
 
     try:
         with _quiet():  # azure.functions warns that an app without HTTP has no auth level
@@ -84,7 +84,6 @@ def _batch_settled(
             triggers = service_bus_triggers(app, settings)
     except Exception as exc:  # not importable here: say so, the rest was checked
         return [f"{app_file}: cannot check how it settles messages ({exc})"]
-    auto_complete = HostOptions.from_host_json(_host_json(app_file.parent)).auto_complete_messages
     warnings = []
     for trigger in triggers:
         pipeline = getattr(trigger.function, "pipeline_name", None)
@@ -92,31 +91,17 @@ def _batch_settled(
             pipeline = sources.get((trigger.connection, trigger.entity))
         if pipeline not in risky:
             continue
-        per_message = (
-            is_sdk_type(trigger.annotation)
-            and trigger.settlement_arg is not None
-            and not (auto_complete if trigger.auto_complete is None else trigger.auto_complete)
-        )
+        per_message = is_sdk_type(trigger.annotation) and trigger.settlement_arg is not None
         if not per_message:
             warnings.append(
                 f"{app_file}: function {trigger.name} settles its batch as a whole, but pipeline "
                 f"{pipeline!r} can dead-letter ({risky[pipeline]}): one bad message fails the "
                 "batch and its healthy neighbours are redelivered until MaxDeliveryCount "
                 "dead-letters them too. Take ServiceBusReceivedMessage and "
-                "ServiceBusMessageActions with auto_complete_messages=False (as "
-                "replication.functions.register_pipelines does), or give it an error_target."
+                "ServiceBusMessageActions (as replication.functions.register_pipelines "
+                "does), or give it an error_target."
             )
     return warnings
-
-
-def _host_json(folder: Path) -> dict[str, Any]:
-    import json
-
-    path = folder / "host.json"
-    try:
-        return dict(json.loads(path.read_text())) if path.is_file() else {}
-    except ValueError:
-        return {}
 
 
 @contextlib.contextmanager

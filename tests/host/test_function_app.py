@@ -126,3 +126,57 @@ async def test_the_batch_locks_are_renewed_through_the_actions_while_a_target_is
     keeper.cancel()
     assert renewed == ["m0", "m1", "m2"]
     assert pauses[0] == timedelta(seconds=15).total_seconds()
+
+
+def test_with_auto_complete_only_what_is_not_completed_goes_through_the_actions() -> None:
+    """A plain source's function leaves its completes to the host (auto-complete). When a
+    settlement of its own fails, it completes the good ones itself and reports the failure
+    (the function then raises, so the host abandons the one left instead of completing a
+    message meant for the dead-letter queue)."""
+    from replication.functions import _settle_all
+    from replication.messages import Message
+    from replication.tasks.task import Decision, Settlement
+
+    calls: list[tuple[str, str]] = []
+
+    class Actions:
+        def __init__(self, failing: set[str]) -> None:
+            self.failing = failing
+
+        def _call(self, name: str, received: str) -> None:
+            calls.append((name, received))
+            if name in self.failing:
+                raise RuntimeError(f"{name} refused")
+
+        def complete(self, received: str) -> None:
+            self._call("complete", received)
+
+        def deadletter(self, received: str, reason: str, description: str) -> None:
+            self._call("deadletter", received)
+
+        def abandon(self, received: str) -> None:
+            self._call("abandon", received)
+
+    def message(name: str, session: str | None = None) -> Message:
+        item = Message(b"x", message_id=name, session_id=session)
+        item.source = name  # what the actions are called with
+        return item
+
+    settlements = [
+        Settlement(message("good"), Decision.COMPLETE, outputs=1),
+        Settlement(message("bad"), Decision.DEAD_LETTER, "validate: invalid", "not JSON"),
+        Settlement(message("refused"), Decision.ABANDON, "SendFailed", "too big"),
+        Settlement(message("behind", "s"), Decision.RELEASE, "SendFailed", "held back"),
+    ]
+    assert _settle_all(Actions(set()), settlements, auto_complete=True) == []
+    # a plain source cannot release: the held-back one is abandoned, never left to complete
+    assert sorted(calls) == [("abandon", "behind"), ("abandon", "refused"), ("deadletter", "bad")]
+
+    calls.clear()
+    failures = _settle_all(Actions({"deadletter"}), settlements, auto_complete=True)
+    assert failures == ["deadletter: deadletter refused"]
+    assert ("complete", "good") in calls
+
+    calls.clear()
+    assert _settle_all(Actions(set()), settlements[:1], auto_complete=False) == []
+    assert calls == [("complete", "good")]  # a session source's function completes itself

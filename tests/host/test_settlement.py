@@ -364,7 +364,11 @@ def test_the_generated_functions_take_the_sdk_types() -> None:
     text = validating()
     app = pipeline_app(text, {})
     (trigger,) = service_bus_triggers(app, {"Bus": "x"})
-    assert trigger.auto_complete is False
+    # a plain source: the host completes what the function did not settle itself
+    assert trigger.auto_complete is True
+    sessions = pipeline_app(text.replace("queue: in}", "queue: in, sessions: true}"), {})
+    (trigger_of_sessions,) = service_bus_triggers(sessions, {"Bus": "x"})
+    assert trigger_of_sessions.auto_complete is False  # held-back messages stay unsettled
     assert trigger.settlement_arg == "message_actions"
     assert trigger.annotation == typing.List[servicebus.ServiceBusReceivedMessage]  # noqa: UP006
     hints = typing.get_type_hints(trigger.function)
