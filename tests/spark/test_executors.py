@@ -8,8 +8,10 @@ broker over real sockets, and for failover the in-process DNS server of the fail
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pickle
+import re
 import subprocess
 import sys
 import threading
@@ -302,3 +304,53 @@ def test_a_cname_flip_mid_query_moves_the_source(
     assert {f"m-{i}" for i in range(half)} <= copied | left_on_sb1  # nothing lost on sb1
     assert left_on_sb1, "sb1 was drained before the flip: the test proves nothing"
     assert dns_server.asked(ALIAS, "CNAME") > 2  # asked again while the query ran
+
+
+LATE = """\
+pipelines:
+  - name: late
+    source: {connection: Bus, queue: big-src}
+    target: {connection: Bus, queue: big-dst}
+"""
+
+
+def test_available_now_leaves_what_came_after_the_start(
+    spark: Any, broker_factory: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``--available-now`` processes what was there when the query started: messages sent
+    while it runs are given back untouched (no delivery counted) and stay at the source.
+    The last batch (30 early messages, shares of 50) takes late ones too and releases them."""
+    caplog.set_level(logging.INFO, logger="replication.spark")
+    broker: BrokerHandle = broker_factory(CONFIG)
+    early, late = 1530, 200
+    send(broker, "big-src", [ServiceBusMessage(b"e", message_id=f"e-{i}")
+                             for i in range(early)], per=250)  # fmt: skip
+    settings = {"Bus": broker.connection_string}
+    pipeline, path = app(tmp_path, LATE, settings)
+    failure: list[BaseException] = []
+
+    def stream() -> None:
+        try:
+            SparkPipeline(spark, pipeline, path, settings).stream(
+                tmp_path / "checkpoint", available_now=True, max_per_trigger=100
+            )
+        except BaseException as exc:  # reported by the test's thread
+            failure.append(exc)
+
+    runner = threading.Thread(target=stream, name="spark-late")
+    runner.start()
+    try:
+        wait_until(lambda: broker.count("big-dst") >= 100 or not runner.is_alive())
+        send(broker, "big-src", [ServiceBusMessage(b"l", message_id=f"l-{i}")
+                                 for i in range(late)], per=100)  # fmt: skip
+    finally:
+        runner.join(240)
+    assert not runner.is_alive() and not failure, failure
+    assert sorted(broker.message_ids("big-dst")) == sorted(f"e-{i}" for i in range(early))
+    with broker.client() as client, client.get_queue_receiver("big-src") as receiver:
+        left = receiver.peek_messages(late + 10)
+    assert sorted(str(m.message_id) for m in left) == sorted(f"l-{i}" for i in range(late))
+    assert {m.delivery_count for m in left} == {0}
+    assert any(re.search(r"\blate [1-9]", r.getMessage()) for r in caplog.records), (
+        "no late message was received: the test proves nothing"
+    )
