@@ -70,7 +70,10 @@ LOCAL_TRANSACTIONS = symbol("amqp:local-transactions")
 class TransactionError(SourceError):
     """The transaction could not be declared, used or discharged; ``condition`` says why
     (``amqp:transaction:rollback``, ``...:timeout``, ``...:unknown-id``, or the condition of
-    the settlement that made ``commit`` roll back, e.g. ``com.microsoft:message-lock-lost``)."""
+    the settlement that made ``commit`` roll back, e.g. ``com.microsoft:message-lock-lost``).
+    Not retryable: its work is gone; start over in a new transaction."""
+
+    retryable = False  # type: ignore[assignment]
 
 
 class TransactionState(enum.Enum):

@@ -34,6 +34,18 @@ delivery counted (it is a shutdown): released by the AMQP backend, left to go ba
 the session by an SDK session receiver; an SDK plain receiver cannot release, it abandons.
 Messages of a session held back behind a failed one (``Decision.RELEASE``) go back the
 same way, and the worker gives the session back so the failed one comes first again.
+
+Transactional (``transaction_targets``, a pipeline's ``transactional: true``; AMQP backend,
+a queue source, every target in the source's namespace): each batch runs in one Service
+Bus transaction on the source's connection (``servicebus.transactions``). The copies are
+sent via the source queue (``targets.ViaSenders``), the completes and dead-letters are
+settled in the transaction, and the commit makes them visible together: a crash (or a lost
+connection) before the commit leaves neither, so a target never gets a copy of a message
+that comes again. A batch in which a target refused a copy is rolled back whole: the
+failed message is abandoned (a delivery counted), the others released. A commit the
+service refuses (e.g. a lock ran out) rolls everything back; the batch comes again once
+its locks expire. No breakers: the targets live in the source's namespace, so an outage
+there is the source's too.
 """
 
 from __future__ import annotations
@@ -41,7 +53,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
@@ -53,9 +65,11 @@ from ..messages import Message, from_received
 from ..servicebus.client import AmqpReceiver, AmqpSource, NoSessionAvailable, SourceError
 from ..servicebus.endpoint import Endpoint
 from ..servicebus.sdk_source import sdk_receiver, without_retries
+from ..servicebus.transactions import Transaction, TransactionError, declare
 from .breaker import Breakers, TargetUnavailable
 from .locks import LockKeeper
 from .sender import SenderFor
+from .targets import ViaSenders
 from .task import Decision, ReplicationTask, Settlement, process_batch
 
 if TYPE_CHECKING:
@@ -150,6 +164,7 @@ async def pump(
     prefetch: int | None = None,
     max_lock_renewal: float | None = None,
     breakers: Breakers | None = None,
+    transaction_targets: Mapping[str | None, str] | None = None,
 ) -> PumpStats:
     """Moves messages until ``stop`` is set; returns the counts.
 
@@ -163,11 +178,23 @@ async def pump(
     ``maxAutoLockRenewalDuration``); None (the default) renews them as long as the pump
     holds the batch. ``breakers``: the targets' breakers (default: the pump's own); they
     are stopped when ``stop`` is set, so sends waiting for an unreachable target end.
+
+    ``transaction_targets`` (target name -> entity of the source's namespace;
+    ``BuiltPipeline.transaction_targets()``): each batch is one transaction (see the
+    module); ``sender_for`` is then not used. Needs the AMQP backend and a queue source.
     """
     breakers = Breakers() if breakers is None else breakers
+    if transaction_targets is not None:
+        if backend == "sdk":
+            raise ValueError("a transactional pump needs the amqp backend, not 'sdk'")
+        if source.subscription is not None:
+            raise ValueError(
+                f"a transactional pump needs a queue source ({source} is a subscription: "
+                "the copies are sent via the source, and a subscription cannot be sent through)"
+            )
     loop = _Loop(task, source, sender_for, stop, max_batch, max_wait, session_workers,
                  stats or PumpStats(), on_batch, prefetch, max_lock_renewal=max_lock_renewal,
-                 breakers=breakers)  # fmt: skip
+                 breakers=breakers, transaction_targets=transaction_targets)  # fmt: skip
     watcher = asyncio.create_task(_stop_breakers(stop, breakers), name="pump breakers")
     try:
         if isinstance(client, ServiceBusClient | str):
@@ -230,10 +257,16 @@ class _Loop:
     failover: Failover | None = None
     max_lock_renewal: float | None = None
     breakers: Breakers | None = None
+    transaction_targets: Mapping[str | None, str] | None = None
 
     async def on(self, client: ServiceBusClient | str, backend: Backend) -> None:
         """Runs on one namespace until ``stop`` (or, with failover, a switch)."""
         endpoint = _amqp_endpoint(client, backend)
+        if endpoint is None and self.transaction_targets is not None:
+            raise ValueError(
+                "a transactional pump needs our AMQP client, and this source's endpoint or "
+                "credential is one only the SDK can use"
+            )
         if endpoint is not None:
             await self.amqp(endpoint)
         elif isinstance(client, str):
@@ -330,29 +363,42 @@ class _Loop:
         entity) raises. With failover every failure is reported, and a switch ends this."""
         prefetch = self.prefetch or 2 * self.max_batch
         async with AmqpSource(endpoint) as namespace:
-            if self.source.sessions:
-                async with asyncio.TaskGroup() as workers:
-                    for _ in range(self.session_workers):
-                        workers.create_task(self.amqp_session_worker(namespace, prefetch))
-                return
-            while not self.stop.is_set():
-                try:
-                    receiver = await namespace.receiver(str(self.source), prefetch=prefetch)
-                    self.received_fine()
-                    try:
-                        async with self.keeper(receiver) as keeper:
-                            await self.amqp_drain(receiver, keeper, until_empty=False)
-                    finally:
-                        await receiver.close()
-                except SourceError as exc:
-                    if not exc.retryable:
-                        raise
-                    if await self.switched(exc):
-                        return
-                    log.warning("receiver on %s failed (reconnecting): %s", self.source, exc)
-                    await _pause(self.stop, RETRY_PAUSE)
+            via = None
+            if self.transaction_targets is not None:
+                via = ViaSenders(namespace, str(self.source), self.transaction_targets)
+            try:
+                await self.amqp_on(namespace, prefetch, via)
+            finally:
+                if via is not None:
+                    await via.close()
 
-    async def amqp_session_worker(self, namespace: AmqpSource, prefetch: int) -> None:
+    async def amqp_on(self, namespace: AmqpSource, prefetch: int,
+                      via: ViaSenders | None) -> None:  # fmt: skip
+        if self.source.sessions:
+            async with asyncio.TaskGroup() as workers:
+                for _ in range(self.session_workers):
+                    workers.create_task(self.amqp_session_worker(namespace, prefetch, via))
+            return
+        while not self.stop.is_set():
+            try:
+                receiver = await namespace.receiver(str(self.source), prefetch=prefetch)
+                self.received_fine()
+                try:
+                    async with self.keeper(receiver) as keeper:
+                        await self.amqp_drain(receiver, keeper, until_empty=False, via=via)
+                finally:
+                    await receiver.close()
+            except SourceError as exc:
+                if not exc.retryable:
+                    raise
+                if await self.switched(exc):
+                    return
+                log.warning("receiver on %s failed (reconnecting): %s", self.source, exc)
+                await _pause(self.stop, RETRY_PAUSE)
+
+    async def amqp_session_worker(
+        self, namespace: AmqpSource, prefetch: int, via: ViaSenders | None = None
+    ) -> None:
         path = str(self.source)
         while not self.stop.is_set():
             try:
@@ -372,7 +418,7 @@ class _Loop:
             self.received_fine()
             try:
                 async with self.keeper(receiver) as keeper:
-                    await self.amqp_drain(receiver, keeper, until_empty=True)
+                    await self.amqp_drain(receiver, keeper, until_empty=True, via=via)
             except SourceError as exc:  # e.g. the session lock was lost: another worker takes it
                 log.warning("session %r of %s failed: %s", receiver.session_id, path, exc)
             finally:
@@ -382,8 +428,8 @@ class _Loop:
         """Keeps the receiver's locks (batch and prefetch buffer) while it is open."""
         return LockKeeper(receiver, max_duration=self.max_lock_renewal)
 
-    async def amqp_drain(self, receiver: AmqpReceiver, keeper: LockKeeper,
-                         until_empty: bool) -> None:  # fmt: skip
+    async def amqp_drain(self, receiver: AmqpReceiver, keeper: LockKeeper, until_empty: bool,
+                         via: ViaSenders | None = None) -> None:  # fmt: skip
         while not self.stop.is_set():
             batch = await receiver.receive(self.max_batch, self.max_wait)
             if not batch:
@@ -392,30 +438,89 @@ class _Loop:
                 continue
             keeper.hold(batch)
             try:
-                settlements = await self.processed(batch)
-                settle_amqp(receiver, settlements, self.stats)
+                if via is not None:
+                    settlements = await self.transactional(receiver, via, batch)
+                else:
+                    settlements = await self.processed(batch)
+                    settle_amqp(receiver, settlements, self.stats)
             finally:
                 keeper.settled(batch)
             if self.batch_done(settlements, until_empty):
                 return
 
+    async def transactional(
+        self, receiver: AmqpReceiver, via: ViaSenders, batch: list[Message]
+    ) -> list[Settlement]:
+        """One batch in one transaction (see the module): sent and settled together, or
+        given back whole."""
+        self.stats.received += len(batch)
+        txn = await declare(via.namespace)
+        try:
+            settlements = await process_batch(self.task, batch, via.within(txn))
+            if any(s.decision in (Decision.ABANDON, Decision.RELEASE) for s in settlements):
+                await txn.rollback()  # the copies that went out go with it
+                give_back_amqp(receiver, settlements, self.stats)
+                return settlements
+            counts = PumpStats()
+            settle_amqp(receiver, settlements, counts, transaction=txn)
+            await txn.commit()
+        except TransactionError as exc:  # rolled back: the batch comes again
+            log.warning("a transaction of %d message(s) of %s was rolled back (they come "
+                        "again once their locks expire): %s", len(batch), self.source,
+                        exc)  # fmt: skip
+            self.stats.abandoned += len(batch)
+            return [Settlement(m, Decision.ABANDON, "TransactionFailed", str(exc), error=exc)
+                    for m in batch]  # fmt: skip
+        except BaseException:
+            await _rolled_back(txn)
+            raise
+        self.stats.completed += counts.completed
+        self.stats.dead_lettered += counts.dead_lettered
+        return settlements
 
-def settle_amqp(receiver: AmqpReceiver, settlements: list[Settlement], stats: PumpStats) -> None:
+
+def settle_amqp(
+    receiver: AmqpReceiver, settlements: list[Settlement], stats: PumpStats, *,
+    transaction: Transaction | None = None,
+) -> None:  # fmt: skip
     """All completes of the batch at once (ranged dispositions), then each other outcome.
     Sent settled, without waiting: a lost complete means a redelivery (at-least-once).
     Released (given back without counting a delivery): messages held back behind a failed
     one of their session, and those whose sends still waited for an unreachable target when
-    the pump stopped (a shutdown is not their fault)."""
+    the pump stopped (a shutdown is not their fault). With ``transaction`` the completes
+    and dead-letters are part of it (applied at its commit)."""
     completes = [s.message for s in settlements if s.decision is Decision.COMPLETE]
-    stats.completed += receiver.complete(completes)
+    stats.completed += receiver.complete(completes, transaction=transaction)
     for item in settlements:
         if item.decision is Decision.DEAD_LETTER:
-            stats.dead_lettered += receiver.dead_letter(item.message, item.reason,
-                                                        item.description)  # fmt: skip
+            stats.dead_lettered += receiver.dead_letter(
+                item.message, item.reason, item.description, transaction=transaction
+            )
         elif _let_go(item):
             stats.released += receiver.release([item.message])
         elif item.decision is Decision.ABANDON:
             stats.abandoned += receiver.abandon([item.message])
+
+
+def give_back_amqp(receiver: AmqpReceiver, settlements: list[Settlement], stats: PumpStats) -> None:
+    """A rolled-back batch: what failed is abandoned (a delivery counted, so a message no
+    target takes ends in the dead-letter queue), the rest released to be done again."""
+    for item in settlements:
+        if item.decision is Decision.ABANDON and not _let_go(item):
+            stats.abandoned += receiver.abandon([item.message])
+        else:
+            stats.released += receiver.release([item.message])
+
+
+async def _rolled_back(txn: Transaction) -> None:
+    """Rolls back after an error in the batch (the error goes on; a rollback that fails
+    is only logged: the service rolls back what a lost connection left open)."""
+    if not txn.active:
+        return
+    try:
+        await txn.rollback()
+    except (SourceError, asyncio.CancelledError) as exc:
+        log.warning("rolling back transaction %s failed: %s", txn.txn_id.hex(), exc)
 
 
 async def _pause(stop: asyncio.Event, seconds: float) -> None:

@@ -25,7 +25,11 @@ from ..servicebus.client import AmqpSource
 from ..servicebus.sender import AmqpSender
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from ..failover import Failover
+    from ..servicebus.transactions import Transaction
+    from .sender import SenderFor
 
 SendBackend = Literal["amqp", "sdk"]
 BACKENDS: tuple[SendBackend, ...] = ("amqp", "sdk")
@@ -234,3 +238,50 @@ class _FailoverSender:
                     ) from exc
                 raise
         self.failover.report_success()
+
+
+class ViaSenders:
+    """Senders for a transactional pipeline: every target is an entity of the source's
+    namespace, sent to over the source's connection via the source entity (send-via), so
+    that the sends and the source's completes can be one transaction. One link per target,
+    kept across batches; ``within(txn)`` lends them to one batch's transaction (several
+    session workers may each run their own at once)."""
+
+    def __init__(self, namespace: AmqpSource, via: str, targets: Mapping[str | None, str]) -> None:
+        self.namespace = namespace
+        self.via = via
+        self.targets = dict(targets)
+        self._senders: dict[str | None, AmqpSender] = {}
+
+    def within(self, transaction: Transaction) -> SenderFor:
+        """A ``SenderFor`` whose sends are enlisted in ``transaction``."""
+
+        @contextlib.asynccontextmanager
+        async def lend(name: str | None) -> AsyncIterator[Any]:
+            yield _Enlisted(self._sender(name), transaction)
+
+        return lend
+
+    def _sender(self, name: str | None) -> AmqpSender:
+        sender = self._senders.get(name)
+        if sender is None:
+            entity = self.targets.get(name)
+            if entity is None:
+                known = ", ".join(repr(n) for n in self.targets if n is not None) or "none"
+                raise KeyError(f"no target named {name!r} (targets: {known})")
+            sender = self._senders[name] = AmqpSender(self.namespace, entity, via=self.via)
+        return sender
+
+    async def close(self) -> None:
+        senders, self._senders = self._senders, {}
+        for sender in senders.values():
+            await sender.close()
+
+
+class _Enlisted:
+    def __init__(self, sender: AmqpSender, transaction: Transaction) -> None:
+        self.sender = sender
+        self.transaction = transaction
+
+    async def send_messages(self, messages: list[Message]) -> None:
+        await self.sender.send_messages(messages, transaction=self.transaction)
