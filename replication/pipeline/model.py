@@ -265,6 +265,18 @@ class PipelineSpec(_Spec):
         "abandon and defer cannot change properties (dropped, with a warning), and locks of "
         "prefetched messages are not renewed (a session lock covers them).",
     )
+    transactional: bool = Field(
+        False,
+        description="Send each batch's copies and complete its source messages in one "
+        "Service Bus transaction: a crash between the sends and the completes leaves "
+        "neither (no duplicate at a target), and a batch whose copy a target refused is "
+        "rolled back whole (the failed message abandoned, the others released). The copies "
+        "go via the source queue (send-via), so the source must be a queue and every "
+        "target (routes, default and error targets too) an entity of the source's "
+        "namespace, without failover; backend amqp only. Honoured where the app receives "
+        "itself (the pump, `replication.tasks.pump`); the Functions host settles on its "
+        "own connection and cannot take part.",
+    )
 
 
 class FileSpec(_Spec):
@@ -312,6 +324,8 @@ class Pipeline:
     batch_size: int = 100
     concurrency: int | None = None
     backend: Literal["amqp", "sdk"] = "amqp"
+    transactional: bool = False
+    """Each batch's copies sent via the source queue and its completes in one transaction."""
     description: str | None = None
     base_dir: Path | None = None
     """The pipeline file's folder: relative paths in it (``*_file``, failover files) start here."""
@@ -395,6 +409,15 @@ class Pipeline:
                 source_failovers.append(self._failover(endpoint, resolved, settings, role))
             else:
                 problems.append(((*loc, "connection"), _missing(resolved, endpoint, settings)))
+        if self.transactional:
+            for key, namespace in target_namespaces.items():
+                if any(namespace != source for source in source_namespaces if source):
+                    endpoint, loc = self._target_locs()[key]
+                    problems.append(((*loc, "connection"), (
+                        f"transactional: the target {endpoint.entity!r} is on namespace "
+                        f"{namespace!r}, the source on {source_namespaces[0]!r}; a Service "
+                        "Bus transaction cannot span namespaces"
+                    )))  # fmt: skip
         context = context or StepContext(settings=settings)
         steps: list[BoundStep] = []
         for index, (name, options) in enumerate(self.steps):
@@ -477,6 +500,13 @@ class BuiltPipeline:
     def task(self) -> ReplicationTask:
         """The task of the first (usually only) source."""
         return self.tasks[0]
+
+    def transaction_targets(self) -> dict[str | None, str] | None:
+        """For a ``transactional`` pipeline, each target's entity by target name (what
+        ``tasks.pump.pump`` sends to via the source, in the batch's transaction); else None."""
+        if not self.pipeline.transactional:
+            return None
+        return {name: target.entity for name, target in self.targets.items()}
 
 
 @dataclass(slots=True)
@@ -691,6 +721,8 @@ class _Checker:
         self.check_routing(spec, loc)
         steps, step_targets = self.check_steps(spec.steps, (*loc, "steps"), spec.error_target)
         self.check_loops(spec, sources, loc)
+        if spec.transactional:
+            self.check_transactional(spec, sources, step_targets, loc)
         if len(self.problems) > before:
             return None
         routes = [Route(r.when, r.target, route_key(i)) for i, r in enumerate(spec.routes or [])]
@@ -709,6 +741,7 @@ class _Checker:
             batch_size=spec.batch_size,
             concurrency=spec.concurrency,
             backend=spec.backend,
+            transactional=spec.transactional,
             description=spec.description,
             base_dir=self.base_dir,
             _origin=_Origin(self.positions, loc, spec.source is not None),
@@ -843,6 +876,71 @@ class _Checker:
                         f"the target is the source topic {source.topic!r}: messages would come "
                         "back through the subscription (set loop_guard: true if that is meant)"
                     ))  # fmt: skip
+
+    def check_transactional(
+        self, spec: PipelineSpec, sources: list[Endpoint], step_targets: dict[str, Endpoint],
+        loc: Loc,
+    ) -> None:  # fmt: skip
+        """A transaction lives on one connection to one namespace, reaches a second entity
+        only through a via entity (the source queue), and only our AMQP client runs one."""
+        where: Loc = (*loc, "transactional")
+        if spec.backend == "sdk":
+            self.add(where, (
+                "transactional needs backend 'amqp': the transaction spans the source's "
+                "receiver and the targets' senders on one connection, which azure-servicebus "
+                "(backend 'sdk') cannot share or run a transaction on"
+            ))  # fmt: skip
+        for index, source in enumerate(sources):
+            source_loc: Loc = (*loc, "source") if spec.source is not None else (
+                *loc, "sources", index,
+            )  # fmt: skip
+            if source.queue is None:
+                self.add(source_loc, (
+                    "transactional needs a queue source: the copies are sent via the source "
+                    "entity in the same transaction as its completes, and a subscription "
+                    "cannot be sent through"
+                ))  # fmt: skip
+            if source.failover is not None:
+                self.add((*source_loc, "failover"), (
+                    "transactional pipelines cannot fail over: a transaction and its targets "
+                    "are bound to the one namespace the source is on"
+                ))  # fmt: skip
+        outs: list[tuple[Endpoint, Loc]] = []
+        if spec.target is not None:
+            outs.append((spec.target, (*loc, "target")))
+        outs += [(r.target, (*loc, "routes", i, "target")) for i, r in enumerate(spec.routes or [])]
+        for name in ("default", "error_target"):
+            endpoint = getattr(spec, name)
+            if endpoint is not None:
+                outs.append((endpoint, (*loc, name)))
+        for key, endpoint in step_targets.items():
+            outs.append((endpoint, (*loc, "steps", int(key.rpartition(":")[2]), "error_target")))
+        for out, out_loc in outs:
+            if out.failover is not None:
+                self.add((*out_loc, "failover"), (
+                    "transactional pipelines cannot fail over: a transaction and its targets "
+                    "are bound to the one namespace the source is on"
+                ))  # fmt: skip
+            for source in sources:
+                if self.other_namespace(out.connection, source.connection):
+                    self.add((*out_loc, "connection"), (
+                        f"transactional: the target {out.entity!r} is on another namespace "
+                        f"than the source ({out.connection!r} vs {source.connection!r}); a "
+                        "Service Bus transaction cannot span namespaces (put the target in "
+                        "the source's namespace, or drop transactional)"
+                    ))  # fmt: skip
+                    break
+
+    def other_namespace(self, first: str, second: str) -> bool:
+        """Known to be different namespaces (False when the settings cannot tell: then
+        ``Pipeline.build`` checks it)."""
+        if first == second or self.settings is None:
+            return False
+        try:
+            one, other = _namespace(self.settings, first), _namespace(self.settings, second)
+        except ValueError:  # not a connection string: reported on its own
+            return False
+        return bool(one) and bool(other) and one != other
 
     def same_namespace(self, first: str, second: str) -> bool:
         if first == second:
