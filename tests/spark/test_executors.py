@@ -354,3 +354,56 @@ def test_available_now_leaves_what_came_after_the_start(
     assert any(re.search(r"\blate [1-9]", r.getMessage()) for r in caplog.records), (
         "no late message was received: the test proves nothing"
     )
+
+
+DROPPED = """\
+pipelines:
+  - name: dropped
+    source: {connection: Bus, queue: src}
+    target: {connection: Bus, queue: dst}
+"""
+
+
+def test_a_dropped_source_connection_is_reopened_by_the_next_task(
+    spark: Any, broker_factory: Any, tmp_path: Path
+) -> None:
+    """The broker aborts the workers' receiving connections mid-stream (a network failure):
+    the tasks on them end (what they held comes again, uncounted), and the next tasks of
+    the same Python workers open new connections. Nothing is lost; what was sent and not
+    completed is removed by the target's duplicate detection."""
+    broker: BrokerHandle = broker_factory(CONFIG)
+    total = 4000
+    send(broker, "src", [ServiceBusMessage(b"d" * 64, message_id=f"d-{i}")
+                         for i in range(total)], per=250)  # fmt: skip
+    settings = {"Bus": broker.connection_string}
+    pipeline, path = app(tmp_path, DROPPED, settings)
+    failure: list[BaseException] = []
+    dropped: list[int] = []
+
+    def stream() -> None:
+        try:
+            SparkPipeline(spark, pipeline, path, settings).stream(
+                tmp_path / "checkpoint", available_now=True, max_per_trigger=400
+            )
+        except BaseException as exc:  # reported by the test's thread
+            failure.append(exc)
+
+    runner = threading.Thread(target=stream, name="spark-dropped")
+    runner.start()
+    try:
+        for threshold in (800, 2000):
+            wait_until(lambda t=threshold: broker.count("dst") >= t or not runner.is_alive())
+
+            def drop() -> bool:  # receivers live while a task runs: try until one is
+                dropped.append(broker.drop_receiving_connections())
+                return dropped[-1] > 0 or not runner.is_alive()
+
+            wait_until(drop, timeout=60)
+    finally:
+        runner.join(240)
+    assert not runner.is_alive() and not failure, failure
+    assert sum(dropped) >= 1, "no receiving connection was dropped: the test proves nothing"
+    ids = broker.message_ids("dst")
+    assert set(ids) == {f"d-{i}" for i in range(total)}
+    assert len(ids) == total
+    assert broker.count("src") == 0
