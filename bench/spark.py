@@ -45,6 +45,7 @@ def _bench_replication() -> Any:
     spec.loader.exec_module(module)
     return module
 
+
 PIPELINE = """\
 pipelines:
   - name: copy
@@ -100,7 +101,9 @@ def main(argv: list[str] | None = None) -> None:
             results: dict[str, float] = {}
             asyncio.run(bench_replication.send_all(connection_string, "src", items, 100))
             host = asyncio.run(
-                bench_replication.replicate(connection_string, args.messages, 100, 1, "amqp", "amqp")
+                bench_replication.replicate(
+                    connection_string, args.messages, 100, 1, "amqp", "amqp"
+                )
             )
             results["local host (task pump)"] = args.messages / host
             for master in ("local[1]", "local[2]"):
