@@ -103,6 +103,9 @@ class LockKeeper:
         self._session_until = locked.timestamp() if locked else self._session_renewed + 5.0
         self._session_given_up = False
         self._changed = asyncio.Event()
+        self._wake_at = 0.0
+        """When the running keeper looks next: a hold whose renewal falls later needs no
+        wake-up (a batch a few milliseconds apart would otherwise wake it each time)."""
         self._task: asyncio.Task[None] | None = None
 
     # -- what is held
@@ -110,6 +113,7 @@ class LockKeeper:
     def hold(self, messages: Iterable[Message], *, limited: bool = True) -> None:
         """Keeps these messages' locks (``limited``: for at most ``max_duration``)."""
         now = self.clock()
+        first = float("inf")
         for message in messages:
             token = held_key(message)
             if token is None:
@@ -117,11 +121,13 @@ class LockKeeper:
             held = self._held.get(token)
             if held is None:
                 until = _seconds(message.locked_until, now + 2 * FIRST_RENEWAL)
-                self._held[token] = _Held(message, now, now, until, limited)
+                held = self._held[token] = _Held(message, now, now, until, limited)
             else:
                 held.limited = limited
                 held.since = now
-        self._wake()
+            first = min(first, held.renew_at)
+        if first < self._wake_at or self._session_given_up:
+            self._wake()
 
     def settled(self, messages: Iterable[Message]) -> None:
         """No longer held (settled, or given up)."""
@@ -172,7 +178,9 @@ class LockKeeper:
             except Exception:  # a keeper that died would let every lock lapse: go on
                 log.exception("renewing locks on %s failed", self.receiver.path)
                 next_at = now + IDLE_LOOK
-            await self._wait(min(next_at, now + IDLE_LOOK) - now)
+            self._wake_at = min(next_at, now + IDLE_LOOK)
+            await self._wait(self._wake_at - now)
+            self._wake_at = 0.0  # looking now: whatever is held meanwhile is seen
 
     def _look_at_buffer(self) -> None:
         unread = [m for m in self.receiver.unread() if held_key(m) not in self._held]
