@@ -171,7 +171,7 @@ def error_for(description: str, condition: str | None) -> SourceError:
     return kind(description, condition) if condition else kind(description)
 
 
-def _source_error(exc: BaseException, what: str) -> SourceError:
+def source_error(exc: BaseException, what: str) -> SourceError:
     if isinstance(exc, SourceError):
         return exc
     if isinstance(exc, AMQPError):
@@ -215,7 +215,7 @@ class AmqpConnection:
                 timeout,
             )  # fmt: skip
         except (AMQPError, OSError) as exc:  # TimeoutError is an OSError
-            raise _source_error(exc, f"cannot connect to {endpoint.host}:{endpoint.port}") from exc
+            raise source_error(exc, f"cannot connect to {endpoint.host}:{endpoint.port}") from exc
         connection = cls(endpoint, client, timeout=timeout)
         try:
             connection._cbs_receiver = await client.receiver(
@@ -225,7 +225,7 @@ class AmqpConnection:
         except BaseException as exc:
             await connection.close()
             if isinstance(exc, AMQPError | OSError):
-                raise _source_error(exc, "cannot attach to $cbs") from exc
+                raise source_error(exc, "cannot attach to $cbs") from exc
             raise
         return connection
 
@@ -284,7 +284,7 @@ class AmqpConnection:
             try:
                 reply = await self._cbs_reply(receiver, message_id, sent, audience)
             except (AMQPError, OSError) as exc:
-                raise _source_error(exc, f"CBS put-token for {audience} failed") from exc
+                raise source_error(exc, f"CBS put-token for {audience} failed") from exc
             finally:
                 if sent.done():
                     sent.exception()  # retrieved: its failure is reported through the reply
@@ -351,7 +351,7 @@ class AmqpConnection:
             await self.close()  # half-open; start over on a new connection
             raise SourceError(f"no answer to the attach of {path}") from exc
         except (AMQPError, OSError) as exc:
-            raise _source_error(exc, f"cannot receive from {path}") from exc
+            raise source_error(exc, f"cannot receive from {path}") from exc
         return AmqpReceiver(self, path, link)
 
     async def close(self) -> None:
@@ -396,7 +396,7 @@ class AmqpReceiver:
         try:
             items = await self.link.receive_batch(max_count, max_wait)
         except (AMQPError, OSError) as exc:
-            raise _source_error(exc, f"receiving from {self.path} failed") from exc
+            raise source_error(exc, f"receiving from {self.path} failed") from exc
         messages = []
         for item in items:
             message = item.message

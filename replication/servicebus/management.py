@@ -38,7 +38,7 @@ from ..amqp.message import Message as AmqpMessage
 from ..amqp.types import AMQPType, Array, int32, uint
 from ..messages import Message
 from . import outgoing
-from .client import AmqpConnection, AmqpReceiver, SourceError, _source_error, error_for
+from .client import AmqpConnection, AmqpReceiver, SourceError, error_for, source_error
 from .incoming import decode_to_message
 from .rules import (
     TRUE_FILTER,
@@ -132,7 +132,7 @@ class Management:
                 await sender.send_encoded(encode_message(request), state=state)
                 reply = await self._reply(receiver, message_id, operation, path)
             except (AMQPError, OSError) as exc:
-                raise _source_error(exc, f"{operation} on {path} failed") from exc
+                raise source_error(exc, f"{operation} on {path} failed") from exc
         props = reply.application_properties or {}
         status = props.get("statusCode", props.get("status-code"))
         if not isinstance(status, int) or not 200 <= status < 300:
@@ -374,7 +374,7 @@ class Management:
                                                  timeout=timeout)  # fmt: skip
                 sender = await client.sender(node, timeout=timeout)
             except (AMQPError, OSError) as exc:
-                raise _source_error(exc, f"cannot attach to {node}") from exc
+                raise source_error(exc, f"cannot attach to {node}") from exc
             pair = self._links[node] = (sender, receiver, asyncio.Lock())
         return pair
 

@@ -31,7 +31,7 @@ from ..amqp.errors import AMQPError
 from ..amqp.outcomes import Accepted, Rejected, TransactionalState
 from ..messages import Message
 from . import outgoing
-from .client import AmqpConnection, AmqpSource, SourceError, _source_error
+from .client import AmqpConnection, AmqpSource, SourceError, source_error
 from .symbols import TRANSFER_DESTINATION
 
 if TYPE_CHECKING:
@@ -143,5 +143,5 @@ class AmqpSender:
 
 
 def _as_send_error(exc: BaseException, what: str) -> SendError:
-    error = _source_error(exc, what)
+    error = source_error(exc, what)
     return SendError(error.description, error.condition)

@@ -57,7 +57,7 @@ from ..amqp.outcomes import (
     TransactionalState,
 )
 from ..amqp.types import symbol
-from .client import SourceError, _source_error
+from .client import SourceError, source_error
 
 if TYPE_CHECKING:
     from .client import AmqpConnection, AmqpSource
@@ -169,7 +169,7 @@ class Transaction:
             except TimeoutError:
                 return f"no answer to {what} within {self.connection.timeout:g} s", None
             except (AMQPError, OSError) as exc:
-                error = _source_error(exc, what)
+                error = source_error(exc, what)
                 return error.description, error.condition
             if isinstance(state, TransactionalState):
                 continue
@@ -223,7 +223,7 @@ class TransactionController:
                     timeout=self.connection.timeout,
                 )  # fmt: skip
             except (AMQPError, OSError) as exc:
-                error = _source_error(exc, "cannot attach to the transaction coordinator")
+                error = source_error(exc, "cannot attach to the transaction coordinator")
                 raise TransactionError(error.description, error.condition) from exc
             offered = getattr(link.link.remote_target, "capabilities", None) or ()
             offered = (offered,) if isinstance(offered, str) else offered
@@ -245,7 +245,7 @@ class TransactionController:
             return await asyncio.wait_for(link.send_encoded(payload), self.connection.timeout)
         except (AMQPError, OSError) as exc:  # TimeoutError included
             self._link = None
-            error = _source_error(exc, f"the transaction {what} got no answer")
+            error = source_error(exc, f"the transaction {what} got no answer")
             raise TransactionError(error.description, error.condition) from exc
 
     async def declare(self) -> Transaction:
