@@ -36,6 +36,14 @@ While the batch waits the function does not return, so the host hands it nothing
 (``maxConcurrentCalls`` batches at most are held). Duplicates can occur where a complete is
 lost after the copies were accepted (lock lost, host killed): the message comes again and is
 sent again; the target removes it by message-id (RequiresDuplicateDetection or ``dedupe``).
+
+A ``transactional: true`` pipeline is not registered: its copies and its source's completes
+must be one Service Bus transaction, and a function's messages are received and settled by
+the Functions host on its own connection, which that transaction cannot include. Replicating
+it as a plain function would quietly give up what it asks for, so ``register_pipelines``
+raises a ``PipelineConfigError`` naming the pipeline (Azure then indexes no function and
+says why). The local host imports ``function_app.py`` inside ``pumped_by_host()``: there
+``register_pipelines`` hands those pipelines to the host, which runs them with the task pump.
 """
 
 from __future__ import annotations
@@ -47,7 +55,8 @@ import logging
 import os
 import time
 import typing
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from contextvars import ContextVar
 from typing import Any
 
 import azure.functions as func
@@ -56,14 +65,15 @@ import azurefunctions.extensions.bindings.servicebus as servicebus
 from . import metrics
 from .messages import Message, from_received
 from .tasks.breaker import Breakers
+from .tasks.error_target import ERROR_TARGET, divert_to_error_target
 from .tasks.task import Decision, Settlement, process_batch
 
 log = logging.getLogger("replication.functions")
 
-ERROR_TARGET = "error_target"
 MIN_RENEW_INTERVAL = 1.0
 SETTLE_CALLS = 8
 _SETTLERS = concurrent.futures.ThreadPoolExecutor(SETTLE_CALLS, thread_name_prefix="settle")
+_PUMPED: ContextVar[list[Any] | None] = ContextVar("replication_pumped", default=None)
 
 
 class PipelineRuntime:
@@ -93,32 +103,13 @@ class PipelineRuntime:
             )
             dead = [s for s in settlements if s.decision is Decision.DEAD_LETTER]
             if dead and ERROR_TARGET in self.targets:
-                await self._to_error_target(dead)
+                await divert_to_error_target(dead, self.task, self._pool, self.breakers)
         # a plain source's function is registered with auto-complete (see the module)
         failures = await asyncio.to_thread(_settle_all, actions, settlements, not sessions)
         self._count(settlements)
         if failures and not sessions:
             raise SettlementsFailed(failures)
         return settlements
-
-    async def _to_error_target(self, dead: list[Settlement]) -> None:
-        """Sends dead-letter decisions to the error target: completed once accepted,
-        abandoned if it refused them."""
-        from .tasks.sender import send_ordered
-
-        copies = []
-        for item in dead:
-            props = dict(item.message.application_properties)
-            props["DeadLetterReason"] = item.reason
-            props["DeadLetterErrorDescription"] = item.description
-            copies.append(item.message.copy(application_properties=props, target=ERROR_TARGET))
-        result = await send_ordered(copies, self._pool, self.task.policy, self.breakers)
-        for index, item in enumerate(dead):
-            error = result.errors[index]
-            if error is None:
-                item.decision, item.outputs = Decision.COMPLETE, 1
-            else:
-                item.decision, item.description = Decision.ABANDON, repr(error)
 
     def _count(self, settlements: list[Settlement]) -> None:
         complete = [s for s in settlements if s.decision is Decision.COMPLETE]
@@ -231,13 +222,38 @@ def _attempt(call: tuple[Callable[..., Any], tuple[Any, ...]]) -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def pumped_by_host() -> Iterator[list[Any]]:
+    """The local host imports ``function_app.py`` in here: ``register_pipelines`` then adds
+    the transactional pipelines it is given to the list yielded (the host runs them with the
+    task pump) instead of refusing them."""
+    pumped: list[Any] = []
+    token = _PUMPED.set(pumped)
+    try:
+        yield pumped
+    finally:
+        _PUMPED.reset(token)
+
+
 def register_pipelines(
     app: func.FunctionApp, pipelines: Any, settings: Mapping[str, str] | None = None
 ) -> list[str]:
-    """Adds a trigger function per pipeline source to ``app``; returns their names."""
+    """Adds a trigger function per pipeline source to ``app``; returns their names.
+
+    A transactional pipeline raises ``PipelineConfigError`` (before anything is registered):
+    a function cannot run it (see the module); under ``pumped_by_host()`` it is handed to
+    the local host instead."""
     settings = os.environ if settings is None else settings
+    pumped = _PUMPED.get()
+    for pipeline in pipelines.pipelines:
+        if pumped is None:
+            pipeline.refuse_transactional("functions")
+        elif pipeline.transactional:
+            pumped.append(pipeline)
     names = []
     for pipeline in pipelines.pipelines:
+        if pipeline.transactional:
+            continue
         runtime: list[PipelineRuntime] = []  # built on first call: settings exist by then
 
         for index, (source, name) in enumerate(
