@@ -5,7 +5,8 @@ that ``.funcignore`` (gitignore syntax, read with ``pathspec``) does not leave o
 zip and the publish never disagree. Before writing it, the pipeline file the app will load
 (``REPLICATION_PIPELINES``, default ``pipelines.yaml``) is loaded, and every file it names
 (schemas, keys, a failover file inside the app) must be in the zip: a package that would
-fail at start-up in Azure is refused here instead.
+fail at start-up in Azure is refused here instead; so is a ``transactional`` pipeline, which
+a function cannot run (``replication.functions.register_pipelines`` would refuse it there).
 """
 
 from __future__ import annotations
@@ -46,10 +47,12 @@ def _walk(root: Path, spec: pathspec.PathSpec) -> Iterator[str]:
 
 
 def referenced_files(root: Path, pipeline_file: str) -> list[Path]:
-    """Files the pipeline file names (step ``*_file`` options, a failover ``file.path``)."""
+    """Files the pipeline file names (step ``*_file`` options, a failover ``file.path``).
+    Raises ``PipelineConfigError`` for a pipeline Azure Functions cannot run."""
     pipelines = load_pipelines(root / pipeline_file)
     found: list[Path] = []
     for pipeline in pipelines.pipelines:
+        pipeline.refuse_transactional("functions")
         for _name, options in pipeline.steps:
             for key, value in (options or {}).items():
                 if key.endswith("_file") and isinstance(value, str):

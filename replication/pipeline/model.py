@@ -64,6 +64,21 @@ very near miss, never another real connection."""
 TARGET_KEY = None
 DEFAULT_KEY = "default"
 ERROR_TARGET_KEY = "error_target"
+TRANSACTIONAL_RUNNERS = (
+    "the local host (python -m replication start) or the task pump "
+    "(replication.tasks.pump.pump with transaction_targets=BuiltPipeline.transaction_targets())"
+)
+"""What runs a ``transactional`` pipeline: whatever receives from the source itself."""
+NO_TRANSACTIONS: dict[str, tuple[str, str]] = {
+    "functions": ("Azure Functions", (
+        "the Functions host receives the source's messages and settles them on its own "
+        "connection, which cannot join the transaction the copies are sent in"
+    )),
+    "spark": ("the Spark runner", (
+        "its executors receive and settle each micro-batch outside any transaction"
+    )),
+}  # fmt: skip
+"""The runners that cannot run a ``transactional`` pipeline: (name, why)."""
 
 
 def route_key(index: int) -> str:
@@ -273,9 +288,12 @@ class PipelineSpec(_Spec):
         "rolled back whole (the failed message abandoned, the others released). The copies "
         "go via the source queue (send-via), so the source must be a queue and every "
         "target (routes, default and error targets too) an entity of the source's "
-        "namespace, without failover; backend amqp only. Honoured where the app receives "
-        "itself (the pump, `replication.tasks.pump`); the Functions host settles on its "
-        "own connection and cannot take part.",
+        "namespace, without failover; backend amqp only. Runs where the app receives "
+        "itself: the local host (`python -m replication start`) runs its sources with the "
+        "task pump (`replication.tasks.pump`) instead of as functions. Azure Functions "
+        "cannot run it (the Functions host settles on its own connection, outside the "
+        "transaction): `register_pipelines` and `python -m replication package` refuse it, "
+        "and `validate` warns.",
     )
 
 
@@ -335,6 +353,18 @@ class Pipeline:
         """One Functions function name per source: ``orders_to_secondary``, or with several
         sources ``merge_1``, ``merge_2``, ... (in ``sources`` order)."""
         return function_names(self.name, len(self.sources))
+
+    def refuse_transactional(self, runner: Literal["functions", "spark"]) -> None:
+        """Raises a ``PipelineConfigError`` (at this pipeline's ``transactional``) when the
+        pipeline is transactional: ``runner`` (``NO_TRANSACTIONS``) would replicate it
+        outside the transaction it asks for, which must not happen silently."""
+        if not self.transactional:
+            return
+        name, why = NO_TRANSACTIONS[runner]
+        raise self._positions().error([(self._loc("transactional"), (
+            f"pipeline {self.name!r} is transactional, which {name} cannot run ({why}); it "
+            f"runs in {TRANSACTIONAL_RUNNERS}, or set transactional: false"
+        ))])  # fmt: skip
 
     def target_endpoints(self) -> dict[str | None, Endpoint]:
         """Every place outputs may go, by target name (None: the single ``target``)."""
