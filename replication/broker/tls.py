@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -156,7 +157,7 @@ def _fits(
     try:
         cert.verify_directly_issued_by(ca)
         san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    except (ValueError, TypeError, x509.InvalidSignature, x509.ExtensionNotFound):
+    except (ValueError, TypeError, InvalidSignature, x509.ExtensionNotFound):
         return False
     return set(san) == set(_general_names(names))
 

@@ -231,6 +231,45 @@ def test_server_certificate_renewed_ca_kept(tmp_path: Path, monkeypatch: Any) ->
     cert.verify_directly_issued_by(x509.load_pem_x509_certificate(ca))
 
 
+def test_a_ca_with_the_same_name_and_another_key_gets_a_new_server_certificate(
+    tmp_path: Path,
+) -> None:
+    """The CA's files were replaced by a CA of the same name and another key: the server
+    certificate names that issuer, but the signature does not verify, so it is issued again
+    (that check once raised AttributeError: ``x509.InvalidSignature`` does not exist)."""
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    first = tls.local_ca(tmp_path)
+    assert first.ca is not None
+    old_ca = x509.load_pem_x509_certificate(first.ca.read_bytes())
+    old_server = first.cert.read_bytes()
+    key = ec.generate_private_key(ec.SECP256R1())
+    forged = (
+        x509.CertificateBuilder()
+        .subject_name(old_ca.subject)
+        .issuer_name(old_ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(old_ca.not_valid_before_utc)
+        .not_valid_after(old_ca.not_valid_after_utc)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
+        .sign(key, hashes.SHA256())
+    )
+    first.ca.write_bytes(forged.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "ca.key").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    again = tls.local_ca(tmp_path)
+    assert again.cert.read_bytes() != old_server
+    x509.load_pem_x509_certificate(again.cert.read_bytes()).verify_directly_issued_by(forged)
+
+
 def test_users_own_certificate(tmp_path: Path, broker_with: Callable[..., BrokerHandle]) -> None:
     """``tls_cert``/``tls_key``: the broker presents them and makes no CA of its own."""
     own = tls.local_ca(tmp_path / "own")
