@@ -71,9 +71,11 @@ def _validate(args: argparse.Namespace, rest: list[str]) -> int:
     for pipeline in loaded.pipelines:
         functions = ", ".join(pipeline.function_names())
         print(f"{pipeline.describe()} [function {functions}]")
-    from .host.checks import settlement_warnings
+    from .host.checks import settlement_warnings, transactional_warnings
 
-    for warning in settlement_warnings(loaded, path.resolve().parent, settings):
+    warnings = transactional_warnings(loaded)
+    warnings += settlement_warnings(loaded, path.resolve().parent, settings)
+    for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     count = len(loaded.pipelines)
     print(f"{path}: {count} pipeline{'s' if count != 1 else ''} OK")

@@ -5,6 +5,14 @@ entities the pipelines use), discovers ``function_app.py``'s Service Bus trigger
 (``trigger.TriggerRunner``), serves ``/metrics`` and ``/health``, and shows progress. Ctrl-C
 (or SIGTERM) stops receiving, lets every in-flight batch finish and settle, stops the
 brokers: nothing received is lost (unsettled messages would simply come back).
+
+A ``transactional: true`` pipeline is not run as a function: its copies and its source's
+completes must be one Service Bus transaction, and the Functions host (which this host
+emulates, and Azure's alike) receives and settles a function's messages on its own
+connection, which that transaction cannot include. ``register_pipelines`` hands such
+pipelines to this host (``functions.pumped_by_host``), and each of their sources runs with
+the task pump instead (``pumped.PumpRunner``: our receiver, the transaction per batch),
+started, stopped and reported like the triggers.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from .. import metrics
 from .discovery import ServiceBusTrigger, load_app, service_bus_triggers
 from .embedded import plan_brokers, start_brokers
+from .pumped import PumpRunner
 from .settings import load_settings
 from .trigger import HostOptions, TriggerRunner
 from .worker import Worker
@@ -61,7 +70,8 @@ class Host:
         data = json.loads(host_json.read_text()) if host_json.is_file() else {}
         self.options = HostOptions.from_host_json(data)
         self.triggers: list[ServiceBusTrigger] = []
-        self.runners: list[TriggerRunner] = []
+        self.runners: list[TriggerRunner | PumpRunner] = []
+        """The triggers' runners, then the transactional pipelines' pumps."""
         self.brokers: list[Any] = []
         self.stop = asyncio.Event()
         self.started = time.monotonic()
@@ -75,6 +85,7 @@ class Host:
             return await self._run()
 
     async def _run(self) -> int:
+        from ..functions import pumped_by_host
         from ..pipeline import load_pipelines
 
         named = self.settings.get("REPLICATION_PIPELINES")
@@ -88,9 +99,10 @@ class Host:
         for broker in self.brokers:
             log.info("embedded broker on localhost:%d (%d entities)", broker.port,
                      len(broker.entities))  # fmt: skip
-        app = load_app(self.config.directory / "function_app.py")
+        with pumped_by_host() as transactional:
+            app = load_app(self.config.directory / "function_app.py")
         self.triggers = service_bus_triggers(app, self.settings)
-        if not self.triggers:
+        if not self.triggers and not transactional:
             log.warning("function_app.py has no Service Bus triggers: nothing to run")
         worker = Worker()
         self.runners = [
@@ -100,6 +112,10 @@ class Host:
             )
             for t in self.triggers
         ]  # fmt: skip
+        for pipeline in transactional:
+            log.info("%s is transactional: its sources run with the task pump, not as "
+                     "functions", pipeline.name)  # fmt: skip
+            self.runners += PumpRunner.for_pipeline(pipeline, self.settings, self.options)
         server = self._serve_metrics()
         self._install_signals()
         self.healthy = True
@@ -147,15 +163,17 @@ class Host:
             if display is not None:
                 display.close()
 
+    def pipelines(self) -> list[str]:
+        """The pipelines (or other functions) running, by the names the metrics use."""
+        return sorted({_runs(runner)[0] for runner in self.runners})
+
     async def _update_backlog(self) -> None:
         for broker in self.brokers:
             for runner in self.runners:
-                trigger = runner.trigger
-                queue = broker.queues.get(trigger.entity.lower())
+                pipeline, entity = _runs(runner)
+                queue = broker.queues.get(entity.lower())
                 if queue is not None and broker.port == _port(runner.connection_string):
-                    metrics.BACKLOG.labels(_pipeline(trigger)).set(
-                        len(queue.ready) + len(queue.locks)
-                    )
+                    metrics.BACKLOG.labels(pipeline).set(len(queue.ready) + len(queue.locks))
 
     def _install_signals(self) -> None:
         loop = asyncio.get_running_loop()
@@ -243,6 +261,13 @@ def _pipeline(trigger: ServiceBusTrigger) -> str:
     return getattr(trigger.function, "pipeline_name", trigger.name)
 
 
+def _runs(runner: TriggerRunner | PumpRunner) -> tuple[str, str]:
+    """The pipeline (metrics label) and the source entity a runner reads."""
+    if isinstance(runner, PumpRunner):
+        return runner.pipeline, runner.entity
+    return _pipeline(runner.trigger), runner.trigger.entity
+
+
 class _Progress:
     """A live table per pipeline: received, forwarded, filtered, dead-lettered, msgs/s, backlog."""
 
@@ -265,7 +290,7 @@ class _Progress:
         if not self.terminal:  # a log line every few seconds instead of a live table
             if time.monotonic() - self.logged >= 3.0:
                 self.logged = time.monotonic()
-                for name in sorted({_pipeline(t) for t in self.host.triggers}):
+                for name in self.host.pipelines():
                     c = metrics.counts(name)
                     log.info("%s: received %d, forwarded %d, filtered %d, dead-lettered %d, "
                              "backlog %d", name, c["received"], c["forwarded"], c["filtered"],
@@ -277,7 +302,7 @@ class _Progress:
                        "msgs/s", "backlog"):  # fmt: skip
             table.add_column(column, justify="right" if column != "pipeline" else "left")
         now = time.monotonic()
-        for name in sorted({_pipeline(t) for t in self.host.triggers}):
+        for name in self.host.pipelines():
             c = metrics.counts(name)
             before, at = self.last.get(name, (c["forwarded"], now))
             rate = (c["forwarded"] - before) / (now - at) if now > at else 0.0

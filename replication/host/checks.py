@@ -8,6 +8,10 @@ the extension package in requirements.txt. A function that settles per batch
 (``azure.functions.ServiceBusMessage`` with auto-complete) can only fail the whole batch:
 every healthy message in it is redelivered with the bad one until MaxDeliveryCount
 dead-letters them all. These checks say so before it is deployed.
+
+A ``transactional`` pipeline is no function at all: the local host runs it with the task
+pump, and Azure Functions cannot run it (``register_pipelines`` and ``package`` refuse it).
+``validate`` warns (the same file may be meant for the local host only).
 """
 
 from __future__ import annotations
@@ -47,6 +51,20 @@ def settlement_warnings(pipelines: Any, folder: Path, settings: dict[str, str]) 
     return warnings
 
 
+def transactional_warnings(pipelines: Any) -> list[str]:
+    """One warning per transactional pipeline: not deployable as Azure Functions."""
+    from ..pipeline.model import NO_TRANSACTIONS
+
+    _, why = NO_TRANSACTIONS["functions"]
+    return [
+        f"pipeline {p.name!r} is transactional: the local host (python -m replication start) "
+        f"runs it with the task pump, but Azure Functions cannot ({why}): register_pipelines "
+        "and python -m replication package refuse it"
+        for p in pipelines.pipelines
+        if p.transactional
+    ]
+
+
 def _can_dead_letter(pipeline: Any) -> str | None:
     """What in the pipeline can dead-letter a message (None: nothing, or an error target
     takes those messages)."""
@@ -75,11 +93,14 @@ def _batch_settled(
 ) -> list[str]:
     """Warnings for the functions that read a risky pipeline's source and settle per batch
     (a function is matched by the pipeline it was generated for, else by its source)."""
+    from ..functions import pumped_by_host
     from .bindings import is_sdk_type
     from .discovery import load_app, service_bus_triggers
 
     try:
-        with _quiet():  # azure.functions warns that an app without HTTP has no auth level
+        # azure.functions warns that an app without HTTP has no auth level; loaded as the
+        # local host loads it (a transactional pipeline has its own warning, not this error)
+        with _quiet(), pumped_by_host():
             app = load_app(app_file)
             triggers = service_bus_triggers(app, settings)
     except Exception as exc:  # not importable here: say so, the rest was checked

@@ -105,9 +105,7 @@ async def _report(host: object) -> None:
 
 
 def _pipelines(host: object) -> list[str]:
-    from .app import _pipeline
-
-    return sorted({_pipeline(t) for t in host.triggers})  # type: ignore[attr-defined]
+    return host.pipelines()  # type: ignore[attr-defined, no-any-return]
 
 
 def _summary(host: object) -> None:

@@ -102,6 +102,8 @@ class Source:
 class PumpStats:
     received: int = 0
     completed: int = 0
+    filtered: int = 0
+    """Of ``completed``: those the steps left nothing to send for."""
     abandoned: int = 0
     dead_lettered: int = 0
     released: int = 0
@@ -126,6 +128,7 @@ async def _settle_one(receiver: ServiceBusReceiver, item: Settlement, stats: Pum
         if item.decision is Decision.COMPLETE:
             await receiver.complete_message(received)
             stats.completed += 1
+            stats.filtered += item.outputs == 0
         elif item.decision is Decision.DEAD_LETTER:
             await receiver.dead_letter_message(
                 received, reason=item.reason[:256], error_description=item.description[:1024]
@@ -475,6 +478,7 @@ class _Loop:
             await _rolled_back(txn)
             raise
         self.stats.completed += counts.completed
+        self.stats.filtered += counts.filtered
         self.stats.dead_lettered += counts.dead_lettered
         return settlements
 
@@ -489,8 +493,9 @@ def settle_amqp(
     one of their session, and those whose sends still waited for an unreachable target when
     the pump stopped (a shutdown is not their fault). With ``transaction`` the completes
     and dead-letters are part of it (applied at its commit)."""
-    completes = [s.message for s in settlements if s.decision is Decision.COMPLETE]
-    stats.completed += receiver.complete(completes, transaction=transaction)
+    completes = [s for s in settlements if s.decision is Decision.COMPLETE]
+    stats.completed += receiver.complete([s.message for s in completes], transaction=transaction)
+    stats.filtered += sum(1 for s in completes if s.outputs == 0)
     for item in settlements:
         if item.decision is Decision.DEAD_LETTER:
             stats.dead_lettered += receiver.dead_letter(
