@@ -36,7 +36,7 @@ class ReceivedMessage:
     """A message and the delivery that settles it (``message`` is what the receiver's
     ``decode`` made of the payload: a ``Message`` unless the receiver was given another)."""
 
-    message: Message
+    message: Any
     delivery: Delivery
     receiver: Receiver
 
@@ -156,9 +156,8 @@ class Receiver(_LinkEndpoint):
         """The next message (waits up to ``timeout`` seconds, then raises TimeoutError)."""
         self._check()
         getter = asyncio.ensure_future(self.queue.get())
-        done, _ = await asyncio.wait(
-            {getter, self.detached}, timeout=timeout, return_when="FIRST_COMPLETED"
-        )
+        waited: set[asyncio.Future[Any]] = {getter, self.detached}
+        done, _ = await asyncio.wait(waited, timeout=timeout, return_when="FIRST_COMPLETED")
         if getter in done:
             self._taken()
             return getter.result()
@@ -185,7 +184,7 @@ class Receiver(_LinkEndpoint):
 
     def unread(self) -> list[ReceivedMessage]:
         """The messages that arrived but were not taken yet, oldest first."""
-        return list(self.queue._queue)  # type: ignore[attr-defined]  (asyncio.Queue's deque)
+        return list(self.queue._queue)  # type: ignore[attr-defined]  # asyncio.Queue's deque
 
     def release_unread(self) -> int:
         """Releases every message that arrived but was not taken (before closing the link:
@@ -207,7 +206,7 @@ class Receiver(_LinkEndpoint):
 
     def _on_delivery(self, delivery: Delivery) -> None:
         message = self.decode(delivery.payload) if self.decode is not None else None
-        self.queue.put_nowait(ReceivedMessage(message, delivery, self))  # type: ignore[arg-type]
+        self.queue.put_nowait(ReceivedMessage(message, delivery, self))
         if (
             not self.credit_on_take
             and self.link.link_credit <= self.credit // 2

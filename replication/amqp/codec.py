@@ -383,7 +383,7 @@ def _variable_elements(
         out += r
 
 
-def _symbol_bytes(value: Any) -> bytes:
+def _symbol_bytes(value: str) -> bytes:
     try:
         return value.encode("ascii")
     except UnicodeEncodeError:
@@ -719,7 +719,7 @@ def _compound_bounds(
 
 
 def _items(data: bytes, pos: int, end: int, count: int) -> list[Any]:
-    items = []
+    items: list[Any] = []
     append = items.append
     decoders = DECODERS
     for _ in range(count):
@@ -801,7 +801,7 @@ def _array(data: bytes, pos: int, end: int, count: int) -> Array:
         raise DecodeError(f"array of {count} zero-width elements exceeds {MAX_ZERO_WIDTH_ARRAY}")
     if count * (1 if width is None else width) > end - pos:  # variable width: >= 1 byte each
         raise DecodeError(f"{count} elements overrun the array's {end - pos} bytes")
-    elements = []
+    elements: list[Any] = []
     append = elements.append
     for _ in range(count):
         value, pos = decoder(data, pos)

@@ -235,6 +235,7 @@ class Session:
         self._write_disposition(run_first, run_last)
 
     def _write_disposition(self, first: Delivery, last: Delivery) -> None:
+        assert first.delivery_id is not None  # only sent deliveries are settled
         self._send_frame(
             Disposition(
                 role=first.link.role,

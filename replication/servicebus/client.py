@@ -120,34 +120,34 @@ class MessageLockLost(SourceError):
     """The message's lock expired or was released (``com.microsoft:message-lock-lost``): it
     cannot be settled or renewed any more; it will be delivered again."""
 
-    retryable = False  # type: ignore[assignment]
+    retryable = False
 
 
 class SessionLockLost(SourceError):
     """The session's lock expired or is held by another receiver
     (``com.microsoft:session-lock-lost``): take the session again to go on."""
 
-    retryable = False  # type: ignore[assignment]
+    retryable = False
 
 
 class MessageNotFound(SourceError):
     """No such message: a sequence number that is not deferred (or not scheduled) in the
     entity, or a lock token it does not know (``com.microsoft:message-not-found``)."""
 
-    retryable = False  # type: ignore[assignment]
+    retryable = False
 
 
 class EntityNotFound(SourceError):
     """No such queue, topic, subscription or rule (``amqp:not-found``,
     ``com.microsoft:entity-not-found``)."""
 
-    retryable = False  # type: ignore[assignment]
+    retryable = False
 
 
 class EntityAlreadyExists(SourceError):
     """It exists already, e.g. a rule of that name (``com.microsoft:entity-already-exists``)."""
 
-    retryable = False  # type: ignore[assignment]
+    retryable = False
 
 
 ERRORS_BY_CONDITION: dict[str, type[SourceError]] = {
@@ -521,8 +521,9 @@ class AmqpSource:
                 if connection is not None:
                     await connection.close()
                     self._connection = None
-                self._connection = await AmqpConnection.open(self.endpoint, timeout=self.timeout)
-            return self._connection
+                connection = await AmqpConnection.open(self.endpoint, timeout=self.timeout)
+                self._connection = connection
+            return connection
 
     async def receiver(self, path: str, **options: Any) -> AmqpReceiver:
         """See ``AmqpConnection.receiver``."""

@@ -115,7 +115,7 @@ class Management:
         state = None if transaction is None else transaction.enlist(self.connection)
         sender, receiver, lock = await self._pair(path)
         message_id = uuid.uuid4()
-        reply_to = str(receiver.link.target.address)  # type: ignore[union-attr]
+        reply_to = str(receiver.link.target.address)
         properties: dict[str, Any] = {
             "operation": operation,
             SERVER_TIMEOUT: uint(min(2**32 - 1, int(self.connection.timeout * 1000))),
@@ -390,9 +390,10 @@ class Management:
             except TimeoutError:
                 continue
             received.accept()
-            properties = received.message.properties
+            reply: AmqpMessage = received.message
+            properties = reply.properties
             if properties is not None and properties.correlation_id == message_id:
-                return received.message
+                return reply
 
 
 def _longs(sequence_numbers: int | Iterable[int]) -> Array:

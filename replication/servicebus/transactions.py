@@ -73,7 +73,7 @@ class TransactionError(SourceError):
     the settlement that made ``commit`` roll back, e.g. ``com.microsoft:message-lock-lost``).
     Not retryable: its work is gone; start over in a new transaction."""
 
-    retryable = False  # type: ignore[assignment]
+    retryable = False
 
 
 class TransactionState(enum.Enum):
@@ -173,9 +173,9 @@ class Transaction:
                 return error.description, error.condition
             if isinstance(state, TransactionalState):
                 continue
-            error = state.error if isinstance(state, Rejected) else None
-            condition = str(error.condition) if error and error.condition else None
-            reason = (error.description if error else None) or repr(state)
+            refusal = state.error if isinstance(state, Rejected) else None
+            condition = str(refusal.condition) if refusal and refusal.condition else None
+            reason = (refusal.description if refusal else None) or repr(state)
             return f"{what} was refused: {reason}", condition
         return None
 

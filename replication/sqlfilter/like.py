@@ -72,8 +72,7 @@ def like_matcher(pattern: str, escape: str | None) -> Callable[[str], bool]:
         middle = parts[1]
         return lambda s: middle in s
     regex = "".join(
-        ".*" if p is _ANY else "." if p is _ONE else re.escape(p)  # type: ignore[arg-type]
-        for p in parts
+        ".*" if p is _ANY else "." if p is _ONE else re.escape(str(p)) for p in parts
     )
     fullmatch = re.compile(regex, re.DOTALL).fullmatch
     return lambda s: fullmatch(s) is not None
