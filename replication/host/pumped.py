@@ -102,8 +102,9 @@ class PumpRunner:
         self._seen = PumpStats(**{f.name: getattr(stats, f.name) for f in fields(PumpStats)})
         name = self.pipeline
         metrics.RECEIVED.labels(name).inc(delta["received"])
-        metrics.FORWARDED.labels(name).inc(delta["completed"] - delta["filtered"])
+        diverted = delta["to_error_target"]  # counted as dead-lettered, as for a function
+        metrics.FORWARDED.labels(name).inc(delta["completed"] - delta["filtered"] - diverted)
         metrics.FILTERED.labels(name).inc(delta["filtered"])
-        metrics.DEAD_LETTERED.labels(name).inc(delta["dead_lettered"])
+        metrics.DEAD_LETTERED.labels(name).inc(delta["dead_lettered"] + diverted)
         if delta["abandoned"] or delta["released"]:
             metrics.FAILED.labels(name).inc()

@@ -45,7 +45,9 @@ that comes again. A batch in which a target refused a copy is rolled back whole:
 failed message is abandoned (a delivery counted), the others released. A commit the
 service refuses (e.g. a lock ran out) rolls everything back; the batch comes again once
 its locks expire. No breakers: the targets live in the source's namespace, so an outage
-there is the source's too.
+there is the source's too. With an ``error_target`` among the targets, the batch's
+dead-letter decisions go there instead (``error_target.divert_to_error_target``, in the same
+transaction), as a generated function sends them.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ from ..servicebus.endpoint import Endpoint
 from ..servicebus.sdk_source import sdk_receiver, without_retries
 from ..servicebus.transactions import Transaction, TransactionError, declare
 from .breaker import Breakers, TargetUnavailable
+from .error_target import ERROR_TARGET, divert_to_error_target
 from .locks import LockKeeper
 from .sender import SenderFor
 from .targets import ViaSenders
@@ -104,6 +107,8 @@ class PumpStats:
     completed: int = 0
     filtered: int = 0
     """Of ``completed``: those the steps left nothing to send for."""
+    to_error_target: int = 0
+    """Of ``completed``: dead-letter decisions the error target took instead."""
     abandoned: int = 0
     dead_lettered: int = 0
     released: int = 0
@@ -459,7 +464,11 @@ class _Loop:
         self.stats.received += len(batch)
         txn = await declare(via.namespace)
         try:
-            settlements = await process_batch(self.task, batch, via.within(txn))
+            sender = via.within(txn)
+            settlements = await process_batch(self.task, batch, sender)
+            dead = [s for s in settlements if s.decision is Decision.DEAD_LETTER]
+            if dead and ERROR_TARGET in via.targets:
+                await divert_to_error_target(dead, self.task, sender)
             if any(s.decision in (Decision.ABANDON, Decision.RELEASE) for s in settlements):
                 await txn.rollback()  # the copies that went out go with it
                 give_back_amqp(receiver, settlements, self.stats)
@@ -479,6 +488,7 @@ class _Loop:
             raise
         self.stats.completed += counts.completed
         self.stats.filtered += counts.filtered
+        self.stats.to_error_target += counts.to_error_target
         self.stats.dead_lettered += counts.dead_lettered
         return settlements
 
@@ -496,6 +506,7 @@ def settle_amqp(
     completes = [s for s in settlements if s.decision is Decision.COMPLETE]
     stats.completed += receiver.complete([s.message for s in completes], transaction=transaction)
     stats.filtered += sum(1 for s in completes if s.outputs == 0)
+    stats.to_error_target += sum(1 for s in completes if s.reason)  # a diverted dead-letter
     for item in settlements:
         if item.decision is Decision.DEAD_LETTER:
             stats.dead_lettered += receiver.dead_letter(

@@ -125,7 +125,9 @@ pipelines:
     source: {connection: PrimaryServiceBus, queue: work}
     steps:
       - filter: {condition: "keep = 1"}
+      - validate: {json_schema: {type: object, required: [n]}}
     target: {connection: PrimaryServiceBus, queue: copies}
+    error_target: {connection: PrimaryServiceBus, queue: errors}
     batch_size: 20
     transactional: true
   - name: plain-local
@@ -136,8 +138,10 @@ pipelines:
 
 async def test_the_local_host_pumps_a_transactional_pipeline(tmp_path: Path) -> None:
     """In-process host on its embedded brokers: the transactional pipeline runs with the
-    pump (its batch size), not as a function, next to a plain pipeline run as one; every
-    kept message arrives once, the source is left empty, the metrics count it all."""
+    pump (its batch size), not as a function, next to a plain pipeline run as one. Every
+    kept message arrives once, the ones that fail the schema go to the error target with
+    the reason (as a function sends them), the source is left empty, and the metrics count
+    it all as they do for a function."""
     from azure.servicebus.aio import ServiceBusClient as AsyncClient
 
     from replication.host.app import Host, HostConfig
@@ -147,6 +151,7 @@ async def test_the_local_host_pumps_a_transactional_pipeline(tmp_path: Path) -> 
 
     directory, settings = project(tmp_path, LOCAL)
     total = 300
+    bad = {49, 149, 199, 299}  # kept (i % 3), not JSON
 
     def done(host: Host) -> bool:
         tx, plain = metrics.counts("tx-local"), metrics.counts("plain-local")
@@ -167,7 +172,8 @@ async def test_the_local_host_pumps_a_transactional_pipeline(tmp_path: Path) -> 
     async with AsyncClient.from_connection_string(settings["PrimaryServiceBus"]) as client:
         async with client.get_queue_sender("work") as sender:
             await sender.send_messages([
-                ServiceBusMessage(f"m{i}", message_id=f"m{i}",
+                ServiceBusMessage("{oops" if i in bad else json.dumps({"n": i}),
+                                  message_id=f"m{i}",
                                   application_properties={"keep": int(i % 3 != 0)})
                 for i in range(total)
             ])  # fmt: skip
@@ -175,12 +181,17 @@ async def test_the_local_host_pumps_a_transactional_pipeline(tmp_path: Path) -> 
             await sender.send_messages([ServiceBusMessage(f"o{i}") for i in range(10)])
     assert await asyncio.wait_for(run, 120) == 0
     counts = metrics.counts("tx-local")
-    assert (counts["received"], counts["forwarded"], counts["filtered"]) == (300, 200, 100)
-    assert (counts["dead_lettered"], counts["failed_batches"]) == (0, 0)
+    assert (counts["received"], counts["forwarded"], counts["filtered"]) == (300, 196, 100)
+    assert (counts["dead_lettered"], counts["failed_batches"]) == (4, 0)
     stats = pumped.stats
     assert (stats.completed, stats.abandoned, stats.released) == (300, 0, 0)
     copies = await peek(directory, settings, "PrimaryServiceBus", "copies", 500)
-    assert sorted(p["message_id"] for p in copies) == sorted(f"m{i}" for i in range(total) if i % 3)
+    assert sorted(p["message_id"] for p in copies) == sorted(
+        f"m{i}" for i in range(total) if i % 3 and i not in bad
+    )
+    errors = await peek(directory, settings, "PrimaryServiceBus", "errors", 10)
+    assert sorted(p["message_id"] for p in errors) == sorted(f"m{i}" for i in bad)
+    assert all(p["properties"]["DeadLetterReason"].startswith("validate") for p in errors)
     assert await peek(directory, settings, "PrimaryServiceBus", "work", 10) == []
 
 
