@@ -43,8 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--checkpoint",
-        type=Path,
-        help="checkpoint folder (default: <dir>/.replication/spark/<pipeline>)",
+        help="checkpoint folder or URI, e.g. abfss://... on a cluster "
+        "(default: <dir>/.replication/spark/<pipeline>)",
     )
     parser.add_argument(
         "--replay",
@@ -161,7 +161,7 @@ class SparkPipeline:
     def query_name(self, index: int) -> str:
         return f"{self.pipeline.name}-{index}"
 
-    def stream(self, checkpoint: Path, *, available_now: bool, max_per_trigger: int) -> None:
+    def stream(self, checkpoint: Path | str, *, available_now: bool, max_per_trigger: int) -> None:
         """One query per source until they end (AvailableNow) or Ctrl-C; progress goes to
         the log and the metrics (``progress.PipelineProgress``). Executors receive, run the
         steps, send and settle (``executor.run_assignment``); the query's rows are their
@@ -177,14 +177,15 @@ class SparkPipeline:
                 source = self.source_options(index, max_per_trigger)
                 counts = (self.spark.readStream.format("servicebus-pipeline")
                           .options(**source).load())  # fmt: skip
+                location = _child(checkpoint, f"source-{index}")
                 writer = (observe(counts, self.query_name(index)).writeStream.format("noop")
-                          .option("checkpointLocation", str(checkpoint / f"source-{index}"))
+                          .option("checkpointLocation", location)
                           .queryName(self.query_name(index)))  # fmt: skip
                 writer = writer.trigger(availableNow=True) if available_now else writer
                 queries.append(writer.start())
                 log.info("%s: streaming source %d (%s), checkpoint %s", self.pipeline.name,
                          index, self.pipeline.sources[index].describe(),
-                         checkpoint / f"source-{index}")  # fmt: skip
+                         location)  # fmt: skip
             _watch(queries)
         finally:
             for query in queries:
@@ -201,6 +202,12 @@ class SparkPipeline:
         planned.write.format("servicebus").options(**self.sink_options()).mode("append").save()
         log.info("%s: replayed %d output message(s) from %s", self.pipeline.name, count, path)
         return count
+
+
+def _child(base: Path | str, name: str) -> str:
+    """``base/name`` for a local folder or a URI (``abfss://...``, ``dbfs:/...``, which
+    ``Path`` would mangle)."""
+    return f"{str(base).rstrip('/')}/{name}"
 
 
 def _watch(queries: list[Any]) -> None:

@@ -11,8 +11,17 @@ import pytest
 from tests.broker.conftest import (  # noqa: F401  (fixtures, found by name)
     broker,
     broker_factory,
-    pytest_configure,
 )
+from tests.broker.conftest import pytest_configure as _broker_markers
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _broker_markers(config)
+    config.addinivalue_line(
+        "markers",
+        "cluster: starts a Spark standalone cluster of separate processes (test_cluster.py, "
+        "about 3 minutes; deselect with -m 'not cluster')",
+    )
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,205 @@
+"""The pipeline runner on a real Spark cluster (issue 21, step 4), run as a user would: a
+standalone master and two 1-core workers started with pyspark's ``spark-class``, each in
+its own process (``cluster.StandaloneCluster``), the project's wheel built from this
+checkout, and ``spark-submit --master spark://... --py-files replication-*.whl
+spark_submit.py --pipeline copy --available-now`` against the embedded broker.
+
+The executors run in their own JVMs under the workers, with their own Python workers that
+import the package from the wheel Spark shipped them; the driver only plans. Three runs of
+20,000 messages each: a clean one, one in which a Python worker that holds locked messages
+is SIGKILLed, and one in which the driver is SIGKILLed and started again on its checkpoint.
+The cluster is shared by the module's tests (a driver's death ends its application, not the
+cluster) and killed, with everything under it, at the module's end whatever the outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from azure.servicebus import ServiceBusMessage
+
+from tests.broker.conftest import BrokerHandle, dead_letters, make_config
+from tests.spark.cluster import (
+    Process,
+    StandaloneCluster,
+    build_wheel,
+    socket_owner,
+    submit,
+)
+from tests.spark.support import fill
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(420)]
+
+TOTAL = 20_000
+CONFIG = make_config({"src": {}, "dst": {"RequiresDuplicateDetection": True}})
+PIPELINE = """\
+pipelines:
+  - name: copy
+    source: {connection: Bus, queue: src}
+    target: {connection: Bus, queue: dst}
+"""
+BIG_TASK = "contains a task of very large size"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    with StandaloneCluster(tmp_path_factory.mktemp("cluster"), workers=2, cores=1) as started:
+        yield started  # __exit__ kills the master and the workers with all under them
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.fixture
+def spark_submit(
+    cluster: StandaloneCluster, wheel: Path, tmp_path: Path
+) -> Iterator[Callable[..., Process]]:
+    """``spark_submit(folder, *args)`` starts a driver; every one is killed at the end."""
+    started: list[Process] = []
+
+    def start(folder: Path, *args: str) -> Process:
+        log = tmp_path / f"submit-{len(started)}.log"
+        started.append(submit(cluster.url, wheel, folder, log, *args))
+        return started[-1]
+
+    try:
+        yield start
+    finally:
+        for process in started:
+            process.kill()
+
+
+def app(folder: Path, broker: BrokerHandle) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "pipelines.yaml").write_text(PIPELINE)
+    settings = {"Values": {"Bus": broker.connection_string}}
+    (folder / "local.settings.json").write_text(json.dumps(settings))
+    return folder
+
+
+def loaded(broker_factory: Any) -> BrokerHandle:
+    broker: BrokerHandle = broker_factory(CONFIG)
+    fill(broker, "src", [ServiceBusMessage(b"c" * 64, message_id=f"c-{i}")
+                         for i in range(TOTAL)])  # fmt: skip
+    return broker
+
+
+def finished(process: Process, timeout: float = 300) -> str:
+    code = process.wait(timeout)
+    output = process.output()
+    assert code == 0, output[-5000:]
+    return output
+
+
+def all_arrived_once(broker: BrokerHandle) -> None:
+    ids = broker.message_ids("dst")
+    assert set(ids) == {f"c-{i}" for i in range(TOTAL)}
+    assert len(ids) == TOTAL  # duplicates, if any, were dropped by duplicate detection
+    assert broker.count("src") == 0
+    assert dead_letters(broker, "src", 0) == []
+
+
+def wait_until(predicate: Callable[[], bool], process: Process, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert process.popen.poll() is None, process.output()[-5000:]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_twenty_thousand_messages_on_two_workers(
+    broker_factory: Any, spark_submit: Callable[..., Process], tmp_path: Path
+) -> None:
+    """All arrive once, none left, none dead-lettered; both executors worked; no task carries
+    messages (Spark's task-size warning is gone)."""
+    broker = loaded(broker_factory)
+    folder = app(tmp_path / "app", broker)
+    output = finished(spark_submit(folder, "--available-now"))
+    all_arrived_once(broker)
+    assert "forwarded 5000" in output
+    assert BIG_TASK not in output
+    executors = set()
+    for line in output.splitlines():
+        if "Finished task" in line and "(executor " in line:
+            executors.add(line.split("(executor ")[1].split(")")[0])
+    assert len(executors) == 2, executors
+
+
+def held_receivers(broker: BrokerHandle) -> list[int]:
+    """Client ports of the broker's connections whose receiving links hold locked messages."""
+
+    def ports() -> list[int]:
+        assert broker.broker is not None
+        found = []
+        for peer in broker.broker.peers.values():
+            if any(consumer.locks for consumer in peer.consumers.values()):
+                transport = peer.driver.transport
+                if transport is not None:
+                    found.append(int(transport.get_extra_info("peername")[1]))
+        return found
+
+    return broker.call(ports)
+
+
+def test_a_python_worker_killed_mid_batch_loses_nothing(
+    broker_factory: Any, spark_submit: Callable[..., Process], cluster: StandaloneCluster,
+    wheel: Path, tmp_path: Path,
+) -> None:  # fmt: skip
+    """After the first batch, the Python worker (under one of the workers' executors) that
+    holds locked messages at that moment is SIGKILLed: its connection drops, the broker
+    gives its messages back uncounted, Spark runs the task again; what it had sent and not
+    completed arrives twice and the target's duplicate detection keeps one."""
+    broker = loaded(broker_factory)
+    folder = app(tmp_path / "app", broker)
+    driver = spark_submit(folder, "--available-now")
+    wait_until(lambda: broker.count("dst") >= 5000, driver)
+    victim = None
+
+    def kill_one() -> bool:
+        nonlocal victim
+        workers = cluster.python_workers()
+        for port in held_receivers(broker):
+            owner = socket_owner(port, broker.port, workers)
+            if owner is not None:
+                victim = owner
+                # its executor's folder has the wheel Spark shipped (first on sys.path)
+                assert (Path(f"/proc/{owner}/cwd").resolve() / wheel.name).is_file()
+                os.kill(owner, signal.SIGKILL)
+                return True
+        return False
+
+    wait_until(kill_one, driver, timeout=120)
+    output = finished(driver)
+    assert victim is not None
+    assert "Lost task" in output, output[-5000:]  # the killed worker's task failed and ran again
+    all_arrived_once(broker)
+
+
+def test_a_killed_driver_restarted_on_its_checkpoint_loses_nothing(
+    broker_factory: Any, spark_submit: Callable[..., Process], tmp_path: Path
+) -> None:
+    """The driver (spark-submit's whole process group) is SIGKILLed after a batch; the
+    master ends its application and the workers kill its executors, whose connections drop
+    (what they held comes back at once). A new spark-submit on the same checkpoint replays
+    the planned batch with new assignments and drains the rest."""
+    broker = loaded(broker_factory)
+    folder = app(tmp_path / "app", broker)
+    checkpoint = tmp_path / "checkpoint"
+    first = spark_submit(folder, "--available-now", "--checkpoint", str(checkpoint),
+                         "--max-messages-per-trigger", "2000")  # fmt: skip
+    wait_until(lambda: broker.count("dst") >= 4000, first)
+    first.kill()
+    assert broker.count("src") > 0, "the first run finished before the kill"
+    assert (checkpoint / "source-0" / "offsets").is_dir()
+    second = spark_submit(folder, "--available-now", "--checkpoint", str(checkpoint))
+    finished(second)
+    all_arrived_once(broker)
