@@ -61,8 +61,9 @@ class LayerTransport(asyncio.Transport):
         self.closing = False
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
-        if name in self._extra:
-            return self._extra[name]
+        extra: dict[str, Any] = self._extra  # type: ignore[attr-defined]  # asyncio's
+        if name in extra:
+            return extra[name]
         return self.lower.get_extra_info(name, default)
 
     def is_closing(self) -> bool:

@@ -174,7 +174,7 @@ def _receive_deferred(
             "some of the sequence numbers are not deferred messages of this entity",
         )  # fmt: skip
     now = now_ms()
-    messages = []
+    messages: list[dict[str, Any]] = []
     for row in rows:
         if receive_and_delete:
             broker.store.delete(queue.entity, row.seq, row.size)

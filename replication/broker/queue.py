@@ -195,9 +195,12 @@ class Queue:
             ))  # fmt: skip
         ttl = effective_ttl(message.ttl_ms, self.settings.default_ttl)
         scheduled = message.scheduled_ms
-        state = STATE_SCHEDULED if scheduled is not None and scheduled > now else STATE_ACTIVE
         # a scheduled message lives from when it becomes active, not from the send
-        expires = (scheduled if state == STATE_SCHEDULED else now) + ttl if ttl else None
+        if scheduled is not None and scheduled > now:
+            state, start = STATE_SCHEDULED, scheduled
+        else:
+            state, start = STATE_ACTIVE, now
+        expires = start + ttl if ttl else None
         message = wire.with_expiry(message, expires)
         seq = self.store.next_sequence(self.entity)
         self.store.insert(

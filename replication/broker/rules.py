@@ -111,7 +111,7 @@ def encode_value(value: Any) -> Any:
 def decode_value(value: Any) -> Any:
     if not isinstance(value, dict):
         return value
-    kind, raw = value.get("type"), value.get("value")
+    kind, raw = value.get("type"), value["value"]  # as encode_value wrote them
     if kind == "double":
         return float(raw)
     if kind == "datetime":

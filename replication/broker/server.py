@@ -115,7 +115,7 @@ unchanged Config.json entity still matches its record (and keeps its API-made ch
 
 def load_settings(kind: str, text: str) -> QueueSettings | TopicSettings:
     """``dump_settings`` reversed; ``kind`` is queue, topic or subscription."""
-    values = {
+    values: dict[str, Any] = {
         name: timedelta(seconds=value["seconds"]) if isinstance(value, dict) else value
         for name, value in json.loads(text).items()
     }
@@ -1074,7 +1074,8 @@ class Broker:
                 if target is not None and target.lower() not in self.sendable:
                     log.warning("%s: %s %r no longer exists; not forwarding", queue.name,
                                 attribute, target)  # fmt: skip
-                    queue.settings = dataclasses.replace(queue.settings, **{attribute: None})
+                    cleared: dict[str, Any] = {attribute: None}
+                    queue.settings = dataclasses.replace(queue.settings, **cleared)
 
     def _replay(self, record: ManagedEntity) -> bool:
         """Applies one stored record at start; False when it no longer applies."""
@@ -1274,7 +1275,8 @@ class Broker:
             ):
                 if getattr(queue, attribute) in removed:
                     setattr(queue, attribute, None)
-                    queue.settings = dataclasses.replace(queue.settings, **{setting: None})
+                    cleared: dict[str, Any] = {setting: None}
+                    queue.settings = dataclasses.replace(queue.settings, **cleared)
         for name in doomed:
             record = self.managed.pop(name, None)
             if record is None:

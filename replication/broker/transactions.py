@@ -117,6 +117,13 @@ def _settle(queue: Queue, token: uuid.UUID, outcome: Any, now: int) -> None:
         queue.abandon(token, now, count=False)
 
 
+def _settle_work(queue: Queue, token: uuid.UUID, outcome: Any) -> Work:
+    """Settling one lock at commit, and what would stop it (checked before the commit)."""
+    return Work(
+        lambda at: _settle(queue, token, outcome, at), lambda at: _lock_problem(queue, token, at)
+    )
+
+
 def _lock_problem(queue: Queue, token: uuid.UUID, now: int) -> str | None:
     """Why ``_settle`` would raise ``LockLostError`` (the checks mirror ``Queue._take_lock``)."""
     lock = queue.locks.get(token)
@@ -396,7 +403,7 @@ class TransactionCoordinator:
         delivery.update(TransactionalState(txn_id=txn.txn_id, outcome=echo))
 
     def enlist_request(
-        self, peer: Peer, state: Any, operation: str, queue: Queue, body: dict[str, Any]
+        self, peer: Peer, state: Any, operation: str, queue: Entity, body: dict[str, Any]
     ) -> tuple[int, Any] | None:
         """A ``$management`` request whose transfer had ``state``: a ``TransactionalState``
         enlists it and returns the response; None: not transactional, or it runs at once."""
@@ -406,6 +413,8 @@ class TransactionCoordinator:
         if isinstance(txn, Error):
             raise ManagementError(400, str(txn.condition), txn.description or "")
         if operation == "com.microsoft:update-disposition":
+            if not isinstance(queue, Queue):  # a topic holds no locks
+                raise ManagementError(400, "amqp:not-allowed", f"{queue.name} has no locks")
             status = str(body.get("disposition-status", ""))
             outcome = _management_outcome(status, body)
             if outcome is None:
@@ -418,10 +427,8 @@ class TransactionCoordinator:
                 if problem is not None:
                     raise LockLostError(problem)
             for token in tokens:
-                self._enlist(txn, ("lock", queue.entity, token), Work(
-                    lambda at, token=token: _settle(queue, token, outcome, at),
-                    lambda at, token=token: _lock_problem(queue, token, at),
-                ))  # fmt: skip
+                work = _settle_work(queue, token, outcome)
+                self._enlist(txn, ("lock", queue.entity, token), work)
             return 200, {}
         if operation == "com.microsoft:cancel-scheduled-message":
             seqs = [int(s) for s in body.get("sequence-numbers", [])]

@@ -319,7 +319,7 @@ def _same_name(namespace: str, name: str, first: str, second: str, pipeline: Pip
     )
 
 
-def _ordered(items: Mapping[tuple[str, ...], Any]) -> Iterator[tuple[tuple[str, ...], Any]]:
+def _ordered(items: Mapping[Any, Any]) -> Iterator[tuple[Any, Any]]:
     """Namespace order first (primary, secondary), then by name: stable parameter files."""
     return iter(sorted(items.items(), key=lambda kv: (NAMESPACES.index(kv[0][0]), kv[0][1:])))
 

@@ -176,7 +176,7 @@ class DnsResolver:
                 "the primary namespace"
             ) from None
         canonical = str(cname[0].target).rstrip(".").lower()
-        chain.append(f"CNAME {canonical} (ttl {cname.rrset.ttl})")
+        chain.append(f"CNAME {canonical} (ttl {_ttl(cname)})")
         srv_name = SRV_PREFIX + canonical
         try:
             answer = self._query(client, srv_name, "SRV")
@@ -189,7 +189,7 @@ class DnsResolver:
             ) from None
         records = [SrvRecord(r.priority, r.weight, r.port, str(r.target)) for r in answer]
         chosen = choose_srv(records, self.rng)
-        chain.append(f"SRV {srv_name} (ttl {answer.rrset.ttl}):")
+        chain.append(f"SRV {srv_name} (ttl {_ttl(answer)}):")
         best = min((r.priority for r in records if usable(r)), default=None)
         for record in sorted(records, key=lambda r: (r.priority, -r.weight)):
             chain.append(f"  {record}  {_verdict(record, chosen, best)}")
@@ -201,7 +201,7 @@ class DnsResolver:
                 reason = f"none is on port 5671 (ports: {', '.join(map(str, ports))})"
             raise FailoverError(f"SRV records at {srv_name}: {reason}")
         host = chosen.target.rstrip(".").lower()
-        return Resolution(host, tuple(chain), float(min(cname.rrset.ttl, answer.rrset.ttl)))
+        return Resolution(host, tuple(chain), float(min(_ttl(cname), _ttl(answer))))
 
     def _query(self, client: dns.resolver.Resolver, name: str, kind: str) -> dns.resolver.Answer:
         """One question, retried with backoff while the server does not answer; raises
@@ -271,3 +271,9 @@ def _verdict(record: SrvRecord, chosen: SrvRecord | None, best: int | None) -> s
     if best is not None and record.priority > best:
         return f"(priority {record.priority} > {best})"
     return "(same priority, not picked by weight)"
+
+
+def _ttl(answer: dns.resolver.Answer) -> int:
+    """The TTL of an answer ``_query`` returned (it has records: ``_Missing`` otherwise)."""
+    assert answer.rrset is not None
+    return int(answer.rrset.ttl)

@@ -25,6 +25,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from ..messages import Message
 from ..servicebus import sdk_source
@@ -203,7 +204,7 @@ class LockKeeper:
             return now + IDLE_LOOK
         self._session_given_up = False
         if now >= renew_at:
-            until = await self.management.renew_locks(self.receiver, [])
+            until = await self._renew_locks([])
             self._session_renewed, self._session_until = now, until.timestamp()
             self.receiver.session_locked_until = until
             self.renewals += 1
@@ -241,7 +242,7 @@ class LockKeeper:
             return
         messages = [self._held[t].message for t in tokens]
         try:
-            until = await self.management.renew_locks(self.receiver, messages)
+            until = await self._renew_locks(messages)
         except SourceError as exc:
             if exc.retryable and not lock_lost(exc):
                 raise
@@ -258,6 +259,12 @@ class LockKeeper:
             held = self._held.get(token)
             if held is not None:
                 held.renewed, held.until = now, max(until.timestamp(), now + 1.0)
+
+    async def _renew_locks(self, messages: list[Message]) -> datetime:
+        """The messages' locks (or the session lock) through the receiver's backend (each
+        ``renew_locks`` takes its own backend's receiver, which ``management_of`` paired)."""
+        renew: Callable[[Any, list[Message]], Awaitable[datetime]] = self.management.renew_locks
+        return await renew(self.receiver, messages)
 
     async def _wait(self, seconds: float) -> None:
         """Until ``seconds`` passed or something was held. The helpers are cancelled, not

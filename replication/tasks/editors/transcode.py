@@ -629,7 +629,7 @@ class TranscodeOptions(StepOptions):
         has_schema = self.schema_ is not None or self.schema_file is not None
         # decoding raw Avro needs the schema; encoding Avro too, unless it comes from a
         # container, whose writer schema is then used
-        needs = {self.from_} & {"avro-binary", "avro-single-object"}
+        needs: set[str] = {"avro-binary", "avro-single-object"} & {self.from_}
         if self.to is not None and self.to != "json" and self.from_ != "avro-container":
             needs.add(self.to)
         if needs and not has_schema:
