@@ -74,7 +74,7 @@ def _validate(args: argparse.Namespace, rest: list[str]) -> int:
     from .host.checks import settlement_warnings, transactional_warnings
 
     warnings = transactional_warnings(loaded)
-    warnings += settlement_warnings(loaded, path.resolve().parent, settings)
+    warnings += settlement_warnings(loaded, path.resolve().parent, settings or {})
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     count = len(loaded.pipelines)

@@ -291,12 +291,12 @@ def _handler(
         await runtime[0].handle(messages, message_actions, source, sessions=sessions)
 
     handler.__name__ = handler.__qualname__ = name
-    handler.pipeline_name = pipeline.name  # type: ignore[attr-defined]  (the host's metrics)
-    handler.source_index = source  # type: ignore[attr-defined]  (the host: source failover)
+    handler.pipeline_name = pipeline.name  # type: ignore[attr-defined]  # the host's metrics
+    handler.source_index = source  # type: ignore[attr-defined]  # the host: source failover
     # per-pipeline trigger settings: host.json-wide in Azure, applied per function locally
     handler.batch_size = pipeline.batch_size  # type: ignore[attr-defined]
     handler.concurrency = pipeline.concurrency  # type: ignore[attr-defined]
-    handler.backend = pipeline.backend  # type: ignore[attr-defined]  (how the local host receives)
+    handler.backend = pipeline.backend  # type: ignore[attr-defined]  # how the host receives
     # the worker reads the annotations to pick the bindings: the SDK types, real types
     handler.__annotations__ = {
         "messages": typing.List[servicebus.ServiceBusReceivedMessage],  # noqa: UP006

@@ -66,7 +66,10 @@ def service_bus_triggers(
 ) -> list[ServiceBusTrigger]:
     triggers = []
     for function in app.get_functions():
-        binding = function.get_trigger().get_dict_repr()
+        trigger = function.get_trigger()
+        if trigger is None:
+            continue
+        binding = trigger.get_dict_repr()
         if binding.get("type") != "serviceBusTrigger":
             continue  # other triggers are not ours to run
 
@@ -80,7 +83,7 @@ def service_bus_triggers(
         annotations = _annotations(user_function)
         auto_complete = binding.get("autoCompleteMessages")
         triggers.append(ServiceBusTrigger(
-            name=function.get_function_name(), function=user_function,
+            name=str(function.get_function_name()), function=user_function,
             arg_name=arg_name, connection=str(binding["connection"]),
             queue=value("queueName"), topic=value("topicName"),
             subscription=value("subscriptionName"),

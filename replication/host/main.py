@@ -105,7 +105,7 @@ async def _report(host: object) -> None:
 
 
 def _pipelines(host: object) -> list[str]:
-    return host.pipelines()  # type: ignore[attr-defined, no-any-return]
+    return host.pipelines()  # type: ignore[attr-defined]
 
 
 def _summary(host: object) -> None:

@@ -36,7 +36,7 @@ from ..amqp import codec
 from ..messages import Message
 from ..servicebus.client import SourceError
 from ..servicebus.sdk_source import SourceReceiver
-from ..tasks.locks import lock_lost, management_of
+from ..tasks.locks import lock_lost, management_of, renew_on
 
 log = logging.getLogger("replication.host.settlement")
 
@@ -176,7 +176,7 @@ class SettlementService(pb_grpc.SettlementServicer):
         held = self._held(request.locktoken, context)
         management = management_of(held.receiver)
         self._await(
-            held.loop, lambda: management.renew_locks(held.receiver, [held.message]), context
+            held.loop, lambda: renew_on(management, held.receiver, [held.message]), context
         )
         return empty_pb2.Empty()
 
@@ -211,7 +211,7 @@ class SettlementService(pb_grpc.SettlementServicer):
         session = self._session(request.sessionId, context)
         management = management_of(session.receiver)
         until = self._await(
-            session.loop, lambda: management.renew_locks(session.receiver, []), context
+            session.loop, lambda: renew_on(management, session.receiver, []), context
         )
         session.receiver.session_locked_until = until
         reply = pb.RenewSessionLockResponse()

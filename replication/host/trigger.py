@@ -43,7 +43,7 @@ import copy
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import azure.functions as func
 from azure.functions.servicebus import ServiceBusMessage as FunctionsMessage
@@ -174,7 +174,8 @@ def to_functions_message(message: ServiceBusReceivedMessage) -> func.ServiceBusM
         sequence_number=message.sequence_number, session_id=text(message.session_id),
         state=int(message.state) if message.state is not None else None,
         subject=text(message.subject), time_to_live=message.time_to_live,
-        to=text(message.to), transaction_partition_key=None, user_properties=props,
+        to=text(message.to), transaction_partition_key=None,
+        user_properties=cast(dict[str, object], props),
     )  # fmt: skip
 
 
@@ -326,6 +327,7 @@ class TriggerRunner:
     async def _call(
         self, receiver: SourceReceiver, batch: list[Message], tokens: list[Any]
     ) -> bool:
+        messages: Any  # one message or a list, as the binding's cardinality says
         try:
             if isinstance(receiver, SdkReceiver):  # the SDK's messages, detached (the module)
                 received = [copy.copy(m.source) for m in batch]

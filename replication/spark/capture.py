@@ -63,6 +63,7 @@ def read_file(path: str) -> Iterator[tuple[Any, ...]]:
 
     with open(path, "rb") as handle:
         for record in reader(handle):
+            assert isinstance(record, dict)  # Capture's schema: one record per event
             yield to_row(to_message(record))
 
 

@@ -45,7 +45,8 @@ async def send_messages(options: Options, messages: list[Message]) -> int:
         built = built_pipeline(*options.pipeline)
         pool, _ = pool_for(options.pipeline, built.targets, built.pipeline.backend)
     else:
-        targets = {None: Target(options.connection_string, options.entity)}
+        target = Target(options.connection_string, options.entity)
+        targets: dict[str | None, Target] = {None: target}
         pool, _ = pool_for((options.connection_string, options.entity), targets)
     result = await send_ordered(messages, pool, SendPolicy(max_batch_messages=options.batch_size))
     failed = result.failed()

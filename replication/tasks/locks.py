@@ -60,6 +60,15 @@ def management_of(receiver: SourceReceiver) -> Management | SdkManagement:
     return management_for(receiver.connection)
 
 
+async def renew_on(
+    management: Management | SdkManagement, receiver: SourceReceiver, messages: list[Message]
+) -> datetime:
+    """Renews ``messages``' locks (none: the session lock) through ``management``, which
+    ``management_of(receiver)`` paired with the receiver's backend."""
+    renew: Callable[[Any, list[Message]], Awaitable[datetime]] = management.renew_locks
+    return await renew(receiver, messages)
+
+
 def held_key(message: Message) -> bytes | None:
     """The lock of a message from either backend's receiver (its delivery tag)."""
     return lock_key(message) or sdk_source.lock_key(message)
@@ -261,10 +270,7 @@ class LockKeeper:
                 held.renewed, held.until = now, max(until.timestamp(), now + 1.0)
 
     async def _renew_locks(self, messages: list[Message]) -> datetime:
-        """The messages' locks (or the session lock) through the receiver's backend (each
-        ``renew_locks`` takes its own backend's receiver, which ``management_of`` paired)."""
-        renew: Callable[[Any, list[Message]], Awaitable[datetime]] = self.management.renew_locks
-        return await renew(self.receiver, messages)
+        return await renew_on(self.management, self.receiver, messages)
 
     async def _wait(self, seconds: float) -> None:
         """Until ``seconds`` passed or something was held. The helpers are cancelled, not
