@@ -35,11 +35,16 @@ class Assignment(InputPartition):
     cutoff: float | None = None
     """``Trigger.AvailableNow``: messages enqueued after this (Unix seconds) are released
     untouched; None otherwise."""
+    commit_service: str | None = None
+    """The ``servicebus`` data source (README "(b)"): ``host:port`` of the driver's commit
+    service, which the task's holder asks whether the batch was committed; None for the
+    pipeline runner (its tasks settle by themselves)."""
 
 
 def plan(
     run: str, batch: int, namespace: str, path: str, *, partitions: int, total: int,
     sessions: int = 0, max_wait: float = 1.0, cutoff: float | None = None,
+    commit_service: str | None = None,
 ) -> list[Assignment]:  # fmt: skip
     """``partitions`` assignments sharing ``total`` messages; ``sessions`` (the source's
     ``maxConcurrentSessions``, 0 without sessions) spread over them, at least one each."""
@@ -47,6 +52,8 @@ def plan(
     share = max(1, math.ceil(total / partitions))
     per_slot = max(1, math.ceil(sessions / partitions)) if sessions else 0
     return [
-        Assignment(run, batch, slot, namespace, path, per_slot, share, max_wait, cutoff)
+        Assignment(
+            run, batch, slot, namespace, path, per_slot, share, max_wait, cutoff, commit_service
+        )
         for slot in range(partitions)
     ]

@@ -33,6 +33,13 @@ class Options:
     mode: str = "peek"
     max_messages: int = 10_000
     batch_size: int = 100
+    receive_on: str = "executors"
+    """Streaming: ``executors`` (each task receives its share and holds it until Spark has
+    committed the micro-batch) or ``driver`` (the driver receives and ships the rows in the
+    tasks: for networks where executors cannot reach the driver's commit service)."""
+    commit_service_host: str | None = None
+    """The address executors reach the driver's commit service at (default: see
+    ``commits.service_host``)."""
     pipeline: tuple[str, str, str, str | None] | None = None
     """Writing a pipeline's planned rows: (file text, pipeline name, settings JSON, folder);
     each row's ``target`` column names the pipeline target it goes to."""
@@ -79,6 +86,9 @@ class Options:
         mode = options.get("mode", "peek").lower()
         if mode not in ("peek", "receive"):
             raise OptionError(f"option 'mode' is 'peek' or 'receive', not {mode!r}")
+        receive_on = options.get("receiveon", "executors").lower()
+        if receive_on not in ("executors", "driver"):
+            raise OptionError(f"option 'receiveOn' is 'executors' or 'driver', not {receive_on!r}")
         return cls(
             connection_string=connection_string, queue=queue, topic=topic,
             subscription=subscription, sessions=_bool(options, "sessions"),
@@ -89,9 +99,9 @@ class Options:
             max_concurrent_sessions=_int(options, "maxConcurrentSessions", 8),
             lock_renew_interval=_float(options, "lockRenewInterval", 20.0),
             mode=mode, max_messages=_int(options, "maxMessages", 10_000),
-            batch_size=_int(options, "batchSize", 100),
+            batch_size=_int(options, "batchSize", 100), receive_on=receive_on,
+            commit_service_host=options.get("commitservicehost") or None,
         )  # fmt: skip
-
 
     @classmethod
     def _for_pipeline(cls, options: Mapping[str, str]) -> Options:

@@ -7,19 +7,23 @@
     stream = (spark.readStream.format("servicebus")
               .option("connection", "PrimaryServiceBus").option("queue", "orders").load())
 
-Streaming read, at-least-once. The receivers are the driver's (``intake.Intake``); offsets are
-``{"run": <id of this reader>, "index": <messages received so far>}``. ``latestOffset``
-receives (up to ``maxMessagesPerTrigger``) and holds the messages locked; ``partitions``
-hands a range of them to executors inside the partitions (a session's messages in one
-partition, in order); they are completed once Spark has committed the micro-batch (after
-the sink wrote it): in ``commit``, or when ``latestOffset`` is asked for the batch after it
-(Spark calls ``commit`` only when a next batch has data). An offset range of another run
-(a restart replaying the batch it had planned before a crash) is empty: those messages were
-never completed, so Service Bus delivers them again when their locks lapse, and they get
-new offsets in this run. Locks of
-held messages are renewed every ``lockRenewInterval`` seconds. ``Trigger.AvailableNow``
-reads until the entity has nothing more (messages enqueued after the query started are
-given back untouched).
+Streaming read, at-least-once, with any sink. By default executors receive (README "(b)",
+``holder.py``): offsets are ``{"run": <id of this reader>, "batch": n}``; ``latestOffset``
+advances the batch, ``partitions`` plans ``numPartitions`` assignments of a few hundred
+bytes (each a share of ``maxMessagesPerTrigger``, or of ``maxConcurrentSessions`` sessions),
+and each task receives its share on its Python worker's connection, yields the rows and
+leaves the messages locked with a holder in that worker. The driver-side reader runs a
+small commit service (``commits.py``) that tells the holders when Spark committed the
+micro-batch (``commit``, or ``latestOffset`` asked for the batch after it: Spark calls
+``commit`` only when a next batch has data); they complete on their own links then. A
+batch that ends without a commit (a driver restart replays it with new assignments, which
+receive other messages) gives its messages back. ``Trigger.AvailableNow`` reads until a
+peek at the entity's head finds nothing enqueued before the query started (messages
+enqueued later are given back untouched). Executors must reach the driver's host on the
+service's port (from the OS; option ``commitServiceHost`` names the address). Where they
+cannot, option ``receiveOn`` ``driver`` keeps the driver's intake (``intake.py``): the
+driver receives and holds the messages and ships their rows inside the tasks (offsets
+``{"run", "index"}``), completing them after the commit.
 
 Batch read: ``mode`` ``peek`` (default; nothing changes at the source, up to
 ``maxMessages``) or ``receive`` (receive-and-delete: the messages are gone from the source
@@ -31,11 +35,12 @@ batches, a session's rows in the order they come (``sink.py``).
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 import zlib
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -56,6 +61,9 @@ from pyspark.sql.types import StructType
 from .options import Options
 from .rows import SCHEMA, to_row
 
+if TYPE_CHECKING:
+    from .commits import CommitService
+
 
 class ServiceBusDataSource(DataSource):
     @classmethod
@@ -69,7 +77,10 @@ class ServiceBusDataSource(DataSource):
         return BatchReader(Options.parse(self.options, reading=True))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return StreamReader(Options.parse(self.options, reading=True))
+        options = Options.parse(self.options, reading=True)
+        if options.receive_on == "driver":
+            return DriverStreamReader(options)
+        return StreamReader(options)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from .sink import BatchWriter
@@ -106,7 +117,10 @@ def plan(rows_by_key: Sequence[tuple[str | None, tuple[Any, ...]]],
     return [RowsPartition(rows) for rows in buckets if rows]
 
 
-class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class DriverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``receiveOn: driver``: the driver receives, holds and completes; the rows ride in
+    the tasks (see the module)."""
+
     def __init__(self, options: Options) -> None:
         self.options = options
         self.run = uuid.uuid4().hex
@@ -198,6 +212,127 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _offset(self) -> dict[str, Any]:
         return {"run": self.run, "index": self.index}
+
+
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Executors receive and hold until the commit (see the module, and ``holder.py``)."""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self.run = uuid.uuid4().hex
+        self.cutoff: datetime | None = None
+        self.limit = options.max_messages_per_trigger
+        self._service: CommitService | None = None
+        self._thread: Any = None
+        self._peeker: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Executors get the reader for ``read``: options only (the service stays here)."""
+        return {"options": self.options, "run": self.run}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["options"])  # type: ignore[misc]
+        self.run = state["run"]
+
+    @property
+    def service(self) -> CommitService:
+        if self._service is None:
+            from .commits import CommitService, service_host
+
+            host = service_host(self.options.connection_string, self.options.commit_service_host)
+            self._service = CommitService(self.run, host)
+        return self._service
+
+    # ------------------------------------------------------------------ driver side
+
+    def initialOffset(self) -> dict[str, Any]:
+        return {"run": self.run, "batch": 0}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.options.max_messages_per_trigger)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.cutoff = datetime.now(UTC)
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        # Spark plans one batch at a time: asked for the next one, it has committed the one
+        # ending at ``start`` (it calls ``commit`` only when a next batch has data).
+        done = _batch(start)
+        self.service.committed(done)
+        self.limit = self.options.max_messages_per_trigger
+        if isinstance(limit, ReadMaxRows):
+            self.limit = limit.max_rows
+        if self.cutoff is not None and self._drained(self.cutoff):
+            self.service.wait_told(done, timeout=10.0)  # before the query ends, and us
+            return start
+        return {"run": self.run, "batch": done + 1}
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        from ..failover.runtime import endpoint_host
+        from .assignment import plan
+
+        if start == end:
+            return []
+        batch = _batch(end)
+        self.service.planned(batch)
+        options = self.options
+        sessions = options.max_concurrent_sessions if options.sessions else 0
+        cutoff = self.cutoff.timestamp() if self.cutoff is not None else None
+        return plan(self.run, batch, endpoint_host(options.connection_string), options.path,
+                    partitions=options.num_partitions, total=self.limit, sessions=sessions,
+                    max_wait=options.receive_wait, cutoff=cutoff,
+                    commit_service=self.service.address)  # fmt: skip
+
+    def commit(self, end: dict[str, Any]) -> None:
+        if self._service is not None:
+            self._service.committed(_batch(end))
+
+    def stop(self) -> None:
+        if self._service is not None:
+            self._service.close()
+        if self._thread is not None:
+            thread, self._thread = self._thread, None
+            if self._peeker is not None:
+                with contextlib.suppress(Exception):  # stopping: gone anyway
+                    thread.run(self._peeker.close(), timeout=10)
+            thread.close()
+
+    def _drained(self, cutoff: datetime) -> bool:
+        """True when the entity's oldest message came after ``cutoff`` (or there is none):
+        one ``$management`` peek, nothing locked. Messages held for the batch just
+        committed may still show (their completion is on its way): one more batch then."""
+        if self._thread is None:
+            from ..servicebus.client import AmqpSource
+            from .intake import LoopThread
+
+            self._thread = LoopThread("servicebus-planner")
+            self._peeker = AmqpSource.from_connection_string(self.options.connection_string)
+        return bool(self._thread.run(_nothing_before(self._peeker, self.options.path, cutoff)))
+
+    # ------------------------------------------------------------------ executors
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        from .assignment import Assignment
+        from .holder import read_assignment
+
+        assert isinstance(partition, Assignment)
+        yield from read_assignment(self.options, partition)
+
+
+def _batch(offset: dict[str, Any]) -> int:
+    """The batch number of an offset (0 for one of ``receiveOn: driver``)."""
+    return int(offset.get("batch", 0))
+
+
+async def _nothing_before(source: Any, path: str, cutoff: datetime) -> bool:
+    from ..tasks.locks import management_for
+
+    connection = await source.connection()
+    head = await management_for(connection).peek(path, 1)
+    if not head:
+        return True
+    enqueued = head[0].enqueued_time
+    return enqueued is not None and enqueued > cutoff
 
 
 class BatchReader(DataSourceReader):
