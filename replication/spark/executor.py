@@ -223,6 +223,10 @@ class _Task:
         while self.remaining > 0:
             want = min(self.chunk, self.remaining)
             self.remaining -= want  # reserved: session slots receive side by side
+            # the prefetch never asks for more than the share still wants: what arrives
+            # beyond it is released at the end, received again by the next task (was ~7% of
+            # the messages with shares of 2,500)
+            receiver.link.credit = min(self.prefetch, self.remaining)
             batch: list[Message] = []
             try:
                 batch = await receiver.receive(want, wait)
