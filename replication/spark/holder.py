@@ -124,9 +124,12 @@ class Reading:
         source = source_for(self.options.connection_string)
         try:
             if self.assignment.sessions:
-                async with asyncio.TaskGroup() as slots:
-                    for _ in range(self.assignment.sessions):
-                        slots.create_task(self._session_slot(source))
+                try:
+                    async with asyncio.TaskGroup() as slots:
+                        for _ in range(self.assignment.sessions):
+                            slots.create_task(self._session_slot(source))
+                except BaseExceptionGroup as group:  # a slot's error, not a group of one
+                    raise group.exceptions[0] from None
             else:
                 await self._plain(source)
             for held in self.held:

@@ -8,10 +8,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 import pytest
 from azure.servicebus import ServiceBusMessage
 
+from replication.servicebus.client import SourceError
 from replication.spark import holder
 from replication.spark.assignment import Assignment
 from replication.spark.commits import COMMITTED, OPEN, RELEASE, UNKNOWN, CommitService
@@ -153,6 +155,18 @@ def test_a_read_the_service_refuses_gives_back_and_fails(
     with pytest.raises(CommitServiceUnreachable, match=r"batch 7 is not open at the driver"):
         list(read_assignment(options(broker), assignment(service, 7)))
     assert sorted(delivery_counts(broker)) == [0] * 5
+
+
+def test_a_missing_entity_fails_the_read_with_its_name(
+    broker_factory: Callable[..., BrokerHandle], service: CommitService
+) -> None:
+    broker = filled(broker_factory, 1)
+    service.planned(1)
+    missing = replace(assignment(service, 1), path="missing")
+    with pytest.raises(SourceError, match=r"missing"):
+        list(read_assignment(options(broker), missing))
+    with pytest.raises(SourceError, match=r"missing"):
+        list(read_assignment(options(broker), replace(missing, sessions=2)))
 
 
 def test_verdicts_long_poll_until_the_commit(service: CommitService) -> None:
