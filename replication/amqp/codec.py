@@ -316,7 +316,7 @@ def _elem_uuid(out: bytearray, value: Any) -> None:
 
 def _elem_null(out: bytearray, value: Any) -> None:
     if value is not None:
-        raise EncodeError(f"array of null holds {value!r}")
+        raise EncodeError(f"an array of null holds only None, got {value!r}")
 
 
 def _elem_raw(out: bytearray, value: Any) -> None:
@@ -417,7 +417,7 @@ def _enc_array(out: bytearray, value: Any) -> None:
             for item in items:
                 write(body, item)
     except (struct.error, OverflowError, UnicodeEncodeError) as exc:
-        raise EncodeError(f"array of {kind.name}: {exc}") from None
+        raise EncodeError(f"array of {kind.name}: cannot encode an element: {exc}") from None
     write_compound(out, body, len(items), 0xE0)
 
 
@@ -520,7 +520,9 @@ COMPOSITES: dict[Any, Composite] = {}
 
 def _need(data: bytes, end: int) -> None:
     if end > len(data):
-        raise DecodeError(f"need {end} bytes, have {len(data)}")
+        raise DecodeError(
+            f"truncated AMQP encoding: a value needs {end} bytes, the data holds {len(data)}"
+        )
 
 
 def _dec_null(data: bytes, pos: int) -> tuple[Any, int]:
@@ -885,6 +887,13 @@ def decode_at(data: bytes, pos: int = 0) -> tuple[Any, int]:
         raise
     except RecursionError:
         raise DecodeError("values nested too deeply") from None
+    except (IndexError, struct.error):  # indexing or unpacking past the end of the data
+        if pos >= len(data):
+            raise DecodeError(f"no AMQP value at offset {pos}: the data ends there") from None
+        raise DecodeError(
+            f"truncated AMQP encoding: the value at offset {pos} runs past the data's end"
+            f" (offset {len(data)})"
+        ) from None
     except _LEAKS as exc:
         raise DecodeError(f"malformed AMQP encoding: {exc}") from None
 

@@ -22,7 +22,9 @@ from .errors import DecodeError
 
 
 class Unusual(Exception):
-    """This scanner does not read the payload; use the general decoder."""
+    """This scanner does not read the payload; use the general decoder. The message says
+    why (for someone wondering why a payload took the slow path), not what is wrong with
+    it: the general decoder says that."""
 
 
 HEADER, DELIVERY_ANNOTATIONS, MESSAGE_ANNOTATIONS, PROPERTIES = 0x70, 0x71, 0x72, 0x73
@@ -70,11 +72,11 @@ def scan(payload: bytes) -> Sections:
     try:
         while pos < end:
             if data[pos] != 0x00 or data[pos + 1] != 0x53:
-                raise Unusual
+                raise Unusual(f"offset {pos}: not a section with a smallulong descriptor")
             section = data[pos + 2]
             rank = _RANK.get(section)
             if rank is None:
-                raise Unusual
+                raise Unusual(f"offset {pos}: descriptor {section:#04x} is not a section")
             start = pos
             pos += 3
             if section == DELIVERY_ANNOTATIONS and found.bare_start != end:
@@ -83,7 +85,7 @@ def scan(payload: bytes) -> Sections:
                 last = 7
                 continue
             if rank < last or (rank == last and rank != 5):
-                raise Unusual
+                raise Unusual(f"offset {start}: section {section:#04x} out of order or repeated")
             last = rank
             if rank >= _BARE_RANK and found.bare_start == end:
                 found.bare_start = start
@@ -95,9 +97,9 @@ def scan(payload: bytes) -> Sections:
                     value_at = pos + 5
                     stop = value_at + int.from_bytes(data[pos + 1 : pos + 5], "big")
                 else:
-                    raise Unusual
+                    raise Unusual(f"offset {pos}: a data section holding {code:#04x}, not binary")
                 if stop > end:
-                    raise Unusual
+                    raise Unusual(f"offset {pos}: the data section overruns the payload")
                 found.data.append(data[value_at:stop])
                 pos = stop
             elif section == PROPERTIES:
@@ -113,12 +115,14 @@ def scan(payload: bytes) -> Sections:
                 if section in (AMQP_SEQUENCE, AMQP_VALUE):
                     found.body_is_data = False
                 pos = skip_at(data, pos)
-    except _MALFORMED:
-        raise Unusual from None
+    except RecursionError:
+        raise Unusual("values nested too deeply") from None
+    except _MALFORMED as exc:
+        raise Unusual(f"malformed: {exc}") from None
     if pos != end:
-        raise Unusual
+        raise Unusual(f"the last section overruns the payload ({pos} > {end})")
     if found.data and not found.body_is_data:
-        raise Unusual  # mixed body kinds: not a valid message
+        raise Unusual("a body of data and amqp-value or amqp-sequence sections")
     return found
 
 
@@ -133,7 +137,7 @@ def fields(data: bytes, pos: int, size: int) -> tuple[list[Any], int]:
     elif code == 0x45:
         return [None] * size, pos + 1
     else:
-        raise Unusual
+        raise Unusual(f"offset {pos}: {code:#04x} where a list belongs")
     values: list[Any] = [None] * max(size, count)
     for index in range(count):
         code = data[item]
@@ -146,7 +150,7 @@ def fields(data: bytes, pos: int, size: int) -> tuple[list[Any], int]:
         else:
             values[index], item = DECODERS[code](data, item + 1)
     if item != stop:
-        raise Unusual
+        raise Unusual(f"offset {pos}: the list's fields end at {item}, its size at {stop}")
     return values, stop
 
 
@@ -164,7 +168,9 @@ def string_map(data: bytes, pos: int) -> dict[Any, Any]:
             key, item = DECODERS[code](data, item + 1)
         out[key], item = DECODERS[data[item]](data, item + 1)
     if item != stop or count % 2:
-        raise Unusual
+        raise Unusual(
+            f"offset {pos}: a map of {count} elements ending at {item}, its size at {stop}"
+        )
     return out
 
 
@@ -182,13 +188,15 @@ def pick(data: bytes, pos: int, wanted: Mapping[bytes, str]) -> dict[str, Any]:
             key_end = item + 5 + int.from_bytes(data[item + 1 : item + 5], "big")
             name = wanted.get(data[item + 5 : key_end])
         else:
-            raise Unusual
+            raise Unusual(f"offset {item}: a map key {code:#04x} that is not a symbol")
         if name is None:
             item = skip_at(data, key_end)
         else:
             out[name], item = DECODERS[data[key_end]](data, key_end + 1)
     if item != stop or count % 2:
-        raise Unusual
+        raise Unusual(
+            f"offset {pos}: a map of {count} elements ending at {item}, its size at {stop}"
+        )
     return out
 
 
@@ -205,7 +213,7 @@ def _map_bounds(data: bytes, pos: int) -> tuple[int, int, int]:
     if code == 0xD1:
         count = int.from_bytes(data[pos + 5 : pos + 9], "big")
         return count, pos + 9, pos + 5 + int.from_bytes(data[pos + 1 : pos + 5], "big")
-    raise Unusual
+    raise Unusual(f"offset {pos}: {code:#04x} where a map belongs")
 
 
 def _map_end(data: bytes, pos: int) -> int:

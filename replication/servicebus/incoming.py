@@ -84,7 +84,7 @@ def to_message(amqp: AmqpMessage, source: Any = None) -> Message:
 def _scanned(payload: bytes, source: Any) -> Message:
     found = scan.scan(payload)
     if not found.body_is_data:
-        raise scan.Unusual
+        raise scan.Unusual("an amqp-value or amqp-sequence body")
     props = found.properties
     header = found.header
     chunks = found.data

@@ -24,7 +24,7 @@ from .ast import (
 )
 from .evaluate import STRING, equals, kind_of, user_key
 from .facts import MessageFacts
-from .params import normalize_parameters
+from .params import check_value
 
 _SYSTEM_FIELDS = (
     ("correlation_id", "CorrelationId"),
@@ -106,8 +106,7 @@ class CorrelationFilter:
                 raise TypeError(f"property names must be non-empty strings, got {key!r}")
             if value is None:
                 raise ValueError(f"property {key!r}: a correlation filter cannot match NULL")
-        # the same value types as filter parameters
-        normalize_parameters({f"p{i}": v for i, v in enumerate(self.properties.values())})
+            check_value(f"property {key!r}", value)  # the same value types as parameters
         self._properties = tuple(
             (key, key.lower(), value) for key, value in self.properties.items()
         )

@@ -201,7 +201,7 @@ def arithmetic(op: str, left: Any, right: Any) -> Any:
             if lk is TIMESPAN and rk is TIMESPAN:
                 return left - right
     except OverflowError as exc:
-        raise SqlEvaluationError(f"{left!r} {op} {right!r} is out of range: {exc}") from None
+        raise SqlEvaluationError(f"{left} {op} {right} is out of range ({exc})") from None
     return None
 
 
@@ -213,7 +213,7 @@ def negate(value: Any) -> Any:
         try:
             return -value
         except OverflowError as exc:  # -timedelta.min
-            raise SqlEvaluationError(f"-{value!r} is out of range: {exc}") from None
+            raise SqlEvaluationError(f"-({value}) is out of range ({exc})") from None
     return None
 
 

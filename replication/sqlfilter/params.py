@@ -27,15 +27,21 @@ def normalize_parameters(parameters: Mapping[str, Any] | None) -> dict[str, Any]
         name = key[1:] if key.startswith("@") else key
         if not name or not all(ch == "_" or ch.isalnum() for ch in name):
             raise ValueError(f"{key!r} is not a parameter name (letters, digits and '_')")
-        if value is not None and not isinstance(value, _ALLOWED):
-            raise TypeError(
-                f"parameter {key!r}: {type(value).__name__} is not a string, long, double, "
-                "boolean, datetime, timedelta or UUID"
-            )
-        if type(value) is not bool and isinstance(value, int) and not LONG_MIN <= value <= LONG_MAX:
-            raise ValueError(f"parameter {key!r}: {value} is out of the range of a long")
+        check_value(f"parameter {key!r}", value)
         folded = name.lower()
         if folded in normalized:
             raise ValueError(f"parameter {key!r} is given twice (names are case-insensitive)")
         normalized[folded] = value
     return normalized
+
+
+def check_value(where: str, value: Any) -> None:
+    """A ``TypeError`` or ``ValueError`` starting with ``where`` unless ``value`` is one a
+    parameter may hold (or a correlation filter's property may match)."""
+    if value is not None and not isinstance(value, _ALLOWED):
+        raise TypeError(
+            f"{where}: {type(value).__name__} is not a string, long, double, boolean, "
+            "datetime, timedelta or UUID"
+        )
+    if type(value) is not bool and isinstance(value, int) and not LONG_MIN <= value <= LONG_MAX:
+        raise ValueError(f"{where}: {value} is out of the range of a long")

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import ErrorDetails
 
 from ..messages import Message
 
@@ -122,11 +123,18 @@ def build_step(
     try:
         parsed = spec.options.model_validate(dict(options or {}))
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or name}: {e['msg']}" for e in exc.errors()
-        )
+        problems = "; ".join(_option_problem(error) for error in exc.errors(include_url=False))
         raise StepConfigError(f"step {name!r}: {problems}") from exc
     return BoundStep(name, parsed, spec.build(parsed, context or StepContext()))
+
+
+def _option_problem(error: ErrorDetails) -> str:
+    """One of pydantic's errors as ``option: reason``, or just the reason when a check of the
+    options together failed (without pydantic's "Value error, " in front of the reason)."""
+    where = ".".join(str(part) for part in error["loc"])
+    cause = error.get("ctx", {}).get("error") if error["type"] == "value_error" else None
+    reason = str(cause) if cause is not None else str(error["msg"])
+    return f"{where}: {reason}" if where else reason
 
 
 def _load_builtin_steps() -> None:

@@ -448,49 +448,49 @@ def test_roundtrip_generated(value: Any) -> None:
 # --------------------------------------------------------------------------------------------
 # errors
 
-OUT_OF_RANGE = [
-    ubyte(256),
-    ubyte(-1),
-    ushort(65536),
-    ushort(-1),
-    uint(-1),
-    uint(2**32),
-    ulong(-1),
-    ulong(2**64),
-    byte(128),
-    byte(-129),
-    short(32768),
-    short(-32769),
-    int32(2**31),
-    int32(-(2**31) - 1),
-    2**63,
-    -(2**63) - 1,
-    timestamp(2**63),
-    timestamp(-(2**63) - 1),
-    symbol(E_ACUTE),
-    symbol("a" + SMILE),
-    char("ab"),
-    char(""),
-    char("\ud800"),
-    "lone surrogate \ud800",
-    float32(1e300),
-    float32(-1e39),
-    decimal128(b"short"),
-    object(),
-    {1, 2},
-    [1, object()],
-    {"k": {1, 2}},
-    Array(AMQPType.UBYTE, [256]),
-    Array(AMQPType.INT, [2**31]),
-    Array(AMQPType.LONG, [2**63]),
-    Array(AMQPType.ULONG, [-1]),
-    Array(AMQPType.FLOAT, [1e300]),
-    Array(AMQPType.SYMBOL, [E_ACUTE]),
-    Array(AMQPType.STRING, ["\udfff"]),
-    Array(AMQPType.CHAR, ["\ud800"]),
-    Array(AMQPType.NULL, [1]),
-    Array(AMQPType.DECIMAL128, [decimal128(b"short")]),
-    Described(symbol("x"), object()),
+OUT_OF_RANGE = [  # (value, what the EncodeError says)
+    (ubyte(256), "256 does not fit an AMQP ubyte"),
+    (ubyte(-1), "-1 does not fit an AMQP ubyte"),
+    (ushort(65536), "65536 does not fit an AMQP ushort"),
+    (ushort(-1), "-1 does not fit an AMQP ushort"),
+    (uint(-1), "-1 does not fit an AMQP uint"),
+    (uint(2**32), "4294967296 does not fit an AMQP uint"),
+    (ulong(-1), "-1 does not fit an AMQP ulong"),
+    (ulong(2**64), "18446744073709551616 does not fit an AMQP ulong"),
+    (byte(128), "128 does not fit an AMQP byte"),
+    (byte(-129), "-129 does not fit an AMQP byte"),
+    (short(32768), "32768 does not fit an AMQP short"),
+    (short(-32769), "-32769 does not fit an AMQP short"),
+    (int32(2**31), "2147483648 does not fit an AMQP int"),
+    (int32(-(2**31) - 1), "-2147483649 does not fit an AMQP int"),
+    (2**63, "9223372036854775808 does not fit an AMQP long"),
+    (-(2**63) - 1, "-9223372036854775809 does not fit an AMQP long"),
+    (timestamp(2**63), "9223372036854775808 does not fit an AMQP timestamp"),
+    (timestamp(-(2**63) - 1), "-9223372036854775809 does not fit an AMQP timestamp"),
+    (symbol(E_ACUTE), "AMQP symbol must be ASCII"),
+    (symbol("a" + SMILE), "AMQP symbol must be ASCII"),
+    (char("ab"), "AMQP char holds one code point, got 2"),
+    (char(""), "AMQP char holds one code point, got 0"),
+    (char("\ud800"), "AMQP char cannot hold the surrogate 0xd800"),
+    ("lone surrogate \ud800", "AMQP string cannot hold a lone surrogate"),
+    (float32(1e300), "float32(1e+300) does not fit an AMQP float"),
+    (float32(-1e39), "float32(-1e+39) does not fit an AMQP float"),
+    (decimal128(b"short"), "decimal128 needs 16 bytes, got 5"),
+    (object(), "no AMQP encoding for Python type object"),
+    ({1, 2}, "no AMQP encoding for Python type set"),
+    ([1, object()], "no AMQP encoding for Python type object"),
+    ({"k": {1, 2}}, "no AMQP encoding for Python type set"),
+    (Array(AMQPType.UBYTE, [256]), "array of UBYTE: cannot encode an element"),
+    (Array(AMQPType.INT, [2**31]), "array of INT: cannot encode an element"),
+    (Array(AMQPType.LONG, [2**63]), "array of LONG: cannot encode an element"),
+    (Array(AMQPType.ULONG, [-1]), "array of ULONG: cannot encode an element"),
+    (Array(AMQPType.FLOAT, [1e300]), "array of FLOAT: cannot encode an element"),
+    (Array(AMQPType.SYMBOL, [E_ACUTE]), "AMQP symbol must be ASCII"),
+    (Array(AMQPType.STRING, ["\udfff"]), "array of STRING: cannot encode an element"),
+    (Array(AMQPType.CHAR, ["\ud800"]), "AMQP char cannot hold the surrogate 0xd800"),
+    (Array(AMQPType.NULL, [1]), "an array of null holds only None, got 1"),
+    (Array(AMQPType.DECIMAL128, [decimal128(b"short")]), "decimal128 needs 16 bytes, got 5"),
+    (Described(symbol("x"), object()), "no AMQP encoding for Python type object"),
 ]
 
 
@@ -499,54 +499,60 @@ def _stable_id(value: Any) -> str:
     return re.sub(r" at 0x[0-9a-f]+", "", repr(value))[:40]
 
 
-@pytest.mark.parametrize("value", OUT_OF_RANGE, ids=[_stable_id(v) for v in OUT_OF_RANGE])
-def test_unencodable_values_raise_encode_error(value: Any) -> None:
-    with pytest.raises(EncodeError):
+@pytest.mark.parametrize(
+    ("value", "message"), OUT_OF_RANGE, ids=[_stable_id(v) for v, _ in OUT_OF_RANGE]
+)
+def test_unencodable_values_raise_encode_error(value: Any, message: str) -> None:
+    with pytest.raises(EncodeError, match="^" + re.escape(message)):
         encode(value)
 
 
-MALFORMED = [
-    b"",
-    h("01"),
-    h("ff"),
-    h("52"),  # smalluint without its byte
-    h("70 0000"),
-    h("80 00"),
-    h("94 00"),
-    h("98 0011"),
-    h("56 02"),  # boolean byte must be 0 or 1
-    h("a1 05 6162"),
-    h("a1 01 ff"),  # not UTF-8
-    h("b1 ffffffff"),
-    h("a3 01 e9"),  # symbol not ASCII
-    h("73 0000d800"),  # surrogate char
-    h("73 00110000"),  # beyond U+10FFFF
-    h("40 40"),  # trailing bytes after one value
-    h("c0 00"),  # size cannot hold the count
-    h("d0 00000003 00000000"),
-    h("c0 03 02 40"),  # count says two, bytes hold one
-    h("c0 03 01 40 40"),  # count says one, size says two bytes of elements
-    h("c1 02 01 40"),  # map with an odd element count
-    h("c1 04 02 45 40"),  # list used as a map key
-    h("c1 05 02 c1 01 00 40"),  # map used as a map key
-    h("e0 01 00"),  # array without a constructor
-    h("e0 02 01 ff"),  # invalid element constructor
-    h("e0 02 01 00"),  # described array without descriptor
-    h("e0 03 02 50 01"),  # two ubytes, one byte
-    h("00"),
-    h("00 53"),
-    h("00 53 05"),  # descriptor without a value
+TRUNCATED = "truncated AMQP encoding: the value at offset 0 runs past the data's end"
+MALFORMED = [  # (wire, what the DecodeError says)
+    (b"", "no AMQP value at offset 0: the data ends there"),
+    (h("01"), "invalid constructor 0x01 at offset 0"),
+    (h("ff"), "invalid constructor 0xff at offset 0"),
+    (h("52"), TRUNCATED),  # smalluint without its byte
+    (h("70 0000"), TRUNCATED),
+    (h("80 00"), TRUNCATED),
+    (h("94 00"), "truncated AMQP encoding: a value needs 17 bytes, the data holds 2"),
+    (h("98 0011"), "truncated AMQP encoding: a value needs 17 bytes, the data holds 3"),
+    (h("56 02"), "boolean byte must be 0 or 1, got 2"),
+    (h("a1 05 6162"), "string overruns the buffer"),
+    (h("a1 01 ff"), "string is not UTF-8"),
+    (h("b1 ffffffff"), "string overruns the buffer"),
+    (h("a3 01 e9"), "symbol is not ASCII"),
+    (h("73 0000d800"), "char 0xd800 is not a Unicode scalar value"),  # surrogate
+    (h("73 00110000"), "char 0x110000 is not a Unicode scalar value"),  # beyond U+10FFFF
+    (h("40 40"), "1 bytes left after the value"),
+    (h("c0 00"), TRUNCATED),  # size cannot hold the count
+    (h("d0 00000003 00000000"), "compound size 3 cannot hold its count"),
+    (h("c0 02 02 40"), "2 elements cannot fit in 1 bytes"),  # count says two, bytes hold one
+    (h("c0 03 02 40"), "compound of 3 bytes overruns the buffer"),  # size 3, two bytes follow
+    (h("c0 03 01 40 40"), "compound declares 5 as its end but its elements end at 4"),
+    (h("c1 02 01 40"), "map has an odd number of elements"),
+    (h("c1 03 02 45 40"), "map key is not hashable"),  # list used as a map key
+    (h("c1 05 02 c1 01 00 40"), "map key is not hashable"),  # map used as a map key
+    (h("e0 01 00"), TRUNCATED),  # array without a constructor
+    (h("e0 02 01 ff"), "invalid array element constructor 0xff"),
+    (h("e0 02 01 00"), TRUNCATED),  # described array without descriptor
+    (h("e0 03 02 50 01"), "2 elements overrun the array's 1 bytes"),  # two ubytes, one byte
+    (h("00"), TRUNCATED),
+    (h("00 53"), TRUNCATED),
+    (h("00 53 05"), TRUNCATED),  # descriptor without a value
 ]
 
 
-@pytest.mark.parametrize("wire", MALFORMED, ids=[w.hex() or "empty" for w in MALFORMED])
-def test_malformed_raises_decode_error(wire: bytes) -> None:
-    with pytest.raises(DecodeError):
+@pytest.mark.parametrize(
+    ("wire", "message"), MALFORMED, ids=[w.hex() or "empty" for w, _ in MALFORMED]
+)
+def test_malformed_raises_decode_error(wire: bytes, message: str) -> None:
+    with pytest.raises(DecodeError, match="^" + re.escape(message)):
         decode(wire)
 
 
 def test_decode_error_carries_condition() -> None:
-    with pytest.raises(DecodeError) as info:
+    with pytest.raises(DecodeError, match="invalid constructor 0xff") as info:
         decode(h("ff"))
     assert info.value.condition == "amqp:decode-error"
 
@@ -879,23 +885,28 @@ def _untyped(cls: type, values: list[Any]) -> list[Any]:
 def test_composite_field_types_are_checked() -> None:
     # a sasl-init whose mechanism is binary, not a symbol, decodes into SaslInit(b"PLAIN"),
     # which then cannot be encoded again (AttributeError, not EncodeError)
-    with pytest.raises(DecodeError):
+    with pytest.raises(DecodeError, match=r"sasl-init\.mechanism must be symbol, got bytes"):
         decode(encode(Described(ulong(0x41), [b"PLAIN"])))
 
 
 def test_composite_wrong_shape() -> None:
-    for wire in (h("00 53 10 40"), h("00 53 10 55 01"), h("00 53 24 a1 01 61")):
-        with pytest.raises(DecodeError):
-            decode(wire)
-    for wire in (h("00 53 75 a1 01 61"), h("00 53 76 40"), h("00 53 74 45"), h("00 53 72 55 01")):
-        with pytest.raises(DecodeError):
+    for wire, message in (
+        (h("00 53 10 40"), "open must be a list, got NoneType"),
+        (h("00 53 10 55 01"), "open must be a list, got int"),
+        (h("00 53 24 a1 01 61"), "accepted must be a list, got str"),
+        (h("00 53 75 a1 01 61"), "amqp:data:binary holds the wrong type: str"),
+        (h("00 53 76 40"), "amqp:amqp-sequence:list holds the wrong type: NoneType"),
+        (h("00 53 74 45"), "amqp:application-properties:map holds the wrong type: list"),
+        (h("00 53 72 55 01"), "amqp:message-annotations:map holds the wrong type: int"),
+    ):
+        with pytest.raises(DecodeError, match=re.escape(message)):
             decode(wire)
 
 
 def test_sections_check_their_value_type() -> None:
     assert decode(encode(Data(b"x"))) == Data(b"x")
     assert decode(h("00 53 77 55 01")) == AmqpValue(1)
-    with pytest.raises(EncodeError):
+    with pytest.raises(EncodeError, match="application-properties keys must be strings, got 2"):
         encode(ApplicationProperties({symbol("ok"): 1, 2: "not a string key"}))
 
 
@@ -981,7 +992,7 @@ def test_message_section_order_and_key_types() -> None:
     wire = encode_message(Message(application_properties={symbol("k"): 1}))
     assert wire == h("00 53 74 c1 06 02 a1 01 6b 55 01")
     assert back.data == b"first" + b"\xff" * 300
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="message body is value, not data"):
         _ = MESSAGES[4].data
 
 
@@ -991,23 +1002,29 @@ def test_message_minimal_and_empty() -> None:
     assert encode_message(Message.from_bytes(b"x")) == h("00 53 75 a0 01 78")
 
 
-BAD_MESSAGES = [
-    encode(Properties()) + encode(Header()),  # out of order
-    encode(Header()) + encode(Header()),  # repeated
-    encode(Data(b"a")) + encode(AmqpValue(1)),  # mixed body kinds
-    encode(AmqpValue(1)) + encode(AmqpValue(2)),  # two amqp-values
-    encode(AmqpSequence([])) + encode(Data(b"")),
-    encode(Data(b"a")) + encode(Footer({})) + encode(Data(b"b")),
-    encode(1),  # not a section
-    encode(Accepted()),  # a composite that is not a section
-    encode(Data(b"a"))[:-1],  # truncated
-    h("00 53 75 a1 01 61"),  # data section holding a string
+MIXED_BODY = "a message body mixes section kinds or repeats amqp-value"
+BAD_MESSAGES = [  # (wire, what the DecodeError says)
+    (encode(Properties()) + encode(Header()), "Header section out of order or repeated"),
+    (encode(Header()) + encode(Header()), "Header section out of order or repeated"),
+    (encode(Data(b"a")) + encode(AmqpValue(1)), MIXED_BODY),
+    (encode(AmqpValue(1)) + encode(AmqpValue(2)), MIXED_BODY),
+    (encode(AmqpSequence([])) + encode(Data(b"")), MIXED_BODY),
+    (
+        encode(Data(b"a")) + encode(Footer({})) + encode(Data(b"b")),
+        "Data section out of order or repeated",
+    ),
+    (encode(1), "not a message section: 1"),
+    (encode(Accepted()), "not a message section: Accepted()"),  # a composite, not a section
+    (encode(Data(b"a"))[:-1], "binary of 1 bytes overruns the buffer"),  # truncated
+    (h("00 53 75 a1 01 61"), "amqp:data:binary holds the wrong type: str"),
 ]
 
 
-@pytest.mark.parametrize("wire", BAD_MESSAGES, ids=[w.hex()[:30] for w in BAD_MESSAGES])
-def test_bad_messages_raise_decode_error(wire: bytes) -> None:
-    with pytest.raises(DecodeError):
+@pytest.mark.parametrize(
+    ("wire", "message"), BAD_MESSAGES, ids=[w.hex()[:30] for w, _ in BAD_MESSAGES]
+)
+def test_bad_messages_raise_decode_error(wire: bytes, message: str) -> None:
+    with pytest.raises(DecodeError, match="^" + re.escape(message)):
         decode_message(wire)
 
 
@@ -1024,11 +1041,17 @@ def test_error_fields_must_hold_an_error() -> None:
 
 
 @pytest.mark.parametrize(
-    ("field", "value"),
-    [(3, types.uint(38_797_312)), (4, types.uint(256)), (1, types.ulong(2**32))],
+    ("field", "value", "message"),
+    [
+        (3, types.uint(38_797_312), "attach.snd-settle-mode must be ubyte, got uint"),
+        (4, types.uint(256), "attach.rcv-settle-mode must be ubyte, got uint"),
+        (1, types.ulong(2**32), "attach.handle must be uint, got ulong"),
+    ],
     ids=["snd-settle-mode", "rcv-settle-mode", "handle"],
 )
-def test_integer_fields_out_of_range_are_decode_errors(field: int, value: int) -> None:
+def test_integer_fields_out_of_range_are_decode_errors(
+    field: int, value: int, message: str
+) -> None:
     """A peer's wider integer in a ubyte/uint field must fail to decode, not later when the
     value is echoed back (found by the engine fuzz test: an attach echo that could not be
     encoded)."""
@@ -1038,7 +1061,7 @@ def test_integer_fields_out_of_range_are_decode_errors(field: int, value: int) -
     descriptor = types.ulong(0x12)
     assert isinstance(codec.decode(codec.encode(types.Described(descriptor, fields))), Attach)
     fields[field] = value
-    with pytest.raises(DecodeError):
+    with pytest.raises(DecodeError, match=re.escape(message)):
         codec.decode(codec.encode(types.Described(descriptor, fields)))
 
 

@@ -9,6 +9,7 @@ allocate more than the input can describe.
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -154,27 +155,29 @@ def _nest(prefix: bytes, depth: int, leaf: bytes = b"\x40") -> bytes:
     return prefix * depth + leaf
 
 
-BOMBS = {
-    "list32 4G size and count": bytes.fromhex("d0 ffffffff ffffffff"),
-    "list32 4G count": bytes.fromhex("d0 00000008 ffffffff") + b"\x40" * 4,
-    "map32 4G count": bytes.fromhex("d1 00000008 ffffffff") + b"\x40" * 4,
-    "array32 4 billion nulls": bytes.fromhex("f0 00000005 ffffffff 40"),
-    "array32 4 billion true": bytes.fromhex("f0 00000005 ffffffff 41"),
-    "array32 4 billion uint0": bytes.fromhex("f0 00000005 ffffffff 43"),
-    "array32 4 billion list0": bytes.fromhex("f0 00000005 ffffffff 45"),
-    "array32 4G ulongs": bytes.fromhex("f0 00000009 ffffffff 80") + bytes(8),
-    "array32 4G strings": bytes.fromhex("f0 00000006 ffffffff a1 00"),
-    "vbin32 4G": bytes.fromhex("b0 ffffffff"),
-    "str32 4G": bytes.fromhex("b1 ffffffff") + b"a" * 16,
-    "sym32 4G": bytes.fromhex("b3 ffffffff"),
-    "vbin8 overrun": bytes.fromhex("a0 ff") + b"a" * 10,
-    "list8 nested 100k": bytes.fromhex("c0 03 01") * 100_000,
-    "list32 nested 100k": _nest(bytes.fromhex("d0 00000009 00000001"), 100_000),
-    "map8 nested 100k": _nest(bytes.fromhex("c1 04 02 40"), 100_000),
-    "described nested 100k": b"\x00" * 100_000,
-    "described descriptor nested": _nest(bytes.fromhex("00 53 99"), 100_000),
-    "array of array nested 100k": b"\xe0" + bytes.fromhex("ff 01 e0") * 100_000,
-    "composite nested 100k": _nest(bytes.fromhex("00 53 17 c0 05 01"), 100_000),
+DEEP = "values nested too deeply"
+TOO_MANY = "4294967295 elements cannot fit in"
+BOMBS = {  # name: (bytes, what the DecodeError says)
+    "list32 4G size and count": (bytes.fromhex("d0 ffffffff ffffffff"), "compound of 4294967295"),
+    "list32 4G count": (bytes.fromhex("d0 00000008 ffffffff") + b"\x40" * 4, TOO_MANY),
+    "map32 4G count": (bytes.fromhex("d1 00000008 ffffffff") + b"\x40" * 4, TOO_MANY),
+    "array32 4 billion nulls": (bytes.fromhex("f0 00000005 ffffffff 40"), TOO_MANY),
+    "array32 4 billion true": (bytes.fromhex("f0 00000005 ffffffff 41"), TOO_MANY),
+    "array32 4 billion uint0": (bytes.fromhex("f0 00000005 ffffffff 43"), TOO_MANY),
+    "array32 4 billion list0": (bytes.fromhex("f0 00000005 ffffffff 45"), TOO_MANY),
+    "array32 4G ulongs": (bytes.fromhex("f0 00000009 ffffffff 80") + bytes(8), TOO_MANY),
+    "array32 4G strings": (bytes.fromhex("f0 00000006 ffffffff a1 00"), TOO_MANY),
+    "vbin32 4G": (bytes.fromhex("b0 ffffffff"), "binary of 4294967295 bytes overruns the buffer"),
+    "str32 4G": (bytes.fromhex("b1 ffffffff") + b"a" * 16, "string overruns the buffer"),
+    "sym32 4G": (bytes.fromhex("b3 ffffffff"), "symbol overruns the buffer"),
+    "vbin8 overrun": (bytes.fromhex("a0 ff") + b"a" * 10, "binary of 255 bytes overruns"),
+    "list8 nested 100k": (bytes.fromhex("c0 03 01") * 100_000, DEEP),
+    "list32 nested 100k": (_nest(bytes.fromhex("d0 00000009 00000001"), 100_000), DEEP),
+    "map8 nested 100k": (_nest(bytes.fromhex("c1 04 02 40"), 100_000), DEEP),
+    "described nested 100k": (b"\x00" * 100_000, DEEP),
+    "described descriptor nested": (_nest(bytes.fromhex("00 53 99"), 100_000), DEEP),
+    "array of array nested 100k": (b"\xe0" + bytes.fromhex("ff 01 e0") * 100_000, DEEP),
+    "composite nested 100k": (_nest(bytes.fromhex("00 53 17 c0 05 01"), 100_000), DEEP),
 }
 
 
@@ -188,11 +191,11 @@ def _elements(value: Any) -> int:
 
 
 @pytest.mark.timeout(10)
-@pytest.mark.parametrize("bomb", list(BOMBS.values()), ids=list(BOMBS))
-def test_declared_size_bombs(bomb: bytes) -> None:
+@pytest.mark.parametrize(("bomb", "message"), list(BOMBS.values()), ids=list(BOMBS))
+def test_declared_size_bombs(bomb: bytes, message: str) -> None:
     for entry in DECODERS:
         started = time.perf_counter()
-        with pytest.raises(DecodeError):
+        with pytest.raises(DecodeError, match="^" + re.escape(message)):
             entry(bomb)
         assert time.perf_counter() - started < 2.0, entry.__name__
 

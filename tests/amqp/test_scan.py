@@ -60,25 +60,34 @@ def test_pick_skips_unwanted_values_without_decoding_them() -> None:
 
 
 @pytest.mark.parametrize(
-    ("payload", "why"),
+    ("payload", "reason"),
     [
-        (b"\x00\x80" + bytes(8) + b"\xa0\x01x", "ulong descriptor"),
-        (b"\x00\x53\x75\xa0\x05x", "data shorter than its size"),
-        (b"\x00\x53\x73\x45\x00\x53\x70\x45", "header after properties"),
-        (b"\x00\x53\x73\x45\x00\x53\x73\x45", "properties twice"),
-        (b"\x00\x53\x75\xa0\x01x\x00\x53\x77\x40", "data and amqp-value"),
-        (b"\x00\x53\x79\x40", "not a section"),
-        (b"\x00\x53\x75\xa0\x01x\x00\x53\x78" + b"\x00" * 50_000 + b"\x40", "nested deep"),
+        (b"\x00\x80" + bytes(8) + b"\xa0\x01x", "not a section with a smallulong descriptor"),
+        (b"\x00\x53\x75\xa0\x05x", "the data section overruns the payload"),
+        (b"\x00\x53\x73\x45\x00\x53\x70\x45", "section 0x70 out of order or repeated"),
+        (b"\x00\x53\x73\x45\x00\x53\x73\x45", "section 0x73 out of order or repeated"),
+        (b"\x00\x53\x75\xa0\x01x\x00\x53\x77\x40", "a body of data and amqp-value"),
+        (b"\x00\x53\x79\x40", "descriptor 0x79 is not a section"),
+        (b"\x00\x53\x75\xa0\x01x\x00\x53\x78" + b"\x00" * 50_000 + b"\x40", "nested too deeply"),
+    ],
+    ids=[
+        "ulong descriptor",
+        "data shorter than its size",
+        "header after properties",
+        "properties twice",
+        "data and amqp-value",
+        "not a section",
+        "nested deep",
     ],
 )
-def test_scan_declines_what_it_does_not_read(payload: bytes, why: str) -> None:
-    with pytest.raises(scan.Unusual):
+def test_scan_declines_what_it_does_not_read(payload: bytes, reason: str) -> None:
+    with pytest.raises(scan.Unusual, match=reason):
         scan.scan(payload)
 
 
 def test_a_map_with_a_key_and_no_value_is_declined() -> None:
     payload = b"\x00\x53\x72\xc1\x03\x01\xa3\x00"
-    with pytest.raises(scan.Unusual):
+    with pytest.raises(scan.Unusual, match="offset 3: a map of 1 elements"):
         scan.pick(payload, scan.scan(payload).annotations_at, {})
 
 

@@ -182,7 +182,7 @@ async def test_our_client_over_tls(tls_server: ServerHandle, certs: CertFiles, h
 @pytest.mark.timeout(60)
 async def test_untrusted_certificate_is_refused(tls_server: ServerHandle, other_certs):
     for context in (_client_context(None), _client_context(other_certs.cert)):
-        with pytest.raises(ssl.SSLCertVerificationError):
+        with pytest.raises(ssl.SSLCertVerificationError, match="certificate verify failed"):
             await Client.connect(
                 HOST, tls_server.port, sasl=SaslClient(), ssl_context=context, timeout=TIMEOUT
             )
@@ -200,9 +200,11 @@ async def test_wrong_hostname_is_refused(tls_server: ServerHandle, certs: CertFi
 
 @pytest.mark.timeout(60)
 async def test_plain_tcp_client_cannot_talk_to_tls_server(tls_server: ServerHandle):
-    with pytest.raises((ConnectionClosedError, ConnectionError)) as info:
+    # the server drops the connection: a clean close, or a reset (it had unread bytes)
+    with pytest.raises(
+        (ConnectionClosedError, ConnectionError), match=r"socket closed|reset by peer|Broken pipe"
+    ):
         await Client.connect(HOST, tls_server.port, sasl=SaslClient(), timeout=TIMEOUT)
-    assert "socket closed" in str(info.value) or isinstance(info.value, ConnectionError)
     assert tls_server.received() == 0
 
 
@@ -254,12 +256,11 @@ def test_proton_client_over_amqps(tls_server: ServerHandle, certs: CertFiles) ->
 @needs_proton_ssl
 @pytest.mark.timeout(60)
 def test_proton_client_refuses_untrusted_server(tls_server: ServerHandle, other_certs) -> None:
-    with pytest.raises(ConnectionException) as info:
+    with pytest.raises(ConnectionException, match="certificate verify failed"):
         BlockingConnection(
             f"amqps://{HOST}:{tls_server.port}", timeout=TIMEOUT, allowed_mechs="ANONYMOUS",
             ssl_domain=_proton_client_domain(other_certs.cert), virtual_host="localhost",
         )  # fmt: skip
-    assert "certificate verify failed" in str(info.value)
     assert tls_server.received() == 0
 
 
@@ -296,7 +297,7 @@ async def test_our_client_against_proton_tls_listener(certs: CertFiles) -> None:
                 assert item.message.data == payload
         finally:
             await client.close()
-        with pytest.raises(ssl.SSLCertVerificationError):
+        with pytest.raises(ssl.SSLCertVerificationError, match="certificate verify failed"):
             await Client.connect(
                 HOST, broker.port, sasl=SaslClient(), ssl_context=_client_context(None),
                 timeout=TIMEOUT,

@@ -434,8 +434,8 @@ def test_problems_carry_their_parts() -> None:
 
 
 def test_an_unreadable_file() -> None:
-    with pytest.raises(PipelineConfigError) as caught:
+    with pytest.raises(
+        PipelineConfigError,
+        match=r"^/nonexistent/pipelines\.yaml: cannot read the file: No such file or directory$",
+    ):
         load_pipelines("/nonexistent/pipelines.yaml")
-    assert str(caught.value) == (
-        "/nonexistent/pipelines.yaml: cannot read the file: No such file or directory"
-    )

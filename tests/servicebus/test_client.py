@@ -262,7 +262,8 @@ async def test_sessions_fifo_next_available_and_named(broker: BrokerHandle) -> N
         for receiver in (first, second, named):
             await receiver.close()
         started = time.monotonic()
-        with pytest.raises(NoSessionAvailable):  # all three are empty now: none comes in time
+        # all three are empty now: none comes in time
+        with pytest.raises(NoSessionAvailable, match="no session of 's' became available in time"):
             await source.receiver("s", session=True, wait=1)
         assert time.monotonic() - started < 10
     await wait_for_count(broker, "s", 0)
@@ -271,7 +272,7 @@ async def test_sessions_fifo_next_available_and_named(broker: BrokerHandle) -> N
 @pytest.mark.broker_config(CONFIG)
 async def test_plain_receiver_on_a_session_queue_is_refused(broker: BrokerHandle) -> None:
     async with source_for(broker) as source:
-        with pytest.raises(SourceError) as caught:
+        with pytest.raises(SourceError, match="'s' requires sessions: accept a session") as caught:
             await source.receiver("s")
         assert caught.value.condition == "amqp:not-allowed" and not caught.value.retryable
 
@@ -384,7 +385,9 @@ async def test_wrong_credentials_fail_clearly(broker: BrokerHandle) -> None:
 @pytest.mark.broker_config(CONFIG)
 async def test_missing_entity_and_no_broker(broker: BrokerHandle) -> None:
     async with source_for(broker) as source:
-        with pytest.raises(SourceError) as caught:
+        with pytest.raises(
+            SourceError, match=r"cannot receive from no-such-queue: .*'no-such-queue' could not"
+        ) as caught:
             await source.receiver("no-such-queue")
     assert caught.value.condition == "amqp:not-found" and not caught.value.retryable
     endpoint = Endpoint.from_connection_string(

@@ -4,6 +4,8 @@ the JavaScript SDK's: empty parts, and an Endpoint without a scheme)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from azure.servicebus._base_handler import _parse_conn_str
 
@@ -29,15 +31,30 @@ ACCEPTED = [
     "sr=x&sig=y&se=1999999999&skn=Root",
     f" Endpoint=sb://ns.servicebus.windows.net:9999/;{KEY}",
 ]
-REFUSED = [
-    "",
-    "Endpoint",
-    "SharedAccessKeyName=Root;SharedAccessKey=k",
-    "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=Root",
-    "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKey=k",
-    "Endpoint=sb://ns.servicebus.windows.net/",
-    f"Endpoint=sb://ns.servicebus.windows.net/;{KEY};SharedAccessSignature=x",
-    f"Endpoint=sb://;{KEY}",
+MALFORMED = "Connection string is either blank or malformed"
+NO_ENDPOINT = "Connection string has no Endpoint"
+BOTH_KEY_PARTS = "Connection string must have both SharedAccessKeyName and SharedAccessKey"
+REFUSED = [  # (text, what the SDK says, what we say)
+    ("", MALFORMED, NO_ENDPOINT),
+    ("Endpoint", MALFORMED, MALFORMED + ": every part is key=value"),
+    ("SharedAccessKeyName=Root;SharedAccessKey=k", MALFORMED, NO_ENDPOINT),
+    ("Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=Root", BOTH_KEY_PARTS, None),
+    ("Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKey=k", BOTH_KEY_PARTS, None),
+    (
+        "Endpoint=sb://ns.servicebus.windows.net/",
+        "At least one of the SharedAccessKey or SharedAccessSignature must be present",
+        None,
+    ),
+    (
+        f"Endpoint=sb://ns.servicebus.windows.net/;{KEY};SharedAccessSignature=x",
+        "Only one of the SharedAccessKey or SharedAccessSignature must be present",
+        None,
+    ),
+    (
+        f"Endpoint=sb://;{KEY}",
+        "Invalid Endpoint on the Connection String",
+        "Invalid Endpoint on the connection string: 'sb://'",
+    ),
 ]
 
 
@@ -52,11 +69,12 @@ def test_reads_what_the_sdk_reads(text: str) -> None:
     assert ours.use_tls is not emulator
 
 
-@pytest.mark.parametrize("text", REFUSED)
-def test_refuses_what_the_sdk_refuses(text: str) -> None:
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize(("text", "sdk_says", "we_say"), REFUSED, ids=[r[0] for r in REFUSED])
+def test_refuses_what_the_sdk_refuses(text: str, sdk_says: str, we_say: str | None) -> None:
+    """We refuse in the SDK's words, except where ours say more (None: the same words)."""
+    with pytest.raises(ValueError, match="^" + re.escape(sdk_says)):
         _parse_conn_str(text)
-    with pytest.raises(ConnectionStringError):
+    with pytest.raises(ConnectionStringError, match="^" + re.escape(we_say or sdk_says)):
         ConnectionString.parse(text)
 
 

@@ -132,7 +132,7 @@ async def test_locks_are_kept_through_the_sdk_and_found_after_settling(
             assert [lock_token(m) for m in batch] == tokens
             keeper.settled(batch)
             assert keeper.held == 0
-        with pytest.raises(SourceError) as caught:
+        with pytest.raises(SourceError, match="plain: cannot renew the lock of m0") as caught:
             await receiver.management.renew_locks(receiver, batch)
         assert lock_lost(caught.value)
         await receiver.close()

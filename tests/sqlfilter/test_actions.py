@@ -108,10 +108,11 @@ def test_set_system_properties(text: str, system: dict[str, Any]) -> None:
 )  # fmt: skip
 def test_read_only_system_properties_are_refused_when_parsing(name: str) -> None:
     for text in (f"SET sys.{name} = 1", f"REMOVE sys.{name}"):
-        with pytest.raises(SqlSyntaxError) as info:
+        with pytest.raises(
+            SqlSyntaxError, match=rf"a settable system property \(.*\) but found '{name}'"
+        ) as info:
             parse_action(text)
         assert info.value.position == text.index(name)
-        assert "settable system property" in info.value.expected
 
 
 @pytest.mark.parametrize(
@@ -128,7 +129,7 @@ def test_setting_a_system_property_to_the_wrong_type_fails_at_run_time(text: str
 
 def test_errors_leave_the_message_unchanged() -> None:
     message = facts({"a": 1})
-    with pytest.raises(SqlEvaluationError):
+    with pytest.raises(SqlEvaluationError, match="1 / 0: division by zero"):
         parse_action("SET b = 2; SET c = 1 / 0").apply(message)
     assert message.user == {"a": 1}
 
@@ -160,7 +161,7 @@ def test_the_action_protocol() -> None:
 
 def test_action_parameters() -> None:
     assert _apply_with("SET a = @v", {"@v": "x"}).user == {"a": "x"}
-    with pytest.raises(SqlSyntaxError):
+    with pytest.raises(SqlSyntaxError, match="expected a parameter that is given a value"):
         parse_action("SET a = @v")
 
 

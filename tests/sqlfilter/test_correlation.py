@@ -92,11 +92,11 @@ def test_an_empty_correlation_filter_matches_everything() -> None:
 
 
 def test_invalid_correlation_filters() -> None:
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="correlation_id must be a string, got int"):
         CorrelationFilter(correlation_id=5)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="NULL"):
         CorrelationFilter(properties={"a": None})
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="property 'a': list is not a string, long, double"):
         CorrelationFilter(properties={"a": [1]})
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from replication.sqlfilter import SqlSyntaxError, parse_action, parse_filter
@@ -55,19 +57,20 @@ PREDICATE_OPERATOR = "a comparison operator (=, <>, !=, <, <=, >, >=), IS, IN, L
     ],
 )  # fmt: skip
 def test_filter_syntax_errors(text: str, position: int, expected: str, found: str) -> None:
-    with pytest.raises(SqlSyntaxError) as info:
+    message = f"line 1, column {position + 1}: expected {expected} but found {found}"
+    with pytest.raises(SqlSyntaxError, match="^" + re.escape(message) + "$") as info:
         parse_filter(text)
     error = info.value
     assert (error.position, error.expected, error.found) == (position, expected, found)
-    assert str(error) == f"line 1, column {position + 1}: expected {expected} but found {found}"
     assert isinstance(error, ValueError)
 
 
 def test_unknown_system_property_names_the_known_ones() -> None:
-    with pytest.raises(SqlSyntaxError) as info:
+    with pytest.raises(
+        SqlSyntaxError, match=r"expected a system property name \(ContentType, CorrelationId, "
+    ) as info:
         parse_filter("sys.Nope = 1")
     assert info.value.position == 4
-    assert info.value.expected.startswith("a system property name (ContentType, CorrelationId")
     assert "ViaPartitionKey" in info.value.expected
 
 
@@ -81,10 +84,9 @@ def test_unknown_system_property_names_the_known_ones() -> None:
     ],
 )
 def test_line_and_column(text: str, line: int, column: int) -> None:
-    with pytest.raises(SqlSyntaxError) as info:
+    with pytest.raises(SqlSyntaxError, match=f"^line {line}, column {column}: ") as info:
         parse_filter(text)
     assert (info.value.line, info.value.column) == (line, column)
-    assert str(info.value).startswith(f"line {line}, column {column}: ")
 
 
 @pytest.mark.parametrize(
@@ -104,11 +106,10 @@ def test_line_and_column(text: str, line: int, column: int) -> None:
     ],
 )
 def test_action_syntax_errors(text: str, position: int, expected: str, found: str) -> None:
-    with pytest.raises(SqlSyntaxError) as info:
+    with pytest.raises(SqlSyntaxError, match=": expected " + re.escape(expected)) as info:
         parse_action(text)
     error = info.value
     assert (error.position, error.found) == (position, found)
-    assert error.expected.startswith(expected)
 
 
 def test_deep_nesting_is_a_syntax_error_not_a_crash() -> None:

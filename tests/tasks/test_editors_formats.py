@@ -13,6 +13,7 @@ import base64
 import gzip
 import io
 import json
+import re
 import zlib
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -466,20 +467,26 @@ def test_corrupt_avro_container() -> None:
 
 def test_transcode_options_are_checked() -> None:
     bad = [
-        {"from": "json"},
-        {"to": "json"},
-        {},
-        {"from": "json", "to": "avro-binary"},
-        {"from": "avro-single-object", "to": "json"},
-        {"from": "json", "to": "avro-container"},
-        {"from": "json", "to": "avro-binary", "schema": POINT, "schema_file": "x.avsc"},
-        {"compress": "br"},
-        {"compress": "gzip", "content_type": "x/y"},
-        {"from": "json", "to": "json", "colour": "red"},
-        {"from": "xml", "to": "json"},
+        ({"from": "json"}, "'from' and 'to' go together"),
+        ({"to": "json"}, "'from' and 'to' go together"),
+        ({}, "nothing to do: give 'from'/'to', 'decompress' or 'compress'"),
+        ({"from": "json", "to": "avro-binary"}, "avro-binary needs 'schema' or 'schema_file'"),
+        (
+            {"from": "avro-single-object", "to": "json"},
+            "avro-single-object needs 'schema' or 'schema_file'",
+        ),
+        ({"from": "json", "to": "avro-container"}, "avro-container needs 'schema' or"),
+        (
+            {"from": "json", "to": "avro-binary", "schema": POINT, "schema_file": "x.avsc"},
+            "give 'schema' or 'schema_file', not both",
+        ),
+        ({"compress": "br"}, "compress: Input should be 'gzip' or 'deflate'"),
+        ({"compress": "gzip", "content_type": "x/y"}, "'content_type' needs 'to'"),
+        ({"from": "json", "to": "json", "colour": "red"}, "colour: Extra inputs are not permitted"),
+        ({"from": "xml", "to": "json"}, "from: Input should be 'json', 'avro-binary'"),
     ]
-    for options in bad:
-        with pytest.raises(StepConfigError):
+    for options, message in bad:
+        with pytest.raises(StepConfigError, match="^step 'transcode': " + re.escape(message)):
             build_step("transcode", options)
     unknown_field = {"type": "record", "name": "R", "fields": [{"name": "a", "type": "nope"}]}
     for schema in (unknown_field, "no-such-type", {"type": "enum"}):
@@ -773,11 +780,21 @@ def test_callable_failures() -> None:
         run("transform", {"callable": f"{__name__}:explodes"}, msg({})),
         "transform: callable failed",
     )
-    for ref in ("no_such_module_xyz:f", f"{__name__}:missing", "json", f"{__name__}:ORDER"):
-        with pytest.raises(StepConfigError):
+    for ref, message in [
+        ("no_such_module_xyz:f", "cannot load callable 'no_such_module_xyz:f': No module named"),
+        (f"{__name__}:missing", f"cannot load callable '{__name__}:missing': module "),
+        ("json", "callable: callable must look like 'package.module:function'"),
+        (f"{__name__}:ORDER", f"'{__name__}:ORDER' is not callable"),
+    ]:
+        with pytest.raises(StepConfigError, match=re.escape(message)):
             build_step("transform", {"callable": ref})
-    for options in ({}, {"drop": ["a..b"]}, {"rename": {"": "x"}}, {"separator": ""}):
-        with pytest.raises(StepConfigError):
+    for options, message in [
+        ({}, "nothing to do: give project, drop, rename, flatten or callable"),
+        ({"drop": ["a..b"]}, "drop: bad field path 'a..b'"),
+        ({"rename": {"": "x"}}, "rename: bad field path ''"),
+        ({"separator": ""}, "separator: String should have at least 1 character"),
+    ]:
+        with pytest.raises(StepConfigError, match="^step 'transform': " + re.escape(message)):
             build_step("transform", options)
 
 
@@ -858,13 +875,13 @@ def test_json_schema_options(tmp_path) -> None:
         build_step("validate", {"json_schema": {"type": "no-such-type"}})
     with pytest.raises(StepConfigError, match="cannot read JSON Schema"):
         build_step("validate", {"json_schema_file": str(tmp_path / "missing.json")})
-    for options in (
-        {},
-        {"json_schema": {}, "json_schema_file": "x"},
-        {"avro_schema": POINT, "avro_schema_file": "x"},
-        {"json_schema": {}, "body": "avro-binary"},
-    ):
-        with pytest.raises(StepConfigError):
+    for options, message in [
+        ({}, "give a JSON Schema or an Avro schema"),
+        ({"json_schema": {}, "json_schema_file": "x"}, "give 'json_schema' or 'json_schema_file'"),
+        ({"avro_schema": POINT, "avro_schema_file": "x"}, "give 'avro_schema' or 'avro_schema_"),
+        ({"json_schema": {}, "body": "avro-binary"}, "body avro-binary needs 'avro_schema' or"),
+    ]:
+        with pytest.raises(StepConfigError, match="^step 'validate': " + re.escape(message)):
             build_step("validate", options)
 
 
@@ -948,7 +965,7 @@ def test_enrich_errors() -> None:
         build_step(
             "enrich", {"properties_from_settings": {"env": "APP_ENV"}}, StepContext(settings={})
         )
-    with pytest.raises(StepConfigError):
+    with pytest.raises(StepConfigError, match=r"^step 'enrich': nothing to do: give properties"):
         build_step("enrich", {})
     dead(run("enrich", {"body": {"a": 1}}, msg([1])), "enrich: JSON body is not an object")
     dead(run("enrich", {"body": {"a.b": 1}}, msg({"a": 3})), "enrich: field is not an object")
@@ -1013,14 +1030,15 @@ def test_partition_overwrite_false_keeps_existing() -> None:
 
 
 def test_partition_options_are_checked() -> None:
-    for options in (
-        {},
-        {"session_id": "column:x"},
-        {"session_id": {"body": "a", "property": "b"}},
-        {"session_id": {}},
-        {"session_id": {"body": "a", "default": ""}},
-    ):
-        with pytest.raises(StepConfigError):
+    one_of = "session_id: give exactly one of 'body' or 'property'"
+    for options, message in [
+        ({}, "give partition_key and/or session_id"),
+        ({"session_id": "column:x"}, "session_id: use 'body:<path>' or 'property:<name>'"),
+        ({"session_id": {"body": "a", "property": "b"}}, one_of),
+        ({"session_id": {}}, one_of),
+        ({"session_id": {"body": "a", "default": ""}}, "session_id: default must have 1 to 128"),
+    ]:
+        with pytest.raises(StepConfigError, match="^step 'partition': " + re.escape(message)):
             build_step("partition", options)
     dead(run("partition", {"session_id": "body:s"}, msg(b"nope")), "partition: invalid JSON body")
 
@@ -1125,7 +1143,7 @@ def test_batch_failures_and_policies() -> None:
     result = step.batch(messages)
     assert result.members == [[0, 2]]
     assert [(i, f.reason) for i, f in result.failures] == [(1, "invalid JSON body")]
-    with pytest.raises(BatchFailed) as failed:
+    with pytest.raises(BatchFailed, match=r"^invalid JSON body: 1 message\(s\) failed") as failed:
         step(messages)
     assert failed.value.result.members == [[0, 2]]
     assert failed.value.reason == "invalid JSON body"
@@ -1229,15 +1247,20 @@ def test_batch_and_unbatch_avro_container() -> None:
 
 
 def test_batch_options_are_checked() -> None:
-    for options in (
-        {"format": "avro-container"},
-        {"item_format": "avro-binary"},
-        {"format": "avro-container", "schema": POINT, "include_metadata": True},
-        {"max_messages": 0},
-    ):
-        with pytest.raises(StepConfigError):
+    for options, message in [
+        ({"format": "avro-container"}, "format avro-container needs 'schema' or 'schema_file'"),
+        ({"item_format": "avro-binary"}, "'item_format' is for format avro-container"),
+        (
+            {"format": "avro-container", "schema": POINT, "include_metadata": True},
+            "'include_metadata' is for format json",
+        ),
+        ({"max_messages": 0}, "max_messages: Input should be greater than or equal to 1"),
+    ]:
+        with pytest.raises(StepConfigError, match="^step 'batch': " + re.escape(message)):
             build_step("batch", options)
-    with pytest.raises(StepConfigError):
+    with pytest.raises(
+        StepConfigError, match=r"^step 'unbatch': item_format avro-binary needs 'schema' or"
+    ):
         build_step("unbatch", {"format": "avro-container", "item_format": "avro-binary"})
 
 

@@ -8,6 +8,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import struct
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
@@ -166,13 +167,13 @@ def test_filter_on_array_elements(context: StepContext) -> None:
 
 
 def test_filter_refuses_bad_conditions_when_built(context: StepContext) -> None:
-    with pytest.raises(StepConfigError, match=r"condition|expected"):
+    with pytest.raises(StepConfigError, match="expected a system property name"):
         make("filter", context, condition="sys.Nope = 1")
-    with pytest.raises(StepConfigError):
+    with pytest.raises(StepConfigError, match="expected a parameter that is given a value"):
         make("filter", context, condition="a = @p")
-    with pytest.raises(StepConfigError):
+    with pytest.raises(StepConfigError, match="parameter 'p': list is not a string"):
         make("filter", context, condition="a = @p", parameters={"p": [1, 2]})
-    with pytest.raises(StepConfigError):
+    with pytest.raises(StepConfigError, match=r"^step 'filter': condition: Field required"):
         make("filter", context)
 
 
@@ -271,11 +272,17 @@ def test_dedupe_state_is_per_built_step(context: StepContext) -> None:
 
 
 @pytest.mark.parametrize(
-    "options",
-    [{"window": 0}, {"window": "-PT1M"}, {"max_entries": 0}, {"key": "a = 1"}, {"key": ""}],
+    ("options", "message"),
+    [
+        ({"window": 0}, "window must be positive"),
+        ({"window": "-PT1M"}, "window must be positive"),
+        ({"max_entries": 0}, "max_entries: Input should be greater than 0"),
+        ({"key": "a = 1"}, "expected an arithmetic operator or end of input but found '='"),
+        ({"key": ""}, "key: String should have at least 1 character"),
+    ],
 )
-def test_dedupe_bad_options(context: StepContext, options: dict[str, Any]) -> None:
-    with pytest.raises(StepConfigError):
+def test_dedupe_bad_options(context: StepContext, options: dict[str, Any], message: str) -> None:
+    with pytest.raises(StepConfigError, match=re.escape(message)):
         make("dedupe", context, **options)
 
 
@@ -652,38 +659,42 @@ def test_attestation_detects_changes(context: StepContext) -> None:
         out.copy(application_properties=dict(out.application_properties, **{
             "repl-attest-time": "2020-01-01T00:00:00.0000000Z"})),
     ):  # fmt: skip
-        with pytest.raises(StepFailed) as caught:
+        with pytest.raises(
+            StepFailed, match=r"^HashMismatch: the message differs from what was attested$"
+        ):
             signing.verify_attestation(tampered, verifier)
-        assert caught.value.reason == "HashMismatch"
     # a consistent re-hash without the key: the signature gives it away
     forged = out.copy(body=b"other")
     fields = json.loads(out.application_properties["repl-attest-fields"])
     new_hash = hashlib.sha256(signing.canonical_bytes(forged, fields)).digest()
     forged.application_properties["repl-attest-hash"] = b64(new_hash)
-    with pytest.raises(StepFailed) as caught:
+    bad_signature = r"^BadSignature: the attestation signature does not match$"
+    with pytest.raises(StepFailed, match=bad_signature):
         signing.verify_attestation(forged, verifier)
-    assert caught.value.reason == "BadSignature"
-    with pytest.raises(StepFailed) as caught:
+    with pytest.raises(StepFailed, match=bad_signature):
         signing.verify_attestation(out, signing.ed25519_verifier(ED_2.public_key()))
-    assert caught.value.reason == "BadSignature"
 
 
 def test_attestation_error_paths(context: StepContext) -> None:
     out = attested(context)
     verifier = signing.ed25519_verifier(ED_1.public_key())
-    with pytest.raises(StepFailed) as caught:
+    with pytest.raises(StepFailed, match=r"^NotAttested: missing repl-attest-fields, "):
         signing.verify_attestation(msg(), verifier)
-    assert caught.value.reason == "NotAttested"
-    with pytest.raises(StepFailed) as caught:
+    with pytest.raises(
+        StepFailed, match=r"^AttestationIncomplete: does not cover property:tenant$"
+    ):
         signing.verify_attestation(out, verifier, required_fields=["property:tenant"])
-    assert caught.value.reason == "AttestationIncomplete"
     bad = dict(out.application_properties, **{"repl-attest-fields": "[1]"})
-    with pytest.raises(StepFailed) as caught:
+    with pytest.raises(StepFailed, match=r"^BadAttestation: not a JSON array of strings$"):
         signing.verify_attestation(out.copy(application_properties=bad), verifier)
-    assert caught.value.reason == "BadAttestation"
-    with pytest.raises(StepFailed) as caught:
+    with pytest.raises(
+        StepFailed, match=r"^UnknownKey: the message names no key id and there is no default key"
+    ):
         signing.verify_attestation(out, {"other": verifier})
-    assert caught.value.reason == "UnknownKey"
+    assert "repl-attest-key-id" not in out.application_properties
+    named = {**out.application_properties, "repl-attest-key-id": "k9"}
+    with pytest.raises(StepFailed, match=r"^UnknownKey: key id 'k9' is not configured \(known: "):
+        signing.verify_attestation(out.copy(application_properties=named), {"other": verifier})
 
 
 def test_attest_with_hmac_and_the_verify_attest_step(context: StepContext, clock: Clock) -> None:
@@ -929,20 +940,32 @@ def test_chain_state_bytes_round_trip() -> None:
 
 
 @pytest.mark.parametrize(
-    ("step", "options"),
+    ("step", "options", "message"),
     [
-        ("chain", {"properties": ["repl-chain-seq"]}),
-        ("chain", {"max_chains": 0}),
-        ("chain", {"key_setting": "NOT_BASE64"}),
-        ("chain", {"key_setting": "MISSING"}),
-        ("verify-chain", {"duplicates": "ignore"}),
-        ("verify-chain", {"fields": ["body"]}),
+        (
+            "chain",
+            {"properties": ["repl-chain-seq"]},
+            "step 'chain': cannot cover 'repl-chain-seq': the steps write repl-chain-* itself",
+        ),
+        ("chain", {"max_chains": 0}, "step 'chain': max_chains: Input should be greater than 0"),
+        ("chain", {"key_setting": "NOT_BASE64"}, "setting 'NOT_BASE64': not base64"),
+        ("chain", {"key_setting": "MISSING"}, "setting 'MISSING' is not set"),
+        (
+            "verify-chain",
+            {"duplicates": "ignore"},
+            "step 'verify-chain': duplicates: Input should be 'fail' or 'drop'",
+        ),
+        (
+            "verify-chain",
+            {"fields": ["body"]},
+            "step 'verify-chain': fields.0: Input should be 'message-id', ",
+        ),
     ],
 )
 def test_chain_configuration_errors(
-    context: StepContext, step: str, options: Mapping[str, Any]
+    context: StepContext, step: str, options: Mapping[str, Any], message: str
 ) -> None:
-    with pytest.raises(StepConfigError):
+    with pytest.raises(StepConfigError, match="^" + re.escape(message)):
         make(step, context, **options)
 
 

@@ -635,7 +635,12 @@ def verify_attestation(
     else:
         found = keys.get("" if key_id is None else str(key_id))
         if found is None:
-            raise StepFailed("UnknownKey", f"no key for key id {key_id!r}")
+            if key_id is None or key_id == "":
+                why = "the message names no key id and there is no default key ('')"
+            else:
+                known = ", ".join(sorted(keys)) or "none"
+                why = f"key id {key_id!r} is not configured (known: {known})"
+            raise StepFailed("UnknownKey", why)
         verifier = found
     if props[ATTEST_ALG] != verifier.name:
         why = f"attested with {props[ATTEST_ALG]!r}, expected {verifier.name}"
