@@ -135,6 +135,10 @@ class Link:
         self.link_credit = 0
         self.available = 0
         self.drain = False
+        self.in_flight_allowance = 0
+        """Receiver: transfers still acceptable without credit because a grant we lowered
+        was in force when the sender sent them (a flow takes effect when the sender reads
+        it, spec 2.6.7): the sum of the reductions, used up by such transfers."""
         self.receive_limit: int | None = None
         """Largest delivery this receiver reassembles before detaching the link with
         message-size-exceeded; defaults to ``max_message_size``. A broker can set it above the
@@ -306,6 +310,7 @@ class Link:
             raise ProtocolError(f"link {self.name!r} is a sender; it does not grant credit")
         if not 0 <= credit <= SERIAL_MASK:
             raise ValueError(f"link credit {credit} out of range")
+        self.in_flight_allowance += max(0, self.link_credit - credit)
         self.link_credit = credit
         self.drain = drain
         self.session._send_link_flow(self, echo=echo)

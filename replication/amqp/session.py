@@ -438,11 +438,14 @@ class Session:
                     link, "the first transfer of a delivery needs a delivery-id and a tag",
                     "amqp:invalid-field",
                 )  # fmt: skip
-            if link.link_credit <= 0:
+            if link.link_credit > 0:
+                link.link_credit -= 1
+            elif link.in_flight_allowance > 0:  # sent before our lower grant reached it
+                link.in_flight_allowance -= 1
+            else:
                 raise LinkError(
                     link, "transfer without link credit", "amqp:link:transfer-limit-exceeded"
                 )
-            link.link_credit -= 1
             link.delivery_count = (link.delivery_count + 1) & SERIAL_MASK
             delivery = Delivery(
                 link, transfer.delivery_tag, b"",

@@ -376,6 +376,25 @@ def test_amqp_frame_during_sasl_terminates_without_close() -> None:
     assert server.is_terminated and server.remote is None
 
 
+def test_transfers_in_flight_when_the_receiver_lowers_its_credit_are_taken() -> None:
+    """Spec 2.6.7: a flow takes effect when the sender reads it. Transfers it sent under the
+    old grant, crossing our lower one on the wire, are accepted (up to what was taken
+    back); one more than that is an overrun and detaches the link."""
+    pair, sender, receiver = sender_pair(credit=3)
+    channel = receiver.session.remote_channel
+    receiver.flow(0)  # on its way to the sender, which meanwhile sends under credit 3
+    pair.server.data_to_send()
+    for n in range(3):
+        transfer = Transfer(handle=sender.handle, delivery_id=n, delivery_tag=b"%d" % n)
+        pair.server.receive_data(frame_bytes(channel, transfer, b"m"))
+    assert len(of(pair.server.events(), ev.DeliveryReceived)) == 3
+    assert receiver.is_open and receiver.link_credit == 0
+    transfer = Transfer(handle=sender.handle, delivery_id=3, delivery_tag=b"3")
+    pair.server.receive_data(frame_bytes(channel, transfer, b"m"))
+    (detach,) = bodies(pair.server.data_to_send(), Detach)
+    assert detach.error.condition == "amqp:link:transfer-limit-exceeded"
+
+
 def test_transfer_without_credit_detaches_the_link() -> None:
     pair, sender, receiver = sender_pair()  # the server granted no credit
     channel = receiver.session.remote_channel
