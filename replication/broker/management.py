@@ -21,7 +21,6 @@ from .queue import (
     LockLostError,
     Queue,
     SessionLockLostError,
-    now_ms,
 )
 from .rules import RuleError, describe, spec_from_description
 from .topic import Subscription, Topic
@@ -88,7 +87,7 @@ def handle_request(broker: Broker, peer: Peer, entity: str, delivery: Delivery) 
             problem = None  # a token put for the node itself (the JS SDK's audience)
         if problem is not None:
             raise ManagementError(401, "amqp:unauthorized-access", problem)
-        broker.touch(target, now_ms())
+        broker.touch(target, broker.now_ms())
         body = request.body if isinstance(request.body, dict) else {}
         if name == "com.microsoft:update-disposition" and isinstance(target, Queue):
             _check_session_owner(target, peer, _tokens(body), _session_id(body))  # txn or not
@@ -136,7 +135,7 @@ def _longs(values: list[int]) -> Array:
 
 @operation("com.microsoft:renew-lock")
 def _renew_lock(broker: Broker, peer: Peer, queue: Queue, body: dict[str, Any]) -> tuple[int, Any]:
-    now = now_ms()
+    now = broker.now_ms()
     expirations = [timestamp(queue.renew(token, now)) for token in _tokens(body)]
     return 200, {"expirations": Array(AMQPType.TIMESTAMP, expirations)}
 
@@ -165,7 +164,7 @@ def _receive_deferred(
     session_id = _session_id(body)
     session = None
     if session_id is not None:
-        queue.check_session(session_id, now_ms())
+        queue.check_session(session_id, broker.now_ms())
         session = queue.session_locks[session_id]
     rows = queue.deferred(seqs, session_id)
     if len(rows) != len(seqs):
@@ -173,7 +172,7 @@ def _receive_deferred(
             404, "com.microsoft:message-not-found",
             "some of the sequence numbers are not deferred messages of this entity",
         )  # fmt: skip
-    now = now_ms()
+    now = broker.now_ms()
     messages: list[dict[str, Any]] = []
     for row in rows:
         if receive_and_delete:
@@ -202,7 +201,7 @@ def _batch_delete(
             400, "com.microsoft:argument-out-of-range",
             f"message-count must be from 1 to {MAX_DELETE_MESSAGE_COUNT}, got {count}",
         )  # fmt: skip
-    now = now_ms()
+    now = broker.now_ms()
     before = body.get("enqueued-time-utc")
     session_id = _session_id(body)
     if session_id is not None and queue.sessions_enabled:
@@ -220,7 +219,7 @@ def _update_disposition(
     broker: Broker, peer: Peer, queue: Queue, body: dict[str, Any]
 ) -> tuple[int, Any]:
     status = str(body.get("disposition-status", ""))
-    now = now_ms()
+    now = broker.now_ms()
     session_id = _session_id(body)
     if session_id is not None:
         queue.check_session(session_id, now)
@@ -281,7 +280,7 @@ def _renew_session(
     broker: Broker, peer: Peer, queue: Queue, body: dict[str, Any]
 ) -> tuple[int, Any]:
     session_id = _required_session(queue, body)
-    return 200, {"expiration": timestamp(queue.renew_session(session_id, now_ms()))}
+    return 200, {"expiration": timestamp(queue.renew_session(session_id, broker.now_ms()))}
 
 
 @operation("com.microsoft:get-session-state")
@@ -289,7 +288,7 @@ def _get_session_state(
     broker: Broker, peer: Peer, queue: Queue, body: dict[str, Any]
 ) -> tuple[int, Any]:
     session_id = _required_session(queue, body)
-    queue.check_session(session_id, now_ms())
+    queue.check_session(session_id, broker.now_ms())
     return 200, {"session-state": broker.store.session_state(queue.entity, session_id)}
 
 
@@ -298,7 +297,7 @@ def _set_session_state(
     broker: Broker, peer: Peer, queue: Queue, body: dict[str, Any]
 ) -> tuple[int, Any]:
     session_id = _required_session(queue, body)
-    now = now_ms()
+    now = broker.now_ms()
     queue.check_session(session_id, now)
     state = body.get("session-state")
     if state is not None:

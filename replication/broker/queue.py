@@ -14,7 +14,6 @@ placed in the source and puts them in the destination"), at most ``MAX_TRANSFER_
 from __future__ import annotations
 
 import itertools
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from typing import Any, Protocol
 
 from ..servicebus.symbols import DEAD_LETTER_SOURCE
 from . import wire
+from .clock import SYSTEM, Clock, now_ms
 from .ready import ReadySet
 from .store import STATE_ACTIVE, STATE_DEFERRED, STATE_SCHEDULED, MessageStore, StoredMessage
 
@@ -34,10 +34,6 @@ MAX_TRANSFER_HOPS_EXCEEDED = "MaxTransferHopCountExceeded"
 MAX_TRANSFER_HOPS = 4
 """Service Bus forwards a message through at most four entities, then dead-letters it."""
 DEFAULT_MAX_SIZE_MB = 1024
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def effective_ttl(ttl_ms: int | None, default: timedelta | None) -> int | None:
@@ -144,8 +140,10 @@ class Queue:
         store: MessageStore,
         settings: QueueSettings,
         dead_letter: Queue | None = None,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.name = name
+        self.clock = clock
         self.store = store
         self.settings = settings
         self.dead_letter = dead_letter
@@ -165,7 +163,7 @@ class Queue:
         """Sequence numbers written in the open transaction, made ready when it commits."""
         self.on_ready: Callable[[Queue], None] | None = None
         """Called (after the commit that made messages deliverable) so consumers can pull."""
-        self.accessed_ms = now_ms()
+        self.accessed_ms = now_ms(clock)
         """Last send, receive, peek or change (``AccessedAt``; ``AutoDeleteOnIdle``)."""
 
     def __repr__(self) -> str:
@@ -476,7 +474,7 @@ class Queue:
         bare = _with_dead_letter_reason(row.bare, reason, description)
         if self.forward_dead_letters_to is not None:
             message = self._forwarded_dead_letter((row.annotations or b"") + bare)
-            self.forward_dead_letters_to.enqueue(message, now_ms(), 1)
+            self.forward_dead_letters_to.enqueue(message, now_ms(self.clock), 1)
             return
         dlq = self.dead_letter
         if dlq is None:

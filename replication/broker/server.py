@@ -14,7 +14,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -45,6 +44,7 @@ from ..servicebus.symbols import (
 )
 from . import tls, wire
 from .auth import AuthorizationError, Authorizer, Grant
+from .clock import SYSTEM, Clock, now_ms
 from .errors import QuotaExceededError, SendRefusedError, error, tracked
 from .httpapi import HttpApp
 from .listener import AMQP_PORT, HTTP_PORT, TLS_PORT, Listener
@@ -57,7 +57,6 @@ from .queue import (
     SessionCannotBeLockedError,
     SessionLock,
     SessionLockLostError,
-    now_ms,
 )
 from .rules import DEFAULT_RULE, RuleSet, RuleSpec, dump_rules, load_rules
 from .store import ManagedEntity, MessageStore, StoredMessage
@@ -220,8 +219,12 @@ class Broker:
         tls_cert: Path | str | None = None,
         tls_key: Path | str | None = None,
         namespace: str = "sbemulatorns",
+        clock: Clock = SYSTEM,
     ) -> None:
         from .admin.api import AdminApi  # it imports this module
+
+        self.clock = clock
+        """Every time the broker reads (``clock.py``); tests give a ``ManualClock``."""
 
         self.host = host
         self.port = port
@@ -257,7 +260,7 @@ class Broker:
             self._add_queue(name, settings)
             self.sendable.add(name.lower())
         for name, spec in (topics or {}).items():
-            topic = Topic(name, self.store, spec.settings)
+            topic = Topic(name, self.store, spec.settings, clock=self.clock)
             self.entities[name.lower()] = self.topics[name.lower()] = topic
             self.sendable.add(name.lower())
             for sub_name, (sub_settings, rules) in spec.subscriptions.items():
@@ -278,15 +281,16 @@ class Broker:
         self._listener: Listener | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._last_ttl_sweep = 0.0
-        self._last_dedupe_cleanup = time.monotonic()
+        self._last_dedupe_cleanup = self.clock.monotonic()
         self.transactions = TransactionCoordinator(self, LINK_CREDIT)
 
     def _add_queue(self, name: str, settings: QueueSettings) -> Queue:
-        dlq = Queue(name + DEAD_LETTER_SUFFIX, self.store, QueueSettings(
+        dlq_settings = QueueSettings(
             lock_duration=settings.lock_duration, max_delivery_count=2**31 - 1,
             max_message_size=settings.max_message_size,
-        ))  # fmt: skip
-        queue = Queue(name, self.store, settings, dead_letter=dlq)
+        )  # fmt: skip
+        dlq = Queue(name + DEAD_LETTER_SUFFIX, self.store, dlq_settings, clock=self.clock)
+        queue = Queue(name, self.store, settings, dead_letter=dlq, clock=self.clock)
         for q in (queue, dlq):
             q.on_ready = self._deliver
             self.queues[q.name.lower()] = q
@@ -411,6 +415,7 @@ class Broker:
                 queue.publish()
         if self._session_waiters:
             self._serve_session_waiters()
+        self.transactions.time_out(self.clock.monotonic())
         touched, self._touched = self._touched, set()
         for driver in touched:
             driver.wake()
@@ -420,7 +425,7 @@ class Broker:
     def _peer(self, driver: ConnectionDriver) -> Peer:
         peer = self.peers.get(id(driver))
         if peer is None:
-            peer = Peer(driver, time.monotonic())
+            peer = Peer(driver, self.clock.monotonic())
             self.peers[id(driver)] = peer
             driver.on_resume = lambda: self._resume(peer)
         return peer
@@ -548,7 +553,7 @@ class Broker:
         requested = filters[SESSION_FILTER]
         try:
             session = queue.lock_session(
-                None if requested is None else str(requested), consumer, now_ms()
+                None if requested is None else str(requested), consumer, self.now_ms()
             )
         except SessionCannotBeLockedError as exc:
             peer.entity_links.pop(id(link), None)
@@ -558,7 +563,7 @@ class Broker:
             self._start_session(consumer, session)
             return
         wait_ms = (remote.properties or {}).get(TIMEOUT, DEFAULT_SESSION_WAIT_MS)
-        deadline = time.monotonic() + max(0, int(wait_ms)) / 1000
+        deadline = self.clock.monotonic() + max(0, int(wait_ms)) / 1000
         self._session_waiters.append(SessionWaiter(consumer, deadline))
 
     def _start_session(self, consumer: Consumer, session: SessionLock) -> None:
@@ -582,7 +587,7 @@ class Broker:
     def _serve_session_waiters(self) -> None:
         """Next-available session receivers: a session for each that can get one now; a
         ``com.microsoft:timeout`` detach for those that waited long enough."""
-        now, clock = now_ms(), time.monotonic()
+        now, clock = self.now_ms(), self.clock.monotonic()
         waiting: list[SessionWaiter] = []
         for waiter in self._session_waiters:
             consumer = waiter.consumer
@@ -613,7 +618,7 @@ class Broker:
             return (
                 f"Unauthorized access. '{right}' claim(s) are required to perform this operation."
             )
-        now = time.time()
+        now = self.clock.time()
         last = "no token covers this entity"
         for grant in grants:
             if not grant.covers(entity) or grant.expired(now):
@@ -703,7 +708,7 @@ class Broker:
         """The one way messages enter the broker (sends, scheduling, transactions): all are
         checked first, so a batch is taken whole or refused whole. Returns the sequence
         numbers assigned at ``entity`` (scheduled messages of a topic, queue messages)."""
-        now = now_ms()
+        now = self.now_ms()
         for message in messages:
             wire.ensure_message_id(message)  # Service Bus: every message has one
         self.admit(entity, messages, now)
@@ -764,7 +769,7 @@ class Broker:
             status, description = 400, f"unsupported CBS operation {props.get('operation')!r}"
         else:
             try:
-                grant = self.authorizer.validate(str(request.body), audience, time.time())
+                grant = self.authorizer.validate(str(request.body), audience, self.clock.time())
                 peer.grants[audience.lower()] = grant
             except AuthorizationError as exc:
                 status, description = 401, exc.description
@@ -815,7 +820,7 @@ class Broker:
         session = consumer.session
         if session is not None and queue.session_locks.get(session.session_id) is not session:
             return  # the session lock was lost: nothing more for this receiver
-        now = now_ms()
+        now = self.now_ms()
         rows = queue.take(min(want, PUMP_BATCH), now, session.session_id if session else None)
         if rows:
             self.touch(queue, now)
@@ -876,7 +881,7 @@ class Broker:
         if lock is None:
             return
         queue = consumer.queue
-        now = now_ms()
+        now = self.now_ms()
         try:
             if isinstance(state, Accepted):
                 queue.complete(lock.token, now)
@@ -909,16 +914,25 @@ class Broker:
 
     # ------------------------------------------------------------------ timers
 
+    def now_ms(self) -> int:
+        """The broker's clock in milliseconds (message times, locks, TTL, schedules)."""
+        return now_ms(self.clock)
+
     async def _sweep_forever(self) -> None:
         while True:
             await asyncio.sleep(SWEEP_INTERVAL)
             try:
-                self._sweep()
+                self.sweep()
             except Exception:
                 log.exception("broker sweep failed")
 
-    def _sweep(self) -> None:
-        now = now_ms()
+    def sweep(self, *, everything: bool = False) -> None:
+        """What time did: expired locks and session locks, scheduled messages due, waits
+        and transactions timed out; once a second TTL, token grace and idle entities, and
+        once a minute the duplicate-detection history (``everything``: all of them now).
+        Runs every ``SWEEP_INTERVAL`` on the loop; a test with a ``ManualClock`` calls it
+        after ``advance`` to see the effects at once."""
+        now = self.now_ms()
         changed = False
         for queue in self.queues.values():
             if queue.locks or queue.session_locks:
@@ -933,8 +947,9 @@ class Broker:
                 changed = True
         if self._session_waiters:
             self._serve_session_waiters()
-        if time.monotonic() - self._last_ttl_sweep > 1.0:
-            self._last_ttl_sweep = time.monotonic()
+        self.transactions.time_out(self.clock.monotonic())
+        if everything or self.clock.monotonic() - self._last_ttl_sweep > 1.0:
+            self._last_ttl_sweep = self.clock.monotonic()
             for entity_id, seq in self.store.expired(now):
                 entity = self._by_entity_id.get(entity_id)
                 if isinstance(entity, Topic):
@@ -945,8 +960,9 @@ class Broker:
                     changed = True
             self._check_tokens()
             changed |= bool(self.delete_idle(now))
-        if time.monotonic() - self._last_dedupe_cleanup > DEDUPE_CLEANUP_SECONDS:
-            self._last_dedupe_cleanup = time.monotonic()
+        monotonic = self.clock.monotonic()
+        if everything or monotonic - self._last_dedupe_cleanup > DEDUPE_CLEANUP_SECONDS:
+            self._last_dedupe_cleanup = monotonic
             for entity in self.entities.values():
                 settings = entity.settings
                 if getattr(settings, "requires_duplicate_detection", False):
@@ -978,7 +994,7 @@ class Broker:
                     self._touched.add(peer.driver)
             if (  # seed 000: a valid token within 20 s of connecting, or the connection goes
                 not peer.grants and peer.plain_grant is None
-                and time.monotonic() - peer.opened_at > TOKEN_GRACE_SECONDS
+                and self.clock.monotonic() - peer.opened_at > TOKEN_GRACE_SECONDS
             ):  # fmt: skip
                 peer.driver.connection.close(
                     error("amqp:unauthorized-access", "no token within the grace period")
@@ -1047,7 +1063,7 @@ class Broker:
                 configured[path.lower()] = (SUBSCRIPTION, path, dump_settings(settings))
         self.managed: dict[str, ManagedEntity] = {}
         """Every entity's record (created and updated times, management-only properties)."""
-        now = now_ms()
+        now = self.now_ms()
         order = {TOPIC: 0, QUEUE: 1, SUBSCRIPTION: 2}
         for record in sorted(self.store.managed_entities(), key=lambda r: order[r.kind]):
             file = configured.get(record.name.lower())
@@ -1110,7 +1126,7 @@ class Broker:
         return queue
 
     def _new_topic(self, name: str, settings: TopicSettings) -> Topic:
-        topic = Topic(name, self.store, settings)
+        topic = Topic(name, self.store, settings, clock=self.clock)
         self.entities[name.lower()] = self.topics[name.lower()] = topic
         self.sendable.add(name.lower())
         return topic
@@ -1183,7 +1199,7 @@ class Broker:
     ) -> Entity:
         """A new queue, topic or subscription, durable and open to AMQP links at once. The
         caller has checked the name is free and the settings (forward targets) valid."""
-        now = now_ms()
+        now = self.now_ms()
         if kind == TOPIC:
             assert isinstance(settings, TopicSettings)
             entity: Entity = self._new_topic(path, settings)
@@ -1225,11 +1241,11 @@ class Broker:
             self._resolve_forwarding_of(entity)
         record = dataclasses.replace(
             self.managed[key], settings=dump_settings(settings), description=description,
-            updated_ms=now_ms(),
+            updated_ms=self.now_ms(),
         )  # fmt: skip
         self.store.save_managed_entity(record)
         self.managed[key] = record
-        self.touch(entity, now_ms())
+        self.touch(entity, self.now_ms())
         self._commit()
         self._detach_disabled(entity)
 
@@ -1282,7 +1298,7 @@ class Broker:
             if record is None:
                 continue
             if record.configured is not None:  # stays deleted while Config.json is unchanged
-                record = dataclasses.replace(record, deleted=True, updated_ms=now_ms())
+                record = dataclasses.replace(record, deleted=True, updated_ms=self.now_ms())
                 self.store.save_managed_entity(record)
                 self.managed[name] = record
             else:

@@ -15,8 +15,9 @@ from datetime import timedelta
 from ..amqp.message import Header
 from ..servicebus.symbols import SCHEDULED_ENQUEUE_TIME
 from . import wire
+from .clock import SYSTEM, Clock, now_ms
 from .errors import SendRefusedError
-from .queue import DEFAULT_MAX_SIZE_MB, Queue, effective_ttl, is_duplicate, now_ms
+from .queue import DEFAULT_MAX_SIZE_MB, Queue, effective_ttl, is_duplicate
 from .rules import FilterEvaluationError, RuleSet, message_facts
 from .store import STATE_SCHEDULED, MessageStore, StoredMessage
 
@@ -49,13 +50,16 @@ class Subscription:
 
 
 class Topic:
-    def __init__(self, name: str, store: MessageStore, settings: TopicSettings) -> None:
+    def __init__(
+        self, name: str, store: MessageStore, settings: TopicSettings, clock: Clock = SYSTEM
+    ) -> None:
         self.name = name
+        self.clock = clock
         self.store = store
         self.settings = settings
         self.entity = store.entity_id(name)
         self.subscriptions: dict[str, Subscription] = {}
-        self.accessed_ms = now_ms()
+        self.accessed_ms = now_ms(clock)
         """Last send, change or use of a subscription (``AccessedAt``; ``AutoDeleteOnIdle``)."""
 
     def __repr__(self) -> str:
@@ -141,7 +145,7 @@ class Topic:
             return
         self.store.delete(self.entity, seq, row.size)
         message = wire.parse_message((row.annotations or b"") + row.bare)
-        now = now_ms()
+        now = now_ms(self.clock)
         if row.expires_ms is not None:
             remaining = row.expires_ms - now
             if remaining <= 0:

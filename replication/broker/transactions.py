@@ -33,7 +33,6 @@ transaction may span any entities of its connection.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import uuid
 from collections.abc import Callable
@@ -61,7 +60,7 @@ from ..servicebus.symbols import TRANSFER_DESTINATION
 from . import wire
 from .errors import SendRefusedError, error
 from .management import ManagementError
-from .queue import LockLostError, Queue, now_ms
+from .queue import LockLostError, Queue
 
 if TYPE_CHECKING:
     from .server import Broker, Consumer, Entity, Peer
@@ -169,7 +168,8 @@ class Transaction:
     controller: Link
     work: dict[Any, Work] = field(default_factory=dict)
     """In enlistment order; a disposition is keyed by its lock, so a later one replaces it."""
-    timer: asyncio.TimerHandle | None = None
+    deadline: float | None = None
+    """When it times out (the broker's monotonic clock); set by its first operation."""
     timed_out: bool = False
 
 
@@ -293,7 +293,7 @@ class TransactionCoordinator:
             self._end(txn, "rolled back")
             delivery.update(Accepted())
             return
-        now = now_ms()
+        now = self.broker.now_ms()
         for work in txn.work.values():
             problem = work.check(now) if work.check is not None else None
             if problem is not None:
@@ -318,8 +318,7 @@ class TransactionCoordinator:
     def _end(self, txn: Transaction, reason: str | None) -> None:
         """Forgets the transaction; its work is applied by the caller (commit) or dropped."""
         self.transactions.pop(txn.txn_id, None)
-        if txn.timer is not None:
-            txn.timer.cancel()
+        txn.deadline = None
         if reason is None or not txn.work:
             return
         log.info("transaction %s: %d operations dropped, %s", txn.txn_id.hex(), len(txn.work),
@@ -328,17 +327,19 @@ class TransactionCoordinator:
             if work.drop is not None:
                 work.drop()
 
-    def _time_out(self, txn: Transaction) -> None:
-        if self.transactions.get(txn.txn_id) is txn:
-            txn.timer = None
-            self._end(txn, "timed out")
-            txn.work.clear()
-            txn.timed_out = True
-            self.transactions[txn.txn_id] = txn  # kept so its id answers with a timeout
+    def time_out(self, now: float) -> None:
+        """Rolls back the transactions whose time is up (``now``: the broker's monotonic
+        clock; called by the broker's sweep)."""
+        for txn in list(self.transactions.values()):
+            if txn.deadline is not None and now >= txn.deadline:
+                self._end(txn, "timed out")
+                txn.work.clear()
+                txn.timed_out = True
+                self.transactions[txn.txn_id] = txn  # kept so its id answers with a timeout
 
     def _enlist(self, txn: Transaction, key: Any, work: Work) -> None:
-        if txn.timer is None and not txn.work:  # the timer starts with the first operation
-            txn.timer = asyncio.get_running_loop().call_later(self.timeout, self._time_out, txn)
+        if txn.deadline is None and not txn.work:  # the time starts with the first operation
+            txn.deadline = self.broker.clock.monotonic() + self.timeout
         txn.work[key] = work
 
     # ------------------------------------------------------------------ enlisting
@@ -354,7 +355,7 @@ class TransactionCoordinator:
             delivery.update(Rejected(error=txn))
             return
         try:
-            self.broker.admit(entity, messages, now_ms())
+            self.broker.admit(entity, messages, self.broker.now_ms())
         except SendRefusedError as exc:
             delivery.update(Rejected(error=error(exc.condition, str(exc))))
             return
@@ -383,7 +384,7 @@ class TransactionCoordinator:
             )))  # fmt: skip
             return
         queue = consumer.queue
-        problem = _lock_problem(queue, lock.token, now_ms())
+        problem = _lock_problem(queue, lock.token, self.broker.now_ms())
         if problem is not None:
             consumer.locks.pop(id(delivery), None)
             delivery.update(Rejected(error=error("com.microsoft:message-lock-lost", problem)))
@@ -421,7 +422,7 @@ class TransactionCoordinator:
                 raise ManagementError(400, "com.microsoft:argument-error", f"status {status!r}")
             tokens = body.get("lock-tokens", [])
             tokens = [t if isinstance(t, uuid.UUID) else uuid.UUID(str(t)) for t in tokens]
-            now = now_ms()
+            now = self.broker.now_ms()
             for token in tokens:
                 problem = _lock_problem(queue, token, now)
                 if problem is not None:

@@ -45,6 +45,7 @@ from azure.servicebus.aio import ServiceBusReceiver as AsyncServiceBusReceiver
 from azure.servicebus.aio import ServiceBusSender as AsyncServiceBusSender
 
 from replication.broker.auth import EMULATOR_KEY, EMULATOR_RULE_NAME
+from replication.broker.clock import Clock, ManualClock
 from replication.broker.config import parse_config
 from replication.broker.main import build_broker
 from replication.broker.server import Broker
@@ -241,10 +242,14 @@ class BrokerHandle:
     ``fn`` on the broker's loop (the broker is single-threaded: inspect it only there).
     """
 
-    def __init__(self, config: dict[str, Any], data_dir: Path, port: int = 0) -> None:
+    def __init__(
+        self, config: dict[str, Any], data_dir: Path, port: int = 0, clock: Clock | None = None
+    ) -> None:
         self.config = config
         self.data_dir = data_dir
         self.port = port
+        self.clock = clock
+        """The broker's clock when the test gave one (a ``ManualClock``: see ``advance``)."""
         self.broker: Broker | None = None
         self.loop_thread: LoopThread | None = None
         self._start()
@@ -256,7 +261,8 @@ class BrokerHandle:
         self.loop_thread = LoopThread(f"broker-loop-{self.port}")
 
         async def start() -> Broker:
-            broker = build_broker(parsed, self.data_dir, HOST, self.port)
+            options = {} if self.clock is None else {"clock": self.clock}
+            broker = build_broker(parsed, self.data_dir, HOST, self.port, **options)
             try:
                 await broker.start()
             except BaseException:
@@ -283,6 +289,20 @@ class BrokerHandle:
                 loop_thread.run(broker.stop(), timeout=15.0)
         finally:
             loop_thread.close()
+
+    def advance(self, seconds: float) -> None:
+        """Moves the broker's ``ManualClock`` on and lets it see what that did (locks and
+        sessions expired, TTLs run out, schedules due, transactions timed out) at once."""
+        clock = self.clock
+        if not isinstance(clock, ManualClock):
+            raise TypeError("advance needs a broker started with clock=ManualClock()")
+
+        def move() -> None:
+            clock.advance(seconds)
+            assert self.broker is not None
+            self.broker.sweep(everything=True)
+
+        self.call(move)
 
     def restart(self, config: dict[str, Any] | None = None) -> BrokerHandle:
         """A clean stop and a fresh broker on the same port and data dir."""
@@ -378,17 +398,20 @@ class BrokerHandle:
 
 @pytest.fixture
 def broker_factory(tmp_path: Path) -> Iterator[Callable[..., BrokerHandle]]:
-    """``broker_factory(config=None, data_dir=None, port=0)`` starts a broker (default config:
-    ``make_config()``); all are stopped at teardown."""
+    """``broker_factory(config=None, data_dir=None, port=0, clock=None)`` starts a broker
+    (default config: ``make_config()``; ``clock=ManualClock()`` for exact time, see
+    ``BrokerHandle.advance``); all are stopped at teardown."""
     handles: list[BrokerHandle] = []
 
     def start(
-        config: dict[str, Any] | None = None, data_dir: Path | None = None, port: int = 0
-    ) -> BrokerHandle:
+        config: dict[str, Any] | None = None, data_dir: Path | None = None, port: int = 0,
+        clock: Clock | None = None,
+    ) -> BrokerHandle:  # fmt: skip
         if data_dir is None:
             data_dir = tmp_path / f"broker-{len(handles)}"
         data_dir.mkdir(parents=True, exist_ok=True)
-        handle = BrokerHandle(make_config() if config is None else config, data_dir, port)
+        config = make_config() if config is None else config
+        handle = BrokerHandle(config, data_dir, port, clock)
         handles.append(handle)
         return handle
 

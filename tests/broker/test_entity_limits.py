@@ -19,8 +19,6 @@ from azure.servicebus.exceptions import (
 )
 from azure.servicebus.management import ServiceBusAdministrationClient
 
-from replication.broker.queue import now_ms
-
 from .conftest import BrokerHandle, make_config
 
 MB = 1024 * 1024
@@ -150,7 +148,7 @@ def test_an_idle_entity_is_deleted_after_its_auto_delete_on_idle(broker_factory:
         receiver.peek_messages(1)  # the link is open from here on
 
         def delete_idle(after: timedelta) -> list[str]:
-            later = now_ms() + int(after.total_seconds() * 1000)
+            later = broker.call(broker.broker.now_ms) + int(after.total_seconds() * 1000)
             return broker.call(lambda: broker.broker.delete_idle(later))
 
         assert delete_idle(idle - timedelta(seconds=5)) == []
@@ -177,7 +175,7 @@ def test_use_resets_the_idle_time(broker_factory: Any) -> None:
     broker = broker_factory(make_config({}))
     with admin(broker) as client:
         client.create_queue("temp", auto_delete_on_idle=timedelta(minutes=5))
-    start = now_ms()
+    start = broker.call(broker.broker.now_ms)
     with broker.client() as sb, sb.get_queue_sender("temp") as sender:
         sender.send_messages(ServiceBusMessage(b"use"))
     sent = broker.call(lambda: broker.broker.entities["temp"].accessed_ms)

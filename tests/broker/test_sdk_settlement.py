@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import time
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from azure.servicebus import (
@@ -15,6 +16,8 @@ from azure.servicebus import (
     ServiceBusSubQueue,
 )
 from azure.servicebus.exceptions import MessageLockLostError
+
+from replication.broker.clock import ManualClock
 
 from .conftest import BrokerHandle, dead_letters, nothing_more, receive_n, send
 
@@ -296,7 +299,9 @@ def test_ttl_expiry_dead_letters_when_configured(broker: BrokerHandle) -> None:
     assert broker.count("ttl/$DeadLetterQueue") == 0
 
 
-def test_message_ttl_expiry_without_dead_lettering_drops_it(broker: BrokerHandle) -> None:
+def test_message_ttl_expiry_without_dead_lettering_drops_it(broker_factory: Any) -> None:
+    """On the broker's clock, exactly: a 1 s TTL holds at 0.999 s and is gone at 1 s."""
+    broker = broker_factory(clock=ManualClock())
     with (
         broker.client() as client,
         client.get_queue_sender("q") as sender,
@@ -309,7 +314,10 @@ def test_message_ttl_expiry_without_dead_lettering_drops_it(broker: BrokerHandle
         peeked = receiver.peek_messages(max_message_count=10)
         assert [str(m) for m in peeked] == ["gone", "kept"]
         assert peeked[0].time_to_live == timedelta(seconds=1)
-        time.sleep(1.2)
+        broker.advance(0.999)
+        assert broker.count("q") == 2
+        broker.advance(0.001)
+        assert broker.count("q") == 1
         (kept,) = receive_n(receiver, 1)
         assert str(kept) == "kept"
         receiver.complete_message(kept)

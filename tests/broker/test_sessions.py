@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusMessage
@@ -19,6 +20,8 @@ from azure.servicebus.exceptions import (
     SessionCannotBeLockedError,
     SessionLockLostError,
 )
+
+from replication.broker.clock import ManualClock
 
 from .conftest import BrokerHandle, make_config, receive_n
 
@@ -149,18 +152,24 @@ def test_session_state_size_limit(broker: BrokerHandle) -> None:
         assert len(r.session.get_state()) == 1000
 
 
-@pytest.mark.broker_config(CONFIG)
-def test_renew_session_lock(broker: BrokerHandle) -> None:
-    send_sessions(broker, "short", [("r", "r1")])
+def test_renew_session_lock(broker_factory: Any) -> None:
+    """On the broker's clock, exactly: renewed 3 s into a 5 s lock, the session is still
+    held 6 s in (past the first expiry) and 7.999 s in, and lost at 8 s."""
+    broker = broker_factory(CONFIG, clock=ManualClock())
+    send_sessions(broker, "short", [("r", "r1"), ("r", "r2")])
     with broker.client() as client, client.get_queue_receiver("short", session_id="r") as r:
         before = r.session.locked_until_utc
-        (message,) = receive_n(r, 1)
-        time.sleep(3)
+        first, _second = receive_n(r, 2)
+        broker.advance(3)
         after = r.session.renew_lock()
-        assert after > before
-        time.sleep(3)  # past the first expiry: the renewed lock still holds the message
-        r.complete_message(message)
-    assert broker.count("short") == 0
+        assert (after - before).total_seconds() == pytest.approx(3, abs=0.01)
+        broker.advance(3)  # past the first expiry: the renewed lock still holds the message
+        r.complete_message(first)
+        broker.advance(1.999)
+        assert broker.call(lambda: len(broker.broker.queues["short"].session_locks)) == 1
+        broker.advance(0.001)
+        assert broker.call(lambda: len(broker.broker.queues["short"].session_locks)) == 0
+    assert broker.count("short") == 1  # the second came back with the session
 
 
 @pytest.mark.broker_config(CONFIG)

@@ -20,6 +20,8 @@ from proton.reactor import LinkOption
 from proton.utils import LinkDetached
 
 from replication.broker.auth import EMULATOR_KEY, EMULATOR_RULE_NAME
+from replication.broker.clock import ManualClock
+from replication.broker.transactions import TIMEOUT_SECONDS
 from replication.servicebus.sas import generate_sas_token
 
 from .conftest import BrokerHandle, make_config, proton_connection, send, wait_for
@@ -305,7 +307,8 @@ def test_dead_letter_and_abandon_in_a_transaction(broker: BrokerHandle) -> None:
         conn.close()
 
 
-def test_commit_fails_whole_when_a_lock_expired(broker: BrokerHandle) -> None:
+def test_commit_fails_whole_when_a_lock_expired(broker_factory: Any) -> None:
+    broker = broker_factory(CONFIG, clock=ManualClock())
     send(broker, "q", ServiceBusMessage("work", message_id="work"))
     shorten_lock(broker, "q", 1.0)
     conn = proton_connection(broker.port)
@@ -317,7 +320,7 @@ def test_commit_fails_whole_when_a_lock_expired(broker: BrokerHandle) -> None:
         txn = controller.declare()
         send_in(conn, sender, Message(body="result", id="result"), txn)
         settle_in(conn, receiver, txn)
-        time.sleep(1.5)  # the lock expires before the commit
+        broker.advance(1.001)  # the lock expires before the commit
         delivery = controller.discharge(txn, False)
         assert delivery.remote_state == Delivery.REJECTED
         assert condition(delivery) == "amqp:transaction:rollback"
@@ -486,25 +489,29 @@ def test_closing_the_controller_link_rolls_back(broker: BrokerHandle) -> None:
     assert count(broker, "q") == 0
 
 
-def test_transaction_times_out(broker: BrokerHandle) -> None:
-    def short_timeout() -> None:
-        assert broker.broker is not None
-        broker.broker.transactions.timeout = 0.5
-
-    broker.call(short_timeout)
+def test_transaction_times_out(broker_factory: Any) -> None:
+    """Exact, on the broker's clock: the time starts with the first operation (not the
+    declare), and a transaction is still good just before its timeout."""
+    broker = broker_factory(CONFIG, clock=ManualClock())
     conn = proton_connection(broker.port)
     try:
         controller = Controller(conn)
         txn = controller.declare()
-        time.sleep(0.7)  # the timer starts with the first operation, not the declare
-        send_in(conn, conn.create_sender("q"), Message(body="late"), txn)
-        time.sleep(0.7)
+        sender = conn.create_sender("q")
+        broker.advance(200.0)  # longer than the timeout, but nothing was done in it yet
+        send_in(conn, sender, Message(body="late"), txn)
+        broker.advance(TIMEOUT_SECONDS - 0.001)
+        assert open_transactions(broker) == 1
+        kept = controller.declare()
+        send_in(conn, sender, Message(body="kept"), kept)
+        broker.advance(0.001)
         delivery = controller.discharge(txn, False)
         assert condition(delivery) == "amqp:transaction:timeout"
         assert condition(controller.discharge(txn, False)) == "amqp:transaction:unknown-id"
+        assert controller.discharge(kept, False).remote_state == Delivery.ACCEPTED
     finally:
         conn.close()
-    assert count(broker, "q") == 0
+    assert count(broker, "q") == 1  # the second one's send
 
 
 def test_committed_work_survives_a_restart(broker: BrokerHandle) -> None:

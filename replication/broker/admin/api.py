@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-import time
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote, unquote
@@ -151,7 +150,7 @@ class AdminApi:
     def __init__(self, broker: Broker, *, namespace: str = "sbemulatorns") -> None:
         self.broker = broker
         self.namespace = namespace
-        self.started_ms = int(time.time() * 1000)
+        self.started_ms = broker.now_ms()
 
     async def handle(self, request: Request) -> Response:
         try:
@@ -216,7 +215,8 @@ class AdminApi:
             # The audience is the token's own host plus the path: entities match by path,
             # never by host (a client may say localhost where the token says 127.0.0.1).
             host = normalize_resource(parse_sas_token(token).resource).partition("/")[0]
-            grant = authorizer.validate(token, f"{host}/{path}".rstrip("/"), time.time())
+            audience = f"{host}/{path}".rstrip("/")
+            grant = authorizer.validate(token, audience, self.broker.clock.time())
             authorizer.check(grant, right, path)
         except AuthorizationError as exc:
             raise ApiError(401, exc.description) from None
@@ -719,9 +719,8 @@ class AdminApi:
             f"api-version={quote(version)}"
         )
 
-    @staticmethod
-    def _now() -> int:
-        return int(time.time() * 1000)
+    def _now(self) -> int:
+        return self.broker.now_ms()
 
     @staticmethod
     def _ok(status: int, xml: str, etag: str | None = None, *, feed: bool = False) -> Response:
