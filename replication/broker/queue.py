@@ -50,7 +50,10 @@ class DuplicateDetection(Protocol):
 
 
 def is_duplicate(
-    store: MessageStore, entity: int, settings: DuplicateDetection, message_id: str | None,
+    store: MessageStore,
+    entity: int,
+    settings: DuplicateDetection,
+    message_id: str | None,
     now: int,
 ) -> bool:
     """Seen within the entity's window (and remembered now if not): Service Bus drops it."""

@@ -1194,7 +1194,11 @@ class Broker:
         return None if record is None or record.deleted else record
 
     def create_entity(
-        self, kind: str, path: str, settings: QueueSettings | TopicSettings, description: str,
+        self,
+        kind: str,
+        path: str,
+        settings: QueueSettings | TopicSettings,
+        description: str,
         rules: list[RuleSpec] | None = None,
     ) -> Entity:
         """A new queue, topic or subscription, durable and open to AMQP links at once. The

@@ -87,8 +87,6 @@ IMMEDIATE_OPERATIONS = frozenset({
 renewal have nothing to undo). Other operations not enlisted below are refused in one."""
 
 
-
-
 # ---------------------------------------------------------------------------- queue operations
 
 

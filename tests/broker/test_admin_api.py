@@ -132,9 +132,7 @@ def test_config_queues_are_listed_with_their_properties(client: Any) -> None:
     assert client.get_queue("ttl").default_message_time_to_live == timedelta(seconds=2)
 
 
-def test_list_pages_with_skip_and_top(
-    client: Any, broker: BrokerHandle, api: AdminApi
-) -> None:
+def test_list_pages_with_skip_and_top(client: Any, broker: BrokerHandle, api: AdminApi) -> None:
     for index in range(7):
         client.create_queue(f"page-{index}")
     names = [q.name for q in client.list_queues(max_page_size=3)]

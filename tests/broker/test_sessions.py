@@ -75,9 +75,12 @@ def test_next_available_sessions_and_exclusive_lock(broker: BrokerHandle) -> Non
                 client.get_queue_receiver("s", session_id="x") as third,
             ):
                 third.receive_messages(max_wait_time=1)
-            with pytest.raises(OperationTimeoutError), client.get_queue_receiver(
-                "s", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=1
-            ) as fourth:
+            with (
+                pytest.raises(OperationTimeoutError),
+                client.get_queue_receiver(
+                    "s", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=1
+                ) as fourth,
+            ):
                 fourth.receive_messages(max_wait_time=1)
             assert [str(m) for m in receive_n(first, 2)] == ["x1", "x2"]
         # closing released both sessions: the named one can be locked again at once
@@ -95,9 +98,12 @@ def test_next_available_waits_for_a_session_to_arrive(broker: BrokerHandle) -> N
 
     sender = threading.Thread(target=send_later)
     sender.start()
-    with broker.client() as client, client.get_queue_receiver(
-        "s", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=10
-    ) as receiver:
+    with (
+        broker.client() as client,
+        client.get_queue_receiver(
+            "s", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=10
+        ) as receiver,
+    ):
         assert receiver.session.session_id == "late"
         (message,) = receive_n(receiver, 1)
         receiver.complete_message(message)
@@ -143,9 +149,10 @@ def test_session_state_is_kept_cleared_and_survives_restart(broker: BrokerHandle
 
 @pytest.mark.broker_config(CONFIG)
 def test_session_state_size_limit(broker: BrokerHandle) -> None:
-    with broker.client(retry_total=0) as client, client.get_queue_receiver(
-        "s", session_id="big"
-    ) as r:
+    with (
+        broker.client(retry_total=0) as client,
+        client.get_queue_receiver("s", session_id="big") as r,
+    ):
         with pytest.raises(ServiceBusError, match="exceeds the limit"):
             r.session.set_state(b"x" * (256 * 1024 + 1))
         r.session.set_state(b"x" * 1000)
@@ -238,9 +245,12 @@ def test_wrong_receiver_kind_and_sessionless_send_are_refused(broker: BrokerHand
 @pytest.mark.broker_config(CONFIG)
 async def test_async_session_receiver(broker: BrokerHandle) -> None:
     send_sessions(broker, "s", [("aio", f"a{i}") for i in range(5)])
-    async with broker.aio_client() as client, client.get_queue_receiver(
-        "s", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=5
-    ) as receiver:
+    async with (
+        broker.aio_client() as client,
+        client.get_queue_receiver(
+            "s", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=5
+        ) as receiver,
+    ):
         assert receiver.session.session_id == "aio"
         await receiver.session.set_state(b"async state")
         received = []

@@ -246,9 +246,7 @@ class AdminApi:
     # ------------------------------------------------------------------ namespace
 
     def _namespace_info(self, request: Request, target: Route, grant: Grant) -> Response:
-        created = min(
-            (r.created_ms for r in self.broker.managed.values()), default=self.started_ms
-        )
+        created = min((r.created_ms for r in self.broker.managed.values()), default=self.started_ms)
         updated = max((r.updated_ms for r in self.broker.managed.values()), default=created)
         body = atom.Xml()
         body.add("CreatedTime", atom.format_time(created))
@@ -688,7 +686,11 @@ class AdminApi:
             )
 
     def _feed(
-        self, request: Request, path: str, title: str, names: list[str],
+        self,
+        request: Request,
+        path: str,
+        title: str,
+        names: list[str],
         render: Callable[[Request, str], str],
     ) -> Response:
         query = request.query

@@ -275,4 +275,3 @@ def feed(url: str, title: str, entries: list[str], next_url: str | None, updated
 
 def error(code: int, detail: str) -> bytes:
     return f"<Error><Code>{code}</Code><Detail>{escape(detail)}</Detail></Error>".encode()
-
