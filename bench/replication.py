@@ -244,7 +244,11 @@ async def profile_broker(args: argparse.Namespace) -> None:
         process, connection_string = start_broker(workdir, port, args.profile_broker)
         try:
             elapsed = await replicate(
-                connection_string, args.messages, args.batch, args.workers, args.backend,
+                connection_string,
+                args.messages,
+                args.batch,
+                args.workers,
+                args.backend,
                 args.send_backend,
             )
         finally:
@@ -267,7 +271,11 @@ async def run(args: argparse.Namespace) -> None:
             ours = [from_received_like(item) for item in items]
             sender_alone = await send_ours(connection_string, "plain", ours, args.batch)
             elapsed = await replicate(
-                connection_string, args.messages, args.batch, args.workers, args.backend,
+                connection_string,
+                args.messages,
+                args.batch,
+                args.workers,
+                args.backend,
                 args.send_backend,
             )
             await send_all(connection_string, "hsrc", items, args.batch)  # load, untimed

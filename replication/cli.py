@@ -212,7 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_start_arguments(start)
     start.set_defaults(handler=_start)
     peek = commands.add_parser(
-        "peek", help="show the messages at an entity", description="Peeks at an entity.",
+        "peek",
+        help="show the messages at an entity",
+        description="Peeks at an entity.",
     )
     add_peek_arguments(peek)
     peek.set_defaults(handler=_peek)
@@ -248,8 +250,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Prints the JSON Schema of pipeline files (step options included).",
     )
     schema.add_argument("-o", "--output", metavar="FILE", help="write it to FILE")
-    schema.add_argument("--markdown", action="store_true",
-                        help="the reference in Markdown instead (docs/pipeline-reference.md)")
+    schema.add_argument(
+        "--markdown",
+        action="store_true",
+        help="the reference in Markdown instead (docs/pipeline-reference.md)",
+    )
     schema.set_defaults(handler=_schema)
 
     test = commands.add_parser(
@@ -299,10 +304,19 @@ def build_parser() -> argparse.ArgumentParser:
         ".funcignore keeps), after checking that the pipeline file loads and that every file "
         "it names is inside: OUT/functionapp.zip.",
     )
-    package.add_argument("--out", type=Path, default=Path("dist"), metavar="DIR",
-                         help="where functionapp.zip goes (default: dist)")
-    package.add_argument("--dir", type=Path, default=Path.cwd(),
-                         help="the app folder (default: the current directory)")
+    package.add_argument(
+        "--out",
+        type=Path,
+        default=Path("dist"),
+        metavar="DIR",
+        help="where functionapp.zip goes (default: dist)",
+    )
+    package.add_argument(
+        "--dir",
+        type=Path,
+        default=Path.cwd(),
+        help="the app folder (default: the current directory)",
+    )
     package.add_argument("--pipelines", metavar="FILE",
                          help="the pipeline file the app loads, relative to --dir (default: "
                               "REPLICATION_PIPELINES, else pipelines.yaml)")  # fmt: skip

@@ -46,6 +46,8 @@ def counts(pipeline: str) -> dict[str, float]:
         "failed_batches": FAILED.labels(pipeline)._value.get(),
         "backlog": BACKLOG.labels(pipeline)._value.get(),
     }
+
+
 FAILOVERS = Counter(
     "replication_failovers", "Switches of a failover endpoint to a newly resolved namespace.",
     ["endpoint"], registry=REGISTRY,

@@ -302,8 +302,10 @@ class Connection:
             self._out += encode_frame(0, self.sasl.mechanisms_frame(), frame_type=FRAME_SASL)
             self.phase = Phase.SASL
             return
-        if header.is_amqp_1_0 and header.protocol_id == PROTOCOL_AMQP and not (
-            wants_sasl and self.require_sasl
+        if (
+            header.is_amqp_1_0
+            and header.protocol_id == PROTOCOL_AMQP
+            and not (wants_sasl and self.require_sasl)
         ):
             self._out += AMQP_HEADER
             self.phase = Phase.AMQP
@@ -330,9 +332,7 @@ class Connection:
         kind = type(body)
         if self.remote is None:
             if kind is not Open:
-                raise ProtocolError(
-                    f"expected open, got {kind.__name__}", "amqp:illegal-state"
-                )
+                raise ProtocolError(f"expected open, got {kind.__name__}", "amqp:illegal-state")
             self._on_open(body)
             return
         if kind is Close:

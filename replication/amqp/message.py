@@ -73,17 +73,13 @@ class ApplicationProperties:
     value: dict[str, Any]
 
 
-@described_wrapper(
-    0x75, "amqp:data:binary", codec._enc_binary, lambda v: isinstance(v, bytes)
-)
+@described_wrapper(0x75, "amqp:data:binary", codec._enc_binary, lambda v: isinstance(v, bytes))
 @dataclass(slots=True)
 class Data:
     value: bytes
 
 
-@described_wrapper(
-    0x76, "amqp:amqp-sequence:list", codec._enc_list, lambda v: isinstance(v, list)
-)
+@described_wrapper(0x76, "amqp:amqp-sequence:list", codec._enc_list, lambda v: isinstance(v, list))
 @dataclass(slots=True)
 class AmqpSequence:
     value: list[Any]

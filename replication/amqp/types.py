@@ -213,9 +213,7 @@ class Array:
 
     __slots__ = ("descriptor", "elements", "type")
 
-    def __init__(
-        self, type: AMQPType, elements: Any = (), descriptor: Any = None
-    ) -> None:
+    def __init__(self, type: AMQPType, elements: Any = (), descriptor: Any = None) -> None:
         self.type = AMQPType(type)
         self.elements = list(elements)
         self.descriptor = descriptor

@@ -71,9 +71,7 @@ class Entities:
         }], "Logging": {"Type": "File"}}}  # fmt: skip
 
 
-def plan_brokers(
-    pipelines: Iterable[Any], settings: Mapping[str, str]
-) -> dict[int, Entities]:
+def plan_brokers(pipelines: Iterable[Any], settings: Mapping[str, str]) -> dict[int, Entities]:
     """Port -> entities, for every pipeline endpoint whose connection is a local emulator
     (or, with failover, may resolve to a local broker of ``REPLICATION_FAILOVER_HOSTS``)."""
     from ..failover import HOST_MAP_SETTING, parse_host_map

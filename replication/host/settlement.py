@@ -175,9 +175,7 @@ class SettlementService(pb_grpc.SettlementServicer):
     def RenewMessageLock(self, request: Any, context: Any) -> Any:
         held = self._held(request.locktoken, context)
         management = management_of(held.receiver)
-        self._await(
-            held.loop, lambda: renew_on(management, held.receiver, [held.message]), context
-        )
+        self._await(held.loop, lambda: renew_on(management, held.receiver, [held.message]), context)
         return empty_pb2.Empty()
 
     def GetSessionState(self, request: Any, context: Any) -> Any:

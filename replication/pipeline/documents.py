@@ -139,7 +139,6 @@ def _walk_yaml(node: yaml.Node, loc: Loc, document: Document, active: set[int]) 
 # ---------------------------------------------------------------------- JSON
 
 
-
 def _parse_json(text: str, source: str) -> Document:
     try:
         data = json.loads(text)

@@ -12,8 +12,11 @@ from typing import Any
 
 SECTIONS = [
     ("PipelineSpec", "Pipeline", "One item of `pipelines:`."),
-    ("Endpoint", "Endpoint", "A `source`, `sources` item, `target`, route target or "
-     "`error_target`."),
+    (
+        "Endpoint",
+        "Endpoint",
+        "A `source`, `sources` item, `target`, route target or `error_target`.",
+    ),
     ("RouteSpec", "Route", "One item of a pipeline's `routes`."),
     ("FailoverSpec", "Failover", "An endpoint's `failover`: where its namespace is now."),
     ("DnsFailover", "Failover: dns", "CNAME of the alias, then SRV records (port 5671)."),

@@ -71,8 +71,6 @@ def like_matcher(pattern: str, escape: str | None) -> Callable[[str], bool]:
     if len(parts) == 3 and parts[0] is _ANY and parts[2] is _ANY and isinstance(parts[1], str):
         middle = parts[1]
         return lambda s: middle in s
-    regex = "".join(
-        ".*" if p is _ANY else "." if p is _ONE else re.escape(str(p)) for p in parts
-    )
+    regex = "".join(".*" if p is _ANY else "." if p is _ONE else re.escape(str(p)) for p in parts)
     fullmatch = re.compile(regex, re.DOTALL).fullmatch
     return lambda s: fullmatch(s) is not None

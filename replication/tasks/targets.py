@@ -113,9 +113,8 @@ class SenderPool:
         if sender is None:
             namespace = self._namespaces.get(connection_string)
             if namespace is None:
-                namespace = self._namespaces[connection_string] = (
-                    AmqpSource.from_connection_string(connection_string)
-                )
+                namespace = AmqpSource.from_connection_string(connection_string)
+                self._namespaces[connection_string] = namespace
             sender = self._amqp_senders[key] = AmqpSender(namespace, entity)
         return sender
 

@@ -27,10 +27,7 @@ from replication.failover import (
 )
 from replication.failover.runtime import points_elsewhere
 
-BASE = (
-    "Endpoint=sb://primary.servicebus.windows.net/;SharedAccessKeyName=Send;"
-    "SharedAccessKey=abc="
-)
+BASE = "Endpoint=sb://primary.servicebus.windows.net/;SharedAccessKeyName=Send;SharedAccessKey=abc="
 
 
 class Flip:

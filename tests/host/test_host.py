@@ -188,8 +188,8 @@ async def test_metrics_count_what_moved(tmp_path: Path) -> None:
     directory, settings = project(tmp_path, METERED)
     total = 300
     host = Host(HostConfig(directory=directory, metrics_port=0, progress=False))
-    host.config.stop_when = lambda h: metrics.counts("metered")["received"] >= total and (
-        metrics.counts("metered")["backlog"] == 0
+    host.config.stop_when = lambda h: (
+        metrics.counts("metered")["received"] >= total and metrics.counts("metered")["backlog"] == 0
     )
     run = asyncio.create_task(host.run())
     while not host.healthy:
@@ -204,11 +204,8 @@ async def test_metrics_count_what_moved(tmp_path: Path) -> None:
                               application_properties={"keep": int(i % 3 != 0)})
             for i in range(total)
         ])  # fmt: skip
-    body = await asyncio.to_thread(
-        lambda: urllib.request.urlopen(
-            f"http://127.0.0.1:{host.config.metrics_port}/metrics", timeout=5
-        ).read().decode()
-    )
+    url = f"http://127.0.0.1:{host.config.metrics_port}/metrics"
+    body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read().decode())
     assert await asyncio.wait_for(run, 120) == 0
     counts = metrics.counts("metered")
     assert (counts["received"], counts["forwarded"], counts["filtered"]) == (300, 200, 100)

@@ -3,8 +3,6 @@ what ``build`` makes of it."""
 
 from __future__ import annotations
 
-import textwrap
-
 from replication.failover import Failover
 from replication.pipeline import json_schema, parse_pipelines
 
@@ -98,13 +96,13 @@ def test_the_environment_settings_are_checked_with_settings() -> None:
 
 
 def test_the_old_pipeline_level_failover_is_refused() -> None:
-    found = problems(textwrap.dedent("""\
+    found = problems("""\
         pipelines:
           - name: a
             source: {connection: PrimaryServiceBus, queue: o}
             target: {connection: SecondaryServiceBus, queue: o}
             failover: {}
-    """))
+    """)
     assert found == [
         "pipelines.yaml:5: pipelines[0].failover: 'failover' goes on an endpoint: give it under "
         "'source' (or each of 'sources') and/or 'target', e.g. target: {connection: ..., queue: "
