@@ -186,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
         broker = build_broker(
             config, args.data_dir, args.host, args.port, "FULL" if args.fsync else "NORMAL",
             tls_port=args.tls_port, http_port=http_port(args), tls_cert=args.tls_cert,
-            tls_key=args.tls_key,
+            tls_key=args.tls_key, http_optional=args.http_port is None,
         )  # fmt: skip
     except OSError as exc:
         print(f"error: cannot open data dir {args.data_dir}: {exc}", file=sys.stderr)
@@ -215,7 +215,9 @@ def print_ca(data_dir: Path) -> int:
 
 
 def http_port(args: argparse.Namespace) -> int | None:
-    """The plain HTTP port: as given, none, or the default one unless something has it."""
+    """The plain HTTP port: as given, none, or the default one unless something has it (a
+    broker that loses the default port to another between this look and its bind goes on
+    without it: ``Broker(http_optional=True)``)."""
     if args.no_http:
         return None
     if args.http_port is not None:

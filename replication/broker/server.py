@@ -220,6 +220,7 @@ class Broker:
         tls_key: Path | str | None = None,
         namespace: str = "sbemulatorns",
         clock: Clock = SYSTEM,
+        http_optional: bool = False,
     ) -> None:
         from .admin.api import AdminApi  # it imports this module
 
@@ -233,6 +234,9 @@ class Broker:
         """A TLS-only port too (5671 by convention); None: none."""
         self.http_port = http_port
         """Plain HTTP (``http_app`` and ``/health``); None: none."""
+        self.http_optional = http_optional
+        """The HTTP port is a default nobody asked for: taken meanwhile, the broker goes on
+        without it (two brokers started at once both saw it free)."""
         self.tls_cert = Path(tls_cert) if tls_cert is not None else None
         self.tls_key = Path(tls_key) if tls_key is not None else None
         """The user's certificate and key (PEM); None: a local CA under the data dir."""
@@ -341,7 +345,13 @@ class Broker:
             if self.tls_port is not None:
                 self.tls_port = await listener.listen(self.host, self.tls_port, TLS_PORT)
             if self.http_port is not None:
-                self.http_port = await listener.listen(self.host, self.http_port, HTTP_PORT)
+                try:
+                    self.http_port = await listener.listen(self.host, self.http_port, HTTP_PORT)
+                except OSError as exc:
+                    if not self.http_optional:
+                        raise
+                    log.warning("no plain HTTP port: %s (--http-port picks one)", exc)
+                    self.http_port = None
         except BaseException:
             await listener.wait_closed()
             raise

@@ -21,6 +21,7 @@ import contextlib
 import copy
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -444,6 +445,9 @@ def pytest_configure(config: pytest.Config) -> None:
 # ---------------------------------------------------------------------------- broker process
 
 
+LISTENING = re.compile(r"broker listening on [^:\s]+:(\d+)")
+
+
 class BrokerProcess:
     """``python -m replication broker`` as a child process (for kill -9 style tests)."""
 
@@ -478,8 +482,13 @@ class BrokerProcess:
                 raise RuntimeError(
                     f"broker exited with {self.process.returncode}: {self.log_path.read_text()}"
                 )
-            with contextlib.suppress(OSError), socket.create_connection((HOST, self.port), 0.2):
-                return self
+            if self.port == 0:  # the OS picked it: the log says which (a restart reuses it)
+                bound = LISTENING.findall(self.log_path.read_text())
+                if bound:
+                    self.port = int(bound[-1])
+            if self.port:
+                with contextlib.suppress(OSError), socket.create_connection((HOST, self.port), 0.2):
+                    return self
             time.sleep(0.05)
         self.kill()
         raise TimeoutError(f"broker did not listen in {timeout} s: {self.log_path.read_text()}")
@@ -507,7 +516,8 @@ class BrokerProcess:
 @pytest.fixture
 def broker_process(tmp_path: Path) -> Iterator[Callable[..., BrokerProcess]]:
     """``broker_process(config=None, data_dir=None, port=None)`` starts the CLI broker as a
-    child process (default config ``make_config()``, a free port); killed at teardown."""
+    child process (default config ``make_config()``, a port from the OS); killed at
+    teardown."""
     processes: list[BrokerProcess] = []
 
     def start(
@@ -517,7 +527,7 @@ def broker_process(tmp_path: Path) -> Iterator[Callable[..., BrokerProcess]]:
         config_path = write_config(tmp_path / f"Config-{n}.json", config or make_config())
         data_dir = data_dir or tmp_path / f"broker-process-{n}"
         data_dir.mkdir(parents=True, exist_ok=True)
-        proc = BrokerProcess(config_path, data_dir, port or free_port(), tmp_path / f"log-{n}.txt")
+        proc = BrokerProcess(config_path, data_dir, port or 0, tmp_path / f"log-{n}.txt")
         processes.append(proc)
         return proc.start()
 

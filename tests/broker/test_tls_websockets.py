@@ -12,6 +12,7 @@ import datetime
 import http.client
 import json
 import os
+import re
 import socket
 import ssl
 import stat
@@ -32,6 +33,7 @@ from cryptography import x509
 from replication.broker import main, tls
 from replication.broker.auth import EMULATOR_KEY, EMULATOR_RULE_NAME
 from replication.broker.httpapi import Request, Response
+from tests.processes import Processes
 
 from . import conftest
 from .conftest import (
@@ -41,7 +43,6 @@ from .conftest import (
     QuickCloseAsyncClient,
     QuickCloseClient,
     body_bytes,
-    free_port,
     make_config,
     send,
     write_config,
@@ -401,17 +402,25 @@ def test_print_ca(tmp_path: Path) -> None:
     assert again.stdout == first.stdout
 
 
-def test_cli_ports(tmp_path: Path) -> None:
-    """``--tls-port`` and ``--http-port`` on a broker process; bad certificate flags fail."""
+def test_cli_ports(tmp_path: Path, processes: Processes) -> None:
+    """``--tls-port`` and ``--http-port`` on a broker process (0: ports from the OS, read
+    from its log); bad certificate flags fail."""
     config = write_config(tmp_path / "Config.json", make_config())
-    port, tls_port, http_port = free_port(), free_port(), free_port()
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    process = subprocess.Popen(
+    process = processes.start(
         [sys.executable, "-m", "replication", "broker", "--config", str(config), "--port",
-         str(port), "--tls-port", str(tls_port), "--http-port", str(http_port),
-         "--data-dir", str(tmp_path / "data")],
+         "0", "--tls-port", "0", "--http-port", "0", "--data-dir", str(tmp_path / "data")],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
     )  # fmt: skip
+    assert process.stderr is not None
+    logged = b""
+    while b"HTTP on port" not in logged:
+        line = process.stderr.readline()
+        assert line, f"the broker ended: {logged.decode()}"
+        logged += line
+    bound = re.search(rb"on port (\d+) and (\d+) with .*HTTP on port (\d+)", logged)
+    assert bound is not None, logged.decode()
+    port, tls_port, http_port = (int(n) for n in bound.groups())
     try:
         deadline = time.monotonic() + 20
         while True:
@@ -434,7 +443,7 @@ def test_cli_ports(tmp_path: Path) -> None:
         process.terminate()
         _, stderr = process.communicate(timeout=15)
     assert process.returncode == 0, stderr
-    assert str(ca) in stderr.decode()  # the CA's path is logged
+    assert str(ca) in logged.decode()  # the CA's path is logged
     bad = _cli("--config", str(config), "--port", "0", "--no-http", "--tls-cert",
                str(tmp_path / "missing.pem"), "--data-dir", str(tmp_path / "d2"))  # fmt: skip
     assert bad.returncode == 2 and "missing.pem" in bad.stderr

@@ -18,6 +18,7 @@ from replication.tasks.steps import build_step
 from replication.tasks.targets import Target
 from replication.tasks.task import ReplicationTask
 from tests.broker.conftest import REPO_ROOT, BrokerHandle, make_config
+from tests.processes import Processes
 
 from .test_replicate import receive_all, running, send, wait_until
 
@@ -102,7 +103,7 @@ async def test_merge_two_namespaces_into_one_target(broker_factory: Any) -> None
 
 
 @pytest.mark.broker_config(CONFIG)
-def test_task_killed_mid_batch_loses_nothing(broker: BrokerHandle) -> None:
+def test_task_killed_mid_batch_loses_nothing(broker: BrokerHandle, processes: Processes) -> None:
     """kill -9 the task process while it moves 2,000 messages, start it again: every source
     message reaches the target at least once (a few twice: accepted by the target, not yet
     completed at the source when the process died)."""
@@ -114,22 +115,20 @@ def test_task_killed_mid_batch_loses_nothing(broker: BrokerHandle) -> None:
         sys.executable, str(REPO_ROOT / "tests" / "tasks" / "pump_process.py"),
         broker.connection_string, "crash-src", "crash-dst",
     ]  # fmt: skip
-    first = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
+    first = processes.start(argv, env=env, stdout=subprocess.PIPE, text=True)
     assert first.stdout is not None
     for line in first.stdout:
         if int(line.split()[1]) >= 500:
             break
     first.kill()
     first.wait(10)
-    second = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120
-        while broker.count("crash-src") > 0:
-            assert time.monotonic() < deadline, f"{broker.count('crash-src')} left at the source"
-            time.sleep(0.5)
-    finally:
-        second.kill()
-        second.wait(10)
+    second = processes.start(argv, env=env, stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while broker.count("crash-src") > 0:
+        assert time.monotonic() < deadline, f"{broker.count('crash-src')} left at the source"
+        time.sleep(0.5)
+    second.kill()
+    second.wait(10)
     counts = Counter(m.message_id for m in receive_all(broker, "crash-dst"))
     missing = {f"m{i}" for i in range(total)} - set(counts)
     assert not missing, f"{len(missing)} lost, e.g. {sorted(missing)[:5]}"
