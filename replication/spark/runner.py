@@ -25,6 +25,14 @@ from typing import Any
 
 log = logging.getLogger("replication.spark")
 
+PER_SLOT = 10_000
+"""Default messages per micro-batch per task slot. A micro-batch costs Spark's driver about a
+quarter of a CPU second (its JVM, once warm) and some wall time whatever its size, and no
+body passes through the driver, so batches can be large: with 5,000 per micro-batch on two
+slots the driver used 60% as much CPU as the executors, and ``local[2]`` ran markedly
+slower than with 20,000 (``bench/spark.py``, figures in ``spark/README.md``). A task
+settles chunk by chunk, so a large share holds no more locks than a small one."""
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pipeline", required=True, help="the pipeline (by name) to run")
@@ -54,8 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-messages-per-trigger",
         type=int,
-        default=5000,
-        help="messages per micro-batch (default 5000)",
+        default=None,
+        help=f"messages per micro-batch (default {PER_SLOT:,} per task slot of the cluster)",
     )
     parser.add_argument(
         "--no-brokers",
@@ -145,11 +153,12 @@ class SparkPipeline:
             options["pipelineDir"] = base_dir
         return options
 
-    def source_options(self, index: int, max_per_trigger: int) -> dict[str, str]:
+    def source_options(self, index: int, max_per_trigger: int | None = None) -> dict[str, str]:
         """The ``servicebus-pipeline`` stream of source ``index``: the pipeline itself (its
         source's namespace is resolved on the driver every micro-batch), one assignment per
-        task slot of the cluster."""
+        task slot of the cluster; ``max_per_trigger`` defaults to ``PER_SLOT`` per slot."""
         slots = max(1, int(self.spark.sparkContext.defaultParallelism))
+        max_per_trigger = max_per_trigger or PER_SLOT * slots
         return {**self.sink_options(), "source": str(index), "numPartitions": str(slots),
                 "maxMessagesPerTrigger": str(max_per_trigger)}  # fmt: skip
 
@@ -161,7 +170,9 @@ class SparkPipeline:
     def query_name(self, index: int) -> str:
         return f"{self.pipeline.name}-{index}"
 
-    def stream(self, checkpoint: Path | str, *, available_now: bool, max_per_trigger: int) -> None:
+    def stream(
+        self, checkpoint: Path | str, *, available_now: bool, max_per_trigger: int | None = None
+    ) -> None:
         """One query per source until they end (AvailableNow) or Ctrl-C; progress goes to
         the log and the metrics (``progress.PipelineProgress``). Executors receive, run the
         steps, send and settle (``executor.run_assignment``); the query's rows are their

@@ -46,6 +46,9 @@ pipelines:
     target: {connection: Bus, queue: dst}
 """
 BIG_TASK = "contains a task of very large size"
+PER_TRIGGER = ("--max-messages-per-trigger", "5000")
+"""Four micro-batches (the default, 10,000 per task slot, would take them in one): the
+kills come after the first."""
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +126,7 @@ def test_twenty_thousand_messages_on_two_workers(
     messages (Spark's task-size warning is gone)."""
     broker = loaded(broker_factory)
     folder = app(tmp_path / "app", broker)
-    output = finished(spark_submit(folder, "--available-now"))
+    output = finished(spark_submit(folder, "--available-now", *PER_TRIGGER))
     all_arrived_once(broker)
     assert "forwarded 5000" in output
     assert BIG_TASK not in output
@@ -160,7 +163,7 @@ def test_a_python_worker_killed_mid_batch_loses_nothing(
     completed arrives twice and the target's duplicate detection keeps one."""
     broker = loaded(broker_factory)
     folder = app(tmp_path / "app", broker)
-    driver = spark_submit(folder, "--available-now")
+    driver = spark_submit(folder, "--available-now", *PER_TRIGGER)
     wait_until(lambda: broker.count("dst") >= 5000, driver)
     victim = None
 
@@ -200,6 +203,6 @@ def test_a_killed_driver_restarted_on_its_checkpoint_loses_nothing(
     first.kill()
     assert broker.count("src") > 0, "the first run finished before the kill"
     assert (checkpoint / "source-0" / "offsets").is_dir()
-    second = spark_submit(folder, "--available-now", "--checkpoint", str(checkpoint))
+    second = spark_submit(folder, "--available-now", "--checkpoint", str(checkpoint), *PER_TRIGGER)
     finished(second)
     all_arrived_once(broker)
