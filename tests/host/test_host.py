@@ -21,6 +21,7 @@ import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
 from tests.broker.conftest import REPO_ROOT, free_port
+from tests.processes import Processes
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -51,9 +52,9 @@ def project(tmp_path: Path, pipelines: str | None = None) -> tuple[Path, dict[st
     return tmp_path, settings
 
 
-def start(directory: Path, *args: str) -> subprocess.Popen[str]:
+def start(processes: Processes, directory: Path, *args: str) -> subprocess.Popen[str]:
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    return subprocess.Popen(
+    return processes.start(
         [sys.executable, "-m", "replication", "start", "--dir", str(directory), *args],
         cwd=directory, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
@@ -73,9 +74,9 @@ def wait_for_port(connection_string: str, process: subprocess.Popen[str]) -> Non
     raise TimeoutError(f"port {port} never opened")
 
 
-def test_demo_moves_and_shows_real_messages(tmp_path: Path) -> None:
+def test_demo_moves_and_shows_real_messages(tmp_path: Path, processes: Processes) -> None:
     directory, _ = project(tmp_path)
-    process = start(directory, "--demo", "--metrics-port", "0")
+    process = start(processes, directory, "--demo", "--metrics-port", "0")
     output, _ = process.communicate(timeout=200)
     assert process.returncode == 0, output
     rows = {
@@ -96,14 +97,16 @@ def test_demo_moves_and_shows_real_messages(tmp_path: Path) -> None:
     assert '"device":"sensor-0"' in output  # Avro in, JSON out
 
 
-def test_ctrl_c_mid_stream_loses_nothing_and_metrics_match(tmp_path: Path) -> None:
+def test_ctrl_c_mid_stream_loses_nothing_and_metrics_match(
+    tmp_path: Path, processes: Processes
+) -> None:
     """SIGINT while 3,000 messages move: the host stops after settling what it had; every
     message is then at the source or the target (none lost), and a second run moves the
     rest. /metrics counted exactly what moved."""
     directory, settings = project(tmp_path, REPLICATE)
     total = 3_000
     port = free_port()
-    process = start(directory, "--metrics-port", str(port), "--no-progress")
+    process = start(processes, directory, "--metrics-port", str(port), "--no-progress")
     wait_for_port(settings["PrimaryServiceBus"], process)
     with (
         ServiceBusClient.from_connection_string(settings["PrimaryServiceBus"]) as client,
@@ -127,7 +130,7 @@ def test_ctrl_c_mid_stream_loses_nothing_and_metrics_match(tmp_path: Path) -> No
     assert process.returncode == 0, output
     assert "triggers stopped" in output
 
-    second = start(directory, "--metrics-port", "0", "--no-progress")
+    second = start(processes, directory, "--metrics-port", "0", "--no-progress")
     try:
         wait_for_port(settings["SecondaryServiceBus"], second)
         arrived: Counter[str] = Counter()
@@ -156,10 +159,10 @@ def _metric(text: str, name: str, pipeline: str) -> float:
     return 0.0
 
 
-def test_bad_settings_fail_clearly(tmp_path: Path) -> None:
+def test_bad_settings_fail_clearly(tmp_path: Path, processes: Processes) -> None:
     directory, _ = project(tmp_path, REPLICATE)
     (directory / "local.settings.json").write_text("{not json")
-    process = start(directory, "--metrics-port", "0")
+    process = start(processes, directory, "--metrics-port", "0")
     output, _ = process.communicate(timeout=60)
     assert process.returncode == 2
     assert "local.settings.json:1: not valid JSON" in output

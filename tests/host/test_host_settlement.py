@@ -19,6 +19,7 @@ import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
 
 from tests.broker.conftest import REPO_ROOT, free_port, make_config, write_config
+from tests.processes import Processes
 
 from .test_host import _metric, project, wait_for_port
 
@@ -35,12 +36,12 @@ pipelines:
 """
 
 
-def start(directory: Path, *args: str) -> subprocess.Popen[str]:
+def start(processes: Processes, directory: Path, *args: str) -> subprocess.Popen[str]:
     """``python -m replication start`` with its output in ``host.log`` (a pipe nobody reads
     while the test runs would fill and stall the host)."""
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
     with (directory / "host.log").open("w") as log:
-        return subprocess.Popen(
+        return processes.start(
             [sys.executable, "-m", "replication", "start", "--dir", str(directory), *args],
             cwd=directory, env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
@@ -69,14 +70,14 @@ def receive_all(connection: str, queue: str, sub_queue: Any = None) -> list[Any]
     return out
 
 
-def test_one_bad_message_in_25_is_dead_lettered_alone(tmp_path: Path) -> None:
+def test_one_bad_message_in_25_is_dead_lettered_alone(tmp_path: Path, processes: Processes) -> None:
     """The issue's scenario: 500 messages sent in batches of 10, one in 25 fails the schema,
     no error_target. Every good one reaches the target and none of them is dead-lettered;
     every bad one is dead-lettered at the source with the step's reason; /metrics agrees."""
     directory, settings = project(tmp_path, VALIDATE)
     (directory / "schema.json").write_text(json.dumps(SCHEMA))
     port = free_port()
-    process = start(directory, "--metrics-port", str(port), "--no-progress")
+    process = start(processes, directory, "--metrics-port", str(port), "--no-progress")
     try:
         wait_for_port(settings["PrimaryServiceBus"], process)
         bad = {f"m{n}" for n in range(500) if n % 25 == 24}
@@ -133,7 +134,10 @@ TARGET_HOST = "127.0.0.2"
 class Killable:
     """``python -m replication broker`` on 127.0.0.2, SIGKILLed and restarted by the test."""
 
-    def __init__(self, tmp_path: Path, name: str, work: dict[str, Any]) -> None:
+    def __init__(
+        self, tmp_path: Path, name: str, work: dict[str, Any], processes: Processes
+    ) -> None:
+        self.processes = processes
         self.port = free_port()
         self.config = write_config(tmp_path / f"{name}.json", make_config({"work": work}))
         self.data = tmp_path / f"{name}-data"
@@ -150,7 +154,7 @@ class Killable:
     def start(self) -> None:
         env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
         with self.log.open("ab") as log:
-            self.process = subprocess.Popen(
+            self.process = self.processes.start(
                 [sys.executable, "-m", "replication", "broker", "--config", str(self.config),
                  "--host", TARGET_HOST, "--port", str(self.port), "--no-http",
                  "--data-dir", str(self.data)],
@@ -172,14 +176,16 @@ class Killable:
             self.process = None
 
 
-def test_a_target_killed_for_many_lock_periods_costs_no_delivery(tmp_path: Path) -> None:
+def test_a_target_killed_for_many_lock_periods_costs_no_delivery(
+    tmp_path: Path, processes: Processes
+) -> None:
     """Source LockDuration 5 s, MaxDeliveryCount 3; the target is SIGKILLed while messages
     stream and stays down for 100 s (20 lock periods, almost seven times MaxDeliveryCount), then
     comes back on the same port and data. The host holds its batch (the SDK's retries first,
     then the target's breaker, which probes), keeps the locks and takes nothing new
     meanwhile: nothing is lost, nothing is dead-lettered, nothing is left at the source."""
     directory, settings = project(tmp_path, OUTAGE)
-    target = Killable(tmp_path, "target", DEDUPE)
+    target = Killable(tmp_path, "target", DEDUPE, processes)
     settings["TargetBus"] = target.connection_string
     (directory / "local.settings.json").write_text(json.dumps({"Values": settings}))
     host_json = json.loads((directory / "host.json").read_text())
@@ -188,7 +194,7 @@ def test_a_target_killed_for_many_lock_periods_costs_no_delivery(tmp_path: Path)
     )
     (directory / "host.json").write_text(json.dumps(host_json))
     target.start()
-    process = start(directory, "--metrics-port", "0", "--no-progress")
+    process = start(processes, directory, "--metrics-port", "0", "--no-progress")
     total, outage = 600, 100.0
     try:
         wait_for_port(settings["PrimaryServiceBus"], process)
@@ -249,13 +255,15 @@ pipelines:
 """
 
 
-def test_a_source_killed_mid_stream_loses_nothing(tmp_path: Path) -> None:
+def test_a_source_killed_mid_stream_loses_nothing(tmp_path: Path, processes: Processes) -> None:
     """The source broker (LockDuration 5 s, MaxDeliveryCount 3) is SIGKILLed while the host
     reads it and stays down for 20 s; it comes back with its data. The host reconnects:
     what was locked when it died is delivered again (a duplicate the target's duplicate
     detection removes), nothing is lost, dead-lettered or left at the source."""
     directory, settings = project(tmp_path, SOURCE_OUTAGE)
-    source = Killable(tmp_path, "source", {"LockDuration": "PT5S", "MaxDeliveryCount": 3})
+    source = Killable(
+        tmp_path, "source", {"LockDuration": "PT5S", "MaxDeliveryCount": 3}, processes
+    )
     settings["SourceBus"] = source.connection_string
     (directory / "local.settings.json").write_text(json.dumps({"Values": settings}))
     source.start()
@@ -268,7 +276,7 @@ def test_a_source_killed_mid_stream_loses_nothing(tmp_path: Path) -> None:
             sender.send_messages(
                 [ServiceBusMessage(f"m{i}", message_id=f"m{i}") for i in range(n, n + 50)]
             )
-    process = start(directory, "--metrics-port", "0", "--no-progress")
+    process = start(processes, directory, "--metrics-port", "0", "--no-progress")
     try:
         wait_for_port(settings["SecondaryServiceBus"], process)
         deadline = time.monotonic() + 60
