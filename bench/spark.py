@@ -1,18 +1,32 @@
 """Benchmark: a pipeline on Spark against the local host's task pump, and Spark's scaling.
 
-    python bench/spark.py [--messages 20000] [--size 256] [--per-trigger 5000]
+    python bench/spark.py [--messages 60000] [--size 1024] [--per-trigger N]
+                          [--size-messages 10000] [--size-per-trigger 2000] [--no-cluster]
 
-Starts the embedded broker as a subprocess, then on the same ``--messages`` messages:
+Each run gets a fresh embedded broker (a subprocess, queues ``src`` -> ``dst``, loaded
+untimed) and the same copy pipeline:
 
 1. local host: the task pump (the trigger loop the local host runs) replicates src -> dst;
-2. Spark ``local[1]`` and ``local[2]``: ``python -m replication spark``'s job
-   (``SparkPipeline.stream`` with AvailableNow: the driver plans assignments, each task
-   receives, runs the pipeline, sends and settles on its own link) on the same copy
-   pipeline, each in a fresh session; the clock runs from the query start to its end (the
-   JVM start and Spark's first-job warm-up, a trivial ``mapInArrow`` job, are not counted).
+2. Spark ``local[1]`` and ``local[2]``: ``python -m replication spark --available-now`` as a
+   subprocess (the driver plans assignments, each task receives, runs the pipeline, sends
+   and settles on its own link);
+3. a standalone cluster (``tests/spark/cluster.py``: a master and two 1-core workers as
+   separate processes, the wheel built from this checkout, ``spark-submit ...
+   spark_submit.py``): one worker (``spark.cores.max=1``) and two workers;
+4. on the two-worker cluster, ``--size-messages`` messages of 1 KiB and of 64 KiB
+   (``--size-per-trigger`` per micro-batch): the driver's CPU per 10,000 messages.
 
-Prints msgs/s for each, the ratio Spark local[2] / local host, and the scaling ratio
-local[2] / local[1].
+``--per-trigger`` is the runner's ``--max-messages-per-trigger`` (default: the runner's,
+10,000 per task slot). Spark's figures are steady state: from the end of the first
+micro-batch to the end of the last (the batch lines the runner logs), so the JVM start, the
+Python workers' start and the first batch are the start-up, reported apart (process start
+-> end of the first batch). CPU seconds come from /proc (user + system) over the same
+window: the broker's process, the driver's (spark-submit's JVM and its Python processes:
+the driver, the planner) and the executors' (the workers' trees: executor JVMs and Python
+workers); in local mode the executors live in the driver's tree. The broker is one Python
+process with one event loop: near 1.0 core busy it is the bottleneck; so is the machine
+when all processes together use its cores (the CPU pressure line: how much of the run some
+runnable process waited for a CPU).
 """
 
 from __future__ import annotations
@@ -20,11 +34,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
+import json
 import os
 import platform
+import re
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +50,28 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from replication import __version__  # noqa: E402
-from replication.spark.runner import SparkPipeline, session  # noqa: E402
+from tests.spark.cluster import (  # noqa: E402
+    Process,
+    StandaloneCluster,
+    build_wheel,
+    cpu_seconds,
+    process_tree,
+    spark_env,
+    submit,
+)
+
+PIPELINE = """\
+pipelines:
+  - name: copy
+    source: {connection: Bus, queue: src}
+    target: {connection: Bus, queue: dst}
+"""
+BATCH_LINE = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO replication\.spark: copy-0: batch (\d+), "
+    r"(\d+) messages in"
+)
+BIG_TASK = "contains a task of very large size"
+SAMPLE_EVERY = 0.25
 
 
 def _bench_replication() -> Any:
@@ -46,82 +85,266 @@ def _bench_replication() -> Any:
     return module
 
 
-PIPELINE = """\
-pipelines:
-  - name: copy
-    source: {connection: Bus, queue: src}
-    target: {connection: Bus, queue: dst}
-"""
+BENCH = _bench_replication()
 
 
-def _identity(batches: Any) -> Any:
-    yield from batches
+class CpuClock:
+    """CPU seconds of a changing set of processes: the last value seen of each pid, so the
+    ones that ended still count."""
+
+    def __init__(self) -> None:
+        self.last: dict[int, float] = {}
+
+    def sample(self, pids: list[int]) -> float:
+        for pid in pids:
+            self.last[pid] = max(cpu_seconds([pid]), self.last.get(pid, 0.0))
+        return sum(self.last.values())
 
 
-def warm_up(spark: Any) -> float:
-    """One small mapInArrow job: Spark starts its Python worker daemon and loads its classes
-    on the first job (6 s here), a one-time cost of the session like the JVM start."""
-    started = time.perf_counter()
-    spark.range(1000).mapInArrow(_identity, "id long").collect()
-    return time.perf_counter() - started
+@dataclass
+class Run:
+    name: str
+    messages: int
+    started: float = 0.0
+    batches: list[tuple[float, int, int]] = field(default_factory=list)
+    """(time, batch id, messages) per logged micro-batch with messages."""
+    samples: list[tuple[float, float, float, float]] = field(default_factory=list)
+    """(time, driver CPU, executors CPU, broker CPU)."""
+    big_task: bool = False
+
+    def at(self, when: float, column: int) -> float:
+        """CPU of ``column`` (1 driver, 2 executors, 3 broker) at ``when``, interpolated."""
+        before = [s for s in self.samples if s[0] <= when]
+        after = [s for s in self.samples if s[0] >= when]
+        if not before:
+            return after[0][column]
+        if not after:
+            return before[-1][column]
+        a, b = before[-1], after[0]
+        if b[0] == a[0]:
+            return a[column]
+        return a[column] + (b[column] - a[column]) * (when - a[0]) / (b[0] - a[0])
+
+    @property
+    def startup(self) -> float:
+        return self.batches[0][0] - self.started
+
+    @property
+    def window(self) -> tuple[float, float, int]:
+        """Start, end and messages of the steady state (after the first batch)."""
+        steady = self.batches[1:]
+        if not steady:
+            raise RuntimeError(f"{self.name}: one micro-batch only, no steady state")
+        return self.batches[0][0], steady[-1][0], sum(m for _, _, m in steady)
+
+    @property
+    def rate(self) -> float:
+        start, end, messages = self.window
+        return messages / (end - start)
+
+    def cpu(self, column: int) -> float:
+        """CPU seconds of ``column`` in the steady window."""
+        start, end, _ = self.window
+        return self.at(end, column) - self.at(start, column)
+
+    def per_batch(self, column: int) -> float:
+        return self.cpu(column) / (len(self.batches) - 1)
+
+    def per_10k(self, column: int) -> float:
+        return self.cpu(column) * 10_000 / self.window[2]
+
+    def cores(self, column: int) -> float:
+        start, end, _ = self.window
+        return self.cpu(column) / (end - start)
 
 
-def spark_run(master: str, connection_string: str, folder: Path, count: int,
-              per_trigger: int) -> float:  # fmt: skip
-    from replication.pipeline import load_pipelines
-
-    settings = {"Bus": connection_string}
-    pipeline = load_pipelines(folder / "pipelines.yaml", settings=settings).get("copy")
-    spark = session(master)
-    spark.sparkContext.setLogLevel("ERROR")
+def cpu_pressure() -> float:
+    """Microseconds in which some runnable task waited for a CPU (/proc/pressure/cpu)."""
     try:
-        warm_up(spark)
-        started = time.perf_counter()
-        SparkPipeline(spark, pipeline, folder / "pipelines.yaml", settings).stream(
-            folder / f"checkpoint-{master}", available_now=True, max_per_trigger=per_trigger
+        some = Path("/proc/pressure/cpu").read_text().splitlines()[0]
+    except (OSError, IndexError):
+        return 0.0
+    return float(some.rsplit("total=", 1)[1])
+
+
+def _epoch(stamp: str) -> float:
+    return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+def watch(run: Run, process: Process, broker: int, executors: list[int]) -> Run:
+    """Samples CPU and reads the batch lines until ``process`` ends."""
+    clocks = (CpuClock(), CpuClock(), CpuClock())
+    run.started = time.time()
+    log = process.log.open("rb")
+    pending = b""
+    while True:
+        ended = process.popen.poll() is not None
+        now = time.time()
+        worker_pids = [p for root in executors for p in process_tree(root)]
+        driver_pids = [p for p in process_tree(process.pid) if p not in set(worker_pids)]
+        run.samples.append((now, clocks[0].sample(driver_pids), clocks[1].sample(worker_pids),
+                            clocks[2].sample([broker])))  # fmt: skip
+        pending += log.read()
+        *lines, pending = pending.split(b"\n")
+        for raw in lines:
+            line = raw.decode(errors="replace")
+            found = BATCH_LINE.match(line)
+            if found and int(found.group(3)):
+                run.batches.append((_epoch(found.group(1)), int(found.group(2)),
+                                    int(found.group(3))))  # fmt: skip
+            run.big_task = run.big_task or BIG_TASK in line
+        if ended:
+            break
+        time.sleep(SAMPLE_EVERY)
+    log.close()
+    if process.popen.returncode != 0:
+        raise RuntimeError(f"{run.name} failed:\n{process.output()[-4000:]}")
+    received = sum(m for _, _, m in run.batches)
+    if received != run.messages:
+        print(f"  ! {run.name}: the batch lines count {received} of {run.messages} messages")
+    return run
+
+
+class Broker:
+    """A fresh embedded broker (a subprocess) with ``count`` messages of ``size`` in src."""
+
+    def __init__(self, folder: Path, count: int, size: int) -> None:
+        folder.mkdir(parents=True)
+        self.folder = folder
+        self.process, self.connection_string = BENCH.start_broker(folder)
+        per = max(1, min(100, 200_000 // max(size, 1)))
+        asyncio.run(BENCH.send_all(self.connection_string, "src", BENCH.messages(count, size), per))
+        app = folder / "app"
+        app.mkdir()
+        (app / "pipelines.yaml").write_text(PIPELINE)
+        (app / "local.settings.json").write_text(
+            json.dumps({"Values": {"Bus": self.connection_string}})
         )
-        return time.perf_counter() - started
-    finally:
-        spark.stop()
+        self.app = app
+
+    @property
+    def pid(self) -> int:
+        return int(self.process.pid)
+
+    def close(self) -> None:
+        self.process.terminate()
+        self.process.wait(20)
+
+    def __enter__(self) -> Broker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def pump_run(work: Path, count: int, size: int) -> tuple[float, float]:
+    """Messages/s of the local host's task pump, and the broker's cores busy meanwhile."""
+    with Broker(work / "broker-pump", count, size) as broker:
+        before = cpu_seconds([broker.pid])
+        elapsed = asyncio.run(BENCH.replicate(broker.connection_string, count, 100, 1, "amqp",
+                                              "amqp"))  # fmt: skip
+        return count / elapsed, (cpu_seconds([broker.pid]) - before) / elapsed
+
+
+def trigger_args(per_trigger: int | None) -> list[str]:
+    return [] if per_trigger is None else ["--max-messages-per-trigger", str(per_trigger)]
+
+
+def local_run(work: Path, master: str, count: int, size: int, per_trigger: int | None) -> Run:
+    with Broker(work / f"broker-{master}", count, size) as broker:
+        command = [sys.executable, "-m", "replication", "spark", "--pipeline", "copy", "--dir",
+                   str(broker.app), "--master", master, "--available-now", "--no-brokers",
+                   *trigger_args(per_trigger)]  # fmt: skip
+        env = spark_env(broker.folder / "spark", PYTHONPATH=str(ROOT))
+        process = Process(command, broker.folder / "driver.log", env, broker.app)
+        try:
+            return watch(Run(f"spark {master}", count), process, broker.pid, [])
+        finally:
+            process.kill()
+
+
+def cluster_run(
+    work: Path, cluster: StandaloneCluster, wheel: Path, name: str, count: int, size: int,
+    per_trigger: int | None, conf: dict[str, str] | None = None,
+) -> Run:  # fmt: skip
+    with Broker(work / f"broker-{name}", count, size) as broker:
+        process = submit(cluster.url, wheel, broker.app, broker.folder / "driver.log",
+                         "--available-now", *trigger_args(per_trigger), conf=conf)  # fmt: skip
+        try:
+            workers = [w.pid for w in cluster.workers]
+            return watch(Run(name, count), process, broker.pid, workers)
+        finally:
+            process.kill()
 
 
 def main(argv: list[str] | None = None) -> None:
-    bench_replication = _bench_replication()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--messages", type=int, default=20_000)
-    parser.add_argument("--size", type=int, default=256)
-    parser.add_argument("--per-trigger", type=int, default=5000)
+    parser.add_argument("--messages", type=int, default=60_000)
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--per-trigger", type=int, default=None,
+                        help="messages per micro-batch (default: the runner's)")  # fmt: skip
+    parser.add_argument("--size-messages", type=int, default=10_000,
+                        help="messages of the 1 KiB / 64 KiB driver CPU runs")  # fmt: skip
+    parser.add_argument("--size-per-trigger", type=int, default=2000)
+    parser.add_argument("--no-cluster", action="store_true", help="local runs only")
     args = parser.parse_args(argv)
+    runs: dict[str, Run] = {}
+    started, pressure = time.time(), cpu_pressure()
     with tempfile.TemporaryDirectory(prefix="bench-spark-") as tmp:
-        folder = Path(tmp)
-        (folder / "pipelines.yaml").write_text(PIPELINE)
-        process, connection_string = bench_replication.start_broker(folder)
-        try:
-            items = bench_replication.messages(args.messages, args.size)
-            results: dict[str, float] = {}
-            asyncio.run(bench_replication.send_all(connection_string, "src", items, 100))
-            host = asyncio.run(
-                bench_replication.replicate(
-                    connection_string, args.messages, 100, 1, "amqp", "amqp"
+        work = Path(tmp)
+        pump_rate, pump_broker = pump_run(work, args.messages, args.size)
+        for master in ("local[1]", "local[2]"):
+            runs[master] = local_run(work, master, args.messages, args.size, args.per_trigger)
+        if not args.no_cluster:
+            wheel = build_wheel(work / "wheel")
+            with StandaloneCluster(work / "cluster", workers=2, cores=1) as cluster:
+                runs["1 worker"] = cluster_run(work, cluster, wheel, "1-worker", args.messages,
+                                               args.size, args.per_trigger,
+                                               {"spark.cores.max": "1"})  # fmt: skip
+                runs["2 workers"] = cluster_run(
+                    work, cluster, wheel, "2-workers", args.messages, args.size, args.per_trigger
                 )
-            )
-            results["local host (task pump)"] = args.messages / host
-            for master in ("local[1]", "local[2]"):
-                asyncio.run(bench_replication.send_all(connection_string, "src", items, 100))
-                elapsed = spark_run(master, connection_string, folder, args.messages,
-                                    args.per_trigger)  # fmt: skip
-                results[f"spark {master}"] = args.messages / elapsed
-        finally:
-            process.terminate()
-            process.wait(20)
-    print(f"replication {__version__}, Python {platform.python_version()}, "
-          f"{os.cpu_count()} CPUs; {args.messages:,} x {args.size} B, copy pipeline")  # fmt: skip
-    for name, rate in results.items():
-        print(f"{name}: {rate:,.0f} msgs/s")
-    host_rate = results["local host (task pump)"]
-    print(f"ratio spark local[2] / local host: {results['spark local[2]'] / host_rate:.2f}")
-    print(f"scaling local[2] / local[1]: "
-          f"{results['spark local[2]'] / results['spark local[1]']:.2f}")  # fmt: skip
+                for size in (1024, 64 * 1024):
+                    runs[f"{size // 1024} KiB"] = cluster_run(
+                        work, cluster, wheel, f"size-{size}", args.size_messages, size,
+                        args.size_per_trigger,
+                    )  # fmt: skip
+    waited = (cpu_pressure() - pressure) / 1e6 / (time.time() - started)
+    report(args, pump_rate, pump_broker, runs, waited)
+
+
+def report(args: argparse.Namespace, pump_rate: float, pump_broker: float,
+           runs: dict[str, Run], waited: float) -> None:  # fmt: skip
+    print(f"replication {__version__}, Python {platform.python_version()}, {os.cpu_count()} "
+          f"CPUs; {args.messages:,} x {args.size} B, copy pipeline, "
+          f"{args.per_trigger or 'the runner default of messages'} per trigger")  # fmt: skip
+    print(f"local host (task pump): {pump_rate:,.0f} msgs/s, broker {pump_broker:.2f} cores")
+    print(f"{'run':<12} {'start-up':>9} {'steady':>12} {'batches':>8} {'broker':>7} "
+          f"{'driver':>12} {'driver':>12} {'executors':>12}")  # fmt: skip
+    print(f"{'':<12} {'s':>9} {'msgs/s':>12} {'':>8} {'cores':>7} {'CPU s/10k':>12} "
+          f"{'CPU s/batch':>12} {'CPU s/10k':>12}")  # fmt: skip
+    for name, run in runs.items():
+        executors = f"{run.per_10k(2):12.2f}" if run.cpu(2) else f"{'(in driver)':>12}"
+        print(f"{name:<12} {run.startup:9.1f} {run.rate:12,.0f} {len(run.batches):8d} "
+              f"{run.cores(3):7.2f} {run.per_10k(1):12.2f} {run.per_batch(1):12.2f} {executors}"
+              + ("  task-size warning!" if run.big_task else ""))  # fmt: skip
+    local1, local2 = runs["local[1]"].rate, runs["local[2]"].rate
+    print(f"ratio spark local[2] / local host (steady): {local2 / pump_rate:.2f}")
+    print(f"scaling local[1] -> local[2]: {local2 / local1:.2f}")
+    if "2 workers" in runs:
+        print(f"scaling 1 worker -> 2 workers: "
+              f"{runs['2 workers'].rate / runs['1 worker'].rate:.2f}")  # fmt: skip
+        small, large = runs["1 KiB"], runs["64 KiB"]
+        print(f"driver CPU s per 10,000 messages ({args.size_messages:,} per run, "
+              f"{args.size_per_trigger} per trigger): 1 KiB {small.per_10k(1):.2f}, 64 KiB "
+              f"{large.per_10k(1):.2f} (executors: {small.per_10k(2):.2f}, "
+              f"{large.per_10k(2):.2f})")  # fmt: skip
+    print(f"CPU pressure: some runnable process waited for a CPU {waited:.0%} of the run "
+          "(this run's processes and any other load on the machine)")  # fmt: skip
+    if any(run.big_task for run in runs.values()):
+        print("Spark warned of a task of very large size")
+    else:
+        print("no task-size warning in any run's log")
 
 
 if __name__ == "__main__":
