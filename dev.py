@@ -4,7 +4,7 @@ Only the standard library is used, so a bare ``python3.11 dev.py start`` works b
 is installed. Re-running skips the install while pyproject.toml is unchanged.
 
     python3.11 dev.py start [args]   # the quick-start demo (python -m replication start --demo)
-    python3.11 dev.py test [args]    # ruff and mypy, then pytest
+    python3.11 dev.py test [args]    # ruff (check, format --check) and mypy, then pytest
     python3.11 dev.py lint           # ruff and mypy only
 """
 
@@ -63,6 +63,8 @@ def main(argv: list[str]) -> int:
     if action == "start":  # no arguments: the demo (sample pipelines fed and shown)
         return run([python, "-m", "replication", "start", *(rest or ["--demo"])])
     lint = run([python, "-m", "ruff", "check", "."])
+    if lint == 0:  # formatting is not a matter of taste here: ruff format decides
+        lint = run([python, "-m", "ruff", "format", "--check", "."])
     if lint == 0:  # the package's types ([tool.mypy] in pyproject.toml)
         lint = run([python, "-m", "mypy"])
     if action == "lint" or lint != 0:

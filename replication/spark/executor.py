@@ -32,16 +32,16 @@ from typing import Any
 
 from ..messages import Message
 from ..servicebus.client import AmqpReceiver, AmqpSource, NoSessionAvailable, SourceError
+from ..tasks.error_target import ERROR_TARGET, divert_to_error_target
 from ..tasks.locks import LockKeeper
 from ..tasks.pump import PumpStats, settle_amqp
-from ..tasks.sender import AsyncSender, send_ordered
+from ..tasks.sender import AsyncSender
 from ..tasks.task import Decision, Settlement, process_batch
 from .assignment import Assignment
 from .worker import pool_for, source_for
 
 log = logging.getLogger("replication.spark")
 
-ERROR_TARGET = "error_target"
 FOLLOW_UP_WAIT = 0.2
 """Seconds a task that has received waits for the next batch before it ends."""
 SESSION_ACCEPT_WAIT = 0.2
@@ -266,7 +266,7 @@ class _Task:
             settlements = await process_batch(self.task, batch, self.senders, self.breakers)
             dead = [s for s in settlements if s.decision is Decision.DEAD_LETTER]
             if dead and ERROR_TARGET in self.targets:
-                await self.to_error_target(dead)
+                await divert_to_error_target(dead, self.task, self.senders, self.breakers)
             settle_amqp(receiver, settlements, self.stats)
             self.counts.filtered += sum(
                 1 for s in settlements if s.decision is Decision.COMPLETE and not s.outputs
@@ -274,23 +274,6 @@ class _Task:
         if late:
             self.counts.late += receiver.release(late)
         return bool(late), settlements
-
-    async def to_error_target(self, dead: list[Settlement]) -> None:
-        """Dead-letter decisions go to the pipeline's error target, as in Functions
-        (``functions.PipelineRuntime``): completed once it accepted them, else abandoned."""
-        copies = []
-        for item in dead:
-            props = dict(item.message.application_properties)
-            props["DeadLetterReason"] = item.reason
-            props["DeadLetterErrorDescription"] = item.description
-            copies.append(item.message.copy(application_properties=props, target=ERROR_TARGET))
-        result = await send_ordered(copies, self.senders, self.task.policy, self.breakers)
-        for index, item in enumerate(dead):
-            error = result.errors[index]
-            if error is None:
-                item.decision, item.outputs = Decision.COMPLETE, 1
-            else:
-                item.decision, item.description, item.error = Decision.ABANDON, repr(error), error
 
     def result(self) -> Counts:
         counts = self.counts

@@ -53,8 +53,7 @@ def decode_properties(values: Any, types: Any) -> dict[str, PropertyValue]:
     """Typed properties from the two maps (dicts, or Arrow's lists of pairs)."""
     kinds = _as_dict(types)
     return {
-        key: _decode(kinds.get(key, "string"), text, key)
-        for key, text in _as_dict(values).items()
+        key: _decode(kinds.get(key, "string"), text, key) for key, text in _as_dict(values).items()
     }
 
 
@@ -112,8 +111,10 @@ def _decode(kind: str, text: str | None, key: str) -> PropertyValue:
         raise ValueError(
             f"application property {key!r}: {text!r} is not a {kind} ({exc})"
         ) from None
-    raise ValueError(f"application property {key!r}: unknown type {kind!r} (expected one of "
-                     "string, long, double, boolean, timestamp, duration, uuid, binary, null)")
+    raise ValueError(
+        f"application property {key!r}: unknown type {kind!r} (expected one of "
+        "string, long, double, boolean, timestamp, duration, uuid, binary, null)"
+    )
 
 
 # ---------------------------------------------------------------------- rows

@@ -93,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
     path = args.dir / settings.get("REPLICATION_PIPELINES", "pipelines.yaml")
     try:
         pipeline = load_pipelines(path, settings=settings).get(args.pipeline)
+        pipeline.refuse_transactional("spark")  # executors settle outside any transaction
     except (PipelineConfigError, KeyError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -79,6 +79,22 @@ def test_spark_has_the_same_refusal_at_hand() -> None:
         transactional.refuse_transactional("spark")
 
 
+def test_the_spark_runner_refuses_a_transactional_pipeline_before_spark_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from replication.cli import main
+
+    (tmp_path / "pipelines.yaml").write_text(MIXED)
+    bus = (
+        "Endpoint=sb://localhost:5999;SharedAccessKeyName=RootManageSharedAccessKey;"
+        "SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;"
+    )
+    (tmp_path / "local.settings.json").write_text(json.dumps({"Values": {"Bus": bus}}))
+    code = main(["spark", "--pipeline", "tx-copy", "--dir", str(tmp_path), "--no-brokers"])
+    assert code == 2
+    assert "which the Spark runner cannot run" in capsys.readouterr().err
+
+
 def app_folder(folder: Path, pipelines: str) -> Path:
     folder.mkdir()
     for name in ("function_app.py", "host.json", "requirements.txt", ".funcignore"):

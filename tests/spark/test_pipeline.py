@@ -24,6 +24,7 @@ from replication.pipeline import load_pipelines
 from replication.spark.runner import SparkPipeline
 from tests.broker.conftest import REPO_ROOT, BrokerHandle, make_config
 from tests.host.support import pipeline_app, run_app, settled
+from tests.processes import Processes
 from tests.spark.support import fill, properties, received_messages
 
 pytestmark = pytest.mark.timeout(300)
@@ -62,8 +63,10 @@ def received(broker: BrokerHandle, queue: str) -> dict[str, tuple[bytes, dict[st
         props = properties(message)
         stamped = {k for k in props if k.startswith("repl-")}
         assert {"repl-enqueue-time", "repl-sequence"} <= stamped
-        out[str(message.message_id)] = (b"".join(message.body),
-                                        {k: v for k, v in props.items() if k not in stamped})
+        out[str(message.message_id)] = (
+            b"".join(message.body),
+            {k: v for k, v in props.items() if k not in stamped},
+        )
     return out
 
 
@@ -139,9 +142,10 @@ def test_a_merge_of_a_queue_and_a_topic_subscription_counts_into_the_metrics(
     assert sorted(merged) == sorted([f"o-{i}" for i in range(90)] +
                                     [f"t-{i}" for i in range(60)])  # fmt: skip
     assert broker.message_ids("rejects") == ["t-bad"]
-    with broker.client() as client, client.get_subscription_receiver(
-        "m-topic", "replicate", max_wait_time=1
-    ) as receiver:
+    with (
+        broker.client() as client,
+        client.get_subscription_receiver("m-topic", "replicate", max_wait_time=1) as receiver,
+    ):
         assert receiver.peek_messages(10) == []  # completed by the executors once sent
     after = metrics.counts("merge")
     assert after["received"] - before["received"] == 151
@@ -161,14 +165,18 @@ def test_capture_replay_sends_the_records_through_the_pipeline(
     from replication.spark.capture import CAPTURE_SCHEMA
 
     broker: BrokerHandle = broker_factory(CONFIG)
-    folder = app_folder(tmp_path, broker, """\
+    folder = app_folder(
+        tmp_path,
+        broker,
+        """\
 pipelines:
   - name: replay
     source: {connection: Bus, queue: src}
     steps:
       - filter: {condition: "keep = 1"}
     target: {connection: Bus, queue: dst}
-""")
+""",
+    )
     records = [{
         "SequenceNumber": 1000 + i, "Offset": str(i * 10),
         "EnqueuedTimeUtc": f"11/23/2026 1:{i % 60:02d}:00 PM",
@@ -197,9 +205,11 @@ pipelines:
     assert (props["keep"], props["ratio"]) == (1, 0.25)
 
 
-def spark_process(folder: Path, per_trigger: int, *args: str) -> subprocess.Popen[str]:
+def spark_process(
+    processes: Processes, folder: Path, per_trigger: int, *args: str
+) -> subprocess.Popen[str]:
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), PYSPARK_PYTHON=sys.executable)
-    return subprocess.Popen(
+    return processes.start(
         [sys.executable, "-m", "replication", "spark", "--pipeline", "copy", "--dir",
          str(folder), "--max-messages-per-trigger", str(per_trigger), *args],
         cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -207,18 +217,22 @@ def spark_process(folder: Path, per_trigger: int, *args: str) -> subprocess.Pope
 
 
 def test_a_killed_driver_loses_nothing_after_a_restart(
-    broker_factory: Any, tmp_path: Path
+    broker_factory: Any, tmp_path: Path, processes: Processes
 ) -> None:
     broker: BrokerHandle = broker_factory(CONFIG)
-    folder = app_folder(tmp_path, broker, """\
+    folder = app_folder(
+        tmp_path,
+        broker,
+        """\
 pipelines:
   - name: copy
     source: {connection: Bus, queue: src}
     target: {connection: Bus, queue: dst}
-""")
+""",
+    )
     total = 5000
     fill(broker, "src", [ServiceBusMessage(b"x" * 32, message_id=f"k-{i}") for i in range(total)])
-    first = spark_process(folder, 500)
+    first = spark_process(processes, folder, 500)
     deadline = time.monotonic() + 180
     while broker.count("dst") < 1000:
         assert first.poll() is None, first.communicate()[0][-3000:]
@@ -227,7 +241,7 @@ pipelines:
     first.send_signal(signal.SIGKILL)  # the driver dies mid-stream: nothing settles cleanly
     first.communicate(timeout=30)
     assert broker.count("src") > 0, "the first run finished before the kill"
-    second = spark_process(folder, 5000, "--available-now")
+    second = spark_process(processes, folder, 5000, "--available-now")
     output = second.communicate(timeout=240)[0]
     assert second.returncode == 0, output[-3000:]
     ids = broker.message_ids("dst")
