@@ -31,21 +31,19 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..messages import Message
-from ..servicebus.client import AmqpReceiver, AmqpSource, NoSessionAvailable, SourceError
+from ..servicebus.client import AmqpReceiver, AmqpSource, SourceError
 from ..tasks.error_target import ERROR_TARGET, divert_to_error_target
 from ..tasks.locks import LockKeeper
 from ..tasks.pump import PumpStats, settle_amqp
 from ..tasks.sender import AsyncSender
 from ..tasks.task import Decision, Settlement, process_batch
 from .assignment import Assignment
-from .worker import pool_for, source_for
+from .worker import next_sessions, pool_for, source_for
 
 log = logging.getLogger("replication.spark")
 
 FOLLOW_UP_WAIT = 0.2
 """Seconds a task that has received waits for the next batch before it ends."""
-SESSION_ACCEPT_WAIT = 0.2
-"""Seconds a session slot that already had a session waits for another one."""
 
 PipelineRefTuple = tuple[str, str, str, str | None]
 """(pipeline file text, pipeline name, settings JSON, pipeline folder): ``PipelineRef``'s
@@ -186,28 +184,22 @@ class _Task:
         """Takes next-available sessions one after another until the share is received or
         no session comes; a session is kept until it runs dry, is given back (something of
         it was abandoned) or its next message came after the cutoff."""
-        wait = self.assignment.max_wait
-        while self.remaining > 0:
-            try:
-                receiver = await source.receiver(
-                    self.assignment.path, prefetch=self.prefetch, session=True, wait=wait
-                )
-            except NoSessionAvailable:
-                return
-            except SourceError as exc:
-                self._failed(exc, "cannot accept a session of")
-                return
-            wait = SESSION_ACCEPT_WAIT
-            try:
-                async with LockKeeper(receiver) as keeper:
-                    late = await self.drain(receiver, keeper, self.assignment.max_wait)
-            except SourceError as exc:  # e.g. the session lock was lost: it comes again
-                self._failed(exc, f"session {receiver.session_id!r} failed on")
-                late = False
-            finally:
-                await receiver.close()
-            if late:
-                return  # the rest of it is late too; taking it again would only release it
+        if self.remaining <= 0:
+            return
+        path, wait = self.assignment.path, self.assignment.max_wait
+        sessions = next_sessions(source, path, self.prefetch, wait, self._failed)
+        async with contextlib.aclosing(sessions):
+            async for receiver in sessions:
+                try:
+                    async with LockKeeper(receiver) as keeper:
+                        late = await self.drain(receiver, keeper, self.assignment.max_wait)
+                except SourceError as exc:  # e.g. the session lock was lost: it comes again
+                    self._failed(exc, f"session {receiver.session_id!r} failed on")
+                    late = False
+                finally:
+                    await receiver.close()
+                if late or self.remaining <= 0:
+                    return  # late: the rest of it is too; taking it again would only release it
 
     def _failed(self, exc: SourceError, what: str) -> None:
         if not exc.retryable:

@@ -46,7 +46,6 @@ from ..servicebus.client import (
     AmqpReceiver,
     AmqpSource,
     MessageLockLost,
-    NoSessionAvailable,
     SessionLockLost,
     SourceError,
 )
@@ -55,14 +54,12 @@ from .assignment import Assignment
 from .commits import COMMITTED, OPEN, UNKNOWN
 from .options import Options
 from .rows import to_row
-from .worker import run_async, source_for
+from .worker import next_sessions, run_async, source_for
 
 log = logging.getLogger("replication.spark")
 
 FOLLOW_UP_WAIT = 0.2
 """Seconds a read that has messages waits for more before it ends."""
-SESSION_ACCEPT_WAIT = 0.2
-"""Seconds a session slot that already had a session waits for another one."""
 LONG_POLL = 10.0
 """Seconds one verdict request may wait at the service."""
 REGISTER_FOR = 10.0
@@ -150,24 +147,18 @@ class Reading:
     async def _session_slot(self, source: AmqpSource) -> None:
         """Accepts next-available sessions one after another while the share lasts; each
         session that gave messages is held until the commit."""
-        wait = self.assignment.max_wait
-        while self.remaining > 0:
-            try:
-                receiver = await source.receiver(
-                    self.assignment.path, prefetch=self.prefetch, session=True, wait=wait
-                )
-            except NoSessionAvailable:
-                return
-            except SourceError as exc:
-                self._failed(exc, "cannot accept a session of")
-                return
-            wait = SESSION_ACCEPT_WAIT
-            held = self._keep(receiver)
-            late = await self._drain(held, self.assignment.max_wait)
-            if not held.messages:
-                await self._drop(held)
-            if late:
-                return  # the rest of it is late too
+        if self.remaining <= 0:
+            return
+        path, wait = self.assignment.path, self.assignment.max_wait
+        sessions = next_sessions(source, path, self.prefetch, wait, self._failed)
+        async with contextlib.aclosing(sessions):
+            async for receiver in sessions:
+                held = self._keep(receiver)
+                late = await self._drain(held, self.assignment.max_wait)
+                if not held.messages:
+                    await self._drop(held)
+                if late or self.remaining <= 0:
+                    return  # late: the rest of it is too
 
     def _keep(self, receiver: AmqpReceiver) -> _Held:
         held = _Held(receiver, LockKeeper(receiver).start())

@@ -15,16 +15,23 @@ task slot, so module globals live across the tasks a worker runs. Each worker ke
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Hashable
+from collections.abc import AsyncGenerator, Callable, Coroutine, Hashable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..servicebus.client import NoSessionAvailable, SourceError
+
 if TYPE_CHECKING:
-    from ..servicebus.client import AmqpSource
+    from ..servicebus.client import AmqpReceiver, AmqpSource
     from ..tasks.breaker import Breakers
     from ..tasks.targets import SendBackend, SenderPool, Target
     from .intake import LoopThread
 
 T = TypeVar("T")
+
+SESSION_ACCEPT_WAIT = 0.2
+"""Seconds to wait for one more next-available session once a slot has had one (the first
+wait is the assignment's): sessions that are there come at once, and a slot whose entity
+has no other free session should end, not idle."""
 
 _LOOP: LoopThread | None = None
 _POOLS: dict[Hashable, tuple[SenderPool, Breakers]] = {}
@@ -64,3 +71,23 @@ def source_for(connection_string: str) -> AmqpSource:
 
         source = _SOURCES[connection_string] = AmqpSource.from_connection_string(connection_string)
     return source
+
+
+async def next_sessions(
+    source: AmqpSource, path: str, prefetch: int, first_wait: float,
+    failed: Callable[[SourceError, str], None],
+) -> AsyncGenerator[AmqpReceiver]:  # fmt: skip
+    """Next-available sessions of ``path``, one after another, until none comes in time or
+    accepting one fails (``failed`` hears of it, and may raise); the caller stops when its
+    share is taken, and closes or keeps each receiver."""
+    wait = first_wait
+    while True:
+        try:
+            receiver = await source.receiver(path, prefetch=prefetch, session=True, wait=wait)
+        except NoSessionAvailable:
+            return
+        except SourceError as exc:
+            failed(exc, "cannot accept a session of")
+            return
+        wait = SESSION_ACCEPT_WAIT
+        yield receiver
