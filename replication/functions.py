@@ -104,8 +104,11 @@ class PipelineRuntime:
             dead = [s for s in settlements if s.decision is Decision.DEAD_LETTER]
             if dead and ERROR_TARGET in self.targets:
                 await divert_to_error_target(dead, self.task, self._pool, self.breakers)
-        # a plain source's function is registered with auto-complete (see the module)
-        failures = await asyncio.to_thread(_settle_all, actions, settlements, not sessions)
+        # a plain source's function is registered with auto-complete (see the module): a
+        # batch that only completes leaves everything to the host, no thread hop needed
+        failures: list[str] = []
+        if sessions or any(s.decision is not Decision.COMPLETE for s in settlements):
+            failures = await asyncio.to_thread(_settle_all, actions, settlements, not sessions)
         self._count(settlements)
         if failures and not sessions:
             raise SettlementsFailed(failures)

@@ -213,7 +213,7 @@ class LockKeeper:
             return now + IDLE_LOOK
         self._session_given_up = False
         if now >= renew_at:
-            until = await self._renew_locks([])
+            until = await renew_on(self.management, self.receiver, [])
             self._session_renewed, self._session_until = now, until.timestamp()
             self.receiver.session_locked_until = until
             self.renewals += 1
@@ -251,7 +251,7 @@ class LockKeeper:
             return
         messages = [self._held[t].message for t in tokens]
         try:
-            until = await self._renew_locks(messages)
+            until = await renew_on(self.management, self.receiver, messages)
         except SourceError as exc:
             if exc.retryable and not lock_lost(exc):
                 raise
@@ -268,9 +268,6 @@ class LockKeeper:
             held = self._held.get(token)
             if held is not None:
                 held.renewed, held.until = now, max(until.timestamp(), now + 1.0)
-
-    async def _renew_locks(self, messages: list[Message]) -> datetime:
-        return await renew_on(self.management, self.receiver, messages)
 
     async def _wait(self, seconds: float) -> None:
         """Until ``seconds`` passed or something was held. The helpers are cancelled, not
