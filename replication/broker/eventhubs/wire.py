@@ -1,0 +1,78 @@
+"""Event Hubs event layout on the wire: what the broker keeps of a sent event, and the
+delivery a consumer gets.
+
+An event is kept as the sender's message-annotations (its partition key among them) and its
+bare message byte for byte; a delivery is a message-annotations section with the service's
+``x-opt-sequence-number`` (long), ``x-opt-offset`` (string), ``x-opt-enqueued-time``
+(timestamp) appended to the sender's entries, then the same bare bytes. Nothing is
+re-encoded on the way through.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from ...amqp import codec, scan
+from ...amqp.types import symbol
+from ...servicebus.symbols import ENQUEUED_TIME, PARTITION_KEY, SEQUENCE_NUMBER
+from .. import wire
+from .log import Event
+
+OFFSET = symbol("x-opt-offset")
+_SERVICE_KEYS = frozenset({SEQUENCE_NUMBER, ENQUEUED_TIME, OFFSET})
+"""What the service stamps on delivery: a sender's own values are dropped."""
+_ANNOTATIONS_SECTION = b"\x00\x53\x72"
+
+
+def partition_key_of(annotations: dict[Any, Any]) -> str | None:
+    """The ``x-opt-partition-key`` a sender set, as text."""
+    value = annotations.get(PARTITION_KEY)
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def stored_event(
+    message: wire.IncomingMessage, partition_key: str | None
+) -> tuple[str | None, bytes | None, bytes]:
+    """``(partition key, annotations section, bare message)`` as the log keeps an event;
+    the key the event was routed by is written into its annotations when it lacks one."""
+    annotations = {k: v for k, v in message.annotations.items() if k not in _SERVICE_KEYS}
+    key = partition_key_of(annotations)
+    if key is None and partition_key is not None:
+        annotations[PARTITION_KEY] = key = partition_key
+    section = wire.encode_annotations(annotations) if annotations else b""
+    return key, section or None, message.bare
+
+
+def _symbol(value: Any) -> bytes:
+    out = bytearray()
+    codec.encode_into(out, value)
+    return bytes(out)
+
+
+_SEQUENCE_NUMBER_KEY = _symbol(SEQUENCE_NUMBER)
+_OFFSET_KEY = _symbol(OFFSET)
+_ENQUEUED_TIME_KEY = _symbol(ENQUEUED_TIME)
+_pack_int64 = struct.Struct(">Bq").pack
+
+
+def delivery_payload(event: Event) -> bytes:
+    """The bytes a consumer receives for ``event``."""
+    count, pairs = 0, bytearray()
+    if event.annotations:
+        count, entries = scan.map_items(event.annotations, len(_ANNOTATIONS_SECTION))
+        pairs += entries
+    pairs += _SEQUENCE_NUMBER_KEY
+    pairs += _pack_int64(0x81, event.sequence_number)
+    pairs += _OFFSET_KEY
+    codec.encode_into(pairs, str(event.offset))
+    pairs += _ENQUEUED_TIME_KEY
+    pairs += _pack_int64(0x83, event.enqueued_ms)
+    out = bytearray(_ANNOTATIONS_SECTION)
+    codec.write_compound(out, pairs, count + 6, 0xC1)
+    out += event.bare
+    return bytes(out)
