@@ -8,7 +8,7 @@ tested alone: the API with ``Request`` values, the listener with any app.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
@@ -40,6 +40,9 @@ class Response:
     status: int
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
+    stream: AsyncIterator[bytes] | None = None
+    """A body sent as it comes (server-sent events), instead of ``body``; the connection
+    closes when it ends or the client goes."""
 
 
 HttpApp = Callable[[Request], Awaitable[Response]]

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from http import HTTPStatus
 
 import h11
@@ -159,6 +159,9 @@ class HttpConnection(Layer):
                 return False
         if response is None:
             response = await self._answer(request)
+        if response.stream is not None and request.method != "HEAD":
+            await self._stream(response, response.stream)
+            return False
         self._send(response, request.method)
         if self.h11.our_state is not h11.DONE or self.h11.their_state is not h11.DONE:
             return False
@@ -254,6 +257,34 @@ class HttpConnection(Layer):
             log.warning("cannot send HTTP %d: %s", status, exc)
             return
         self._write(data)
+
+    async def _stream(self, response: Response, stream: AsyncIterator[bytes]) -> None:
+        """Sends the head, then each chunk as it comes (chunked), until the stream ends, the
+        client goes or stops reading (``MAX_BODY`` unread bytes)."""
+        headers = [
+            (name, value)
+            for name, value in response.headers.items()
+            if name.lower() not in ("content-length", "transfer-encoding", "connection")
+        ]
+        headers.append(("server", SERVER))
+        status = response.status
+        head = h11.Response(status_code=status, headers=headers, reason=_reason(status))
+        try:
+            self._write(self.h11.send(head))
+            async for chunk in stream:
+                transport = self.transport
+                if transport is None or transport.is_closing():
+                    break
+                if transport.get_write_buffer_size() > MAX_BODY:
+                    log.info("HTTP stream closed: the client does not read")
+                    break
+                self._write(self.h11.send(h11.Data(data=chunk)))
+            else:
+                self._write(self.h11.send(h11.EndOfMessage()))
+        finally:
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
 
     def _refuse(self, status: int, why: str) -> None:
         """An error answer, when the state still allows one; the connection closes after."""

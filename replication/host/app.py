@@ -33,6 +33,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from .. import metrics
+from ..dashboard.threaded import serve
 from .discovery import ServiceBusTrigger, load_app, service_bus_triggers
 from .embedded import plan_brokers, start_brokers
 from .pumped import PumpRunner
@@ -58,6 +59,8 @@ class HostConfig:
     """The embedded brokers' state; None: ``<directory>/.replication``."""
     stop_grace: float = 30.0
     """Seconds a stop waits for the batches in flight before it cancels them."""
+    ui: bool = True
+    """The dashboard on the metrics port (``/``; ``replication.dashboard``)."""
 
 
 class Host:
@@ -73,6 +76,9 @@ class Host:
         self.runners: list[TriggerRunner | PumpRunner] = []
         """The triggers' runners, then the transactional pipelines' pumps."""
         self.brokers: list[Any] = []
+        self.pipeline_set: list[Any] = []
+        """The pipelines file's pipelines (the dashboard shows their targets)."""
+        self.dashboard: Any = None
         self.stop = asyncio.Event()
         self.started = time.monotonic()
         self.healthy = False
@@ -93,6 +99,7 @@ class Host:
         pipelines = None  # any function app runs, with or without a pipeline file
         if named or pipelines_path.is_file():
             pipelines = load_pipelines(pipelines_path, settings=self.settings)
+            self.pipeline_set = list(pipelines.pipelines)
         plan = plan_brokers(pipelines.pipelines if pipelines else [], self.settings)
         data_dir = self.config.data_dir or self.config.directory / ".replication"
         self.brokers = await start_brokers(plan, data_dir)
@@ -141,6 +148,8 @@ class Host:
                     log.error("trigger ended with %r", result)
             if self.config.before_stop is not None:
                 await self.config.before_stop(self)
+            if self.dashboard is not None:  # its clients close before the brokers go
+                await self.dashboard.stop()
             for broker in self.brokers:
                 await broker.stop()
             if server is not None:
@@ -185,8 +194,14 @@ class Host:
         if self.config.metrics_port is None:
             return None
         host = self
+        dashboard = self.dashboard = self._dashboard()
+        loop = asyncio.get_running_loop()
 
         class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                if dashboard is None or not serve(self, dashboard, loop):
+                    self.send_error(404)
+
             def do_GET(self) -> None:
                 if self.path.startswith("/metrics"):
                     body, kind, code = generate_latest(metrics.REGISTRY), CONTENT_TYPE_LATEST, 200
@@ -194,6 +209,8 @@ class Host:
                     ok = host.healthy
                     body = json.dumps({"status": "ok" if ok else "starting"}).encode()
                     kind, code = "application/json", 200 if ok else 503
+                elif dashboard is not None and serve(self, dashboard, loop):
+                    return
                 else:
                     body, kind, code = b"not found\n", "text/plain", 404
                 self.send_response(code)
@@ -210,7 +227,25 @@ class Host:
         threading.Thread(target=server.serve_forever, daemon=True).start()
         log.info("metrics on http://127.0.0.1:%d/metrics, health on /health",
                  self.config.metrics_port)  # fmt: skip
+        if dashboard is not None:
+            log.info("dashboard on http://127.0.0.1:%d/", self.config.metrics_port)
         return server
+
+    def _dashboard(self) -> Any:
+        """The dashboard over the embedded brokers' namespaces and the pipelines (None with
+        ``ui`` off); its sampling starts now, on the host's loop."""
+        if not self.config.ui:
+            return None
+        from ..dashboard import Dashboard, Namespace, PipelineBoard
+
+        namespaces = []
+        for broker in self.brokers:
+            names = [name for name, value in sorted(self.settings.items())
+                     if _port(value) == broker.port]  # fmt: skip
+            namespaces.append(Namespace.of_broker(broker, " / ".join(names) or None))
+        dashboard = Dashboard(namespaces, PipelineBoard(self))
+        dashboard.start()
+        return dashboard
 
 
 @contextlib.contextmanager

@@ -32,6 +32,9 @@ def add_start_arguments(parser: argparse.ArgumentParser) -> None:
         help="port of /metrics and /health (0: any free port)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no live progress table")
+    parser.add_argument(
+        "--no-ui", action="store_true", help="no dashboard on the metrics port (default: at /)"
+    )
     parser.add_argument("--log-level", default="INFO")  # fmt: skip
 
 
@@ -48,7 +51,7 @@ def run_start(args: argparse.Namespace) -> int:
     logging.getLogger("uamqp").setLevel(logging.WARNING)
     config = HostConfig(
         directory=args.dir, settings_file=args.settings, metrics_port=args.metrics_port,
-        progress=not args.no_progress,
+        progress=not args.no_progress, ui=not args.no_ui,
     )  # fmt: skip
     if args.demo:  # a fresh namespace each time: what the demo shows is what this run moved
         import shutil

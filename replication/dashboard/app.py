@@ -1,0 +1,300 @@
+"""The dashboard's HTTP side: the page, its JSON endpoints and a stream of live state.
+
+``Dashboard.handle`` answers ``Request`` values (``broker.httpapi``), so the same app runs on
+the local host's ``/metrics`` port (``threaded.py`` bridges its threads to the host's loop)
+and on the broker's own HTTP port (``python -m replication broker --ui``). Paths:
+
+* ``GET /``: the page (``static/``: plain HTML, CSS and JavaScript, nothing built or fetched);
+* ``GET /$dashboard/api/overview``: pipelines (local host), their history, each namespace's
+  entities with counts; ``GET /$dashboard/api/events``: the same as server-sent events;
+* ``GET /$dashboard/api/messages?namespace=&entity=&dead_letter=&count=&from=&session=``
+  (peek), ``.../sessions?namespace=&entity=``, ``.../session-state?...&session=``;
+* ``POST /$dashboard/api/send?namespace=&entity=`` (a test message), ``POST
+  /$dashboard/api/dead-letters/{resubmit|delete}?namespace=&entity=`` with
+  ``{"sequence_numbers": [...] | "all"}``.
+
+Names start with ``$`` as Service Bus's own resources do, so no entity path can collide.
+
+Access: bound to a loopback address, requests must come for a loopback ``Host`` (a page
+elsewhere cannot reach it by rebinding a name) and POSTs must be JSON (a form on another
+site cannot send that without the browser asking first). Bound elsewhere, every API call
+needs a SAS token (``Authorization: SharedAccessSignature ...``) of the namespace, with the
+rights Service Bus would ask for: Listen to look, Send to send, Manage to resubmit or delete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from importlib import resources
+from typing import Any
+
+from ..broker.auth import LISTEN, MANAGE, SEND, AuthorizationError, normalize_resource
+from ..broker.auth import parse_sas_token as parse_token
+from ..broker.httpapi import Request, Response
+from ..servicebus.client import EntityNotFound, SourceError
+from .namespace import DashboardError, Namespace, test_message
+from .pipelines import PipelineBoard
+
+log = logging.getLogger("replication.dashboard")
+
+PREFIX = "/$dashboard/"
+API = PREFIX + "api/"
+STATIC = PREFIX + "static/"
+TYPES = {
+    ".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml",
+}  # fmt: skip
+HttpApp = Callable[[Request], Awaitable[Response]]
+
+
+def is_loopback(host: str) -> bool:
+    return host.strip("[]") in {"127.0.0.1", "localhost", "::1"} or host.startswith("127.")
+
+
+def _json(value: Any, status: int = 200) -> Response:
+    body = json.dumps(value, default=str).encode()
+    return Response(status, {"content-type": "application/json", "cache-control": "no-store"},
+                    body)  # fmt: skip
+
+
+def _error(status: int, message: str) -> Response:
+    return _json({"error": message}, status)
+
+
+class Dashboard:
+    """The dashboard over ``namespaces`` (and the local host's pipelines, given a ``board``).
+    ``require_token``: callers must show a SAS token (the server listens beyond loopback)."""
+
+    def __init__(
+        self, namespaces: list[Namespace], board: PipelineBoard | None = None, *,
+        require_token: bool = False, interval: float = 1.0,
+    ) -> None:  # fmt: skip
+        self.namespaces = {n.name: n for n in namespaces}
+        self.board = board
+        self.require_token = require_token
+        self.interval = interval
+        self._sampler: asyncio.Task[None] | None = None
+        self._closing: asyncio.Event | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Starts sampling the pipelines' counts (call on the loop the namespaces live on)."""
+        if self.board is not None and self._sampler is None:
+            self._sampler = asyncio.get_running_loop().create_task(self._sample())
+
+    async def _sample(self) -> None:
+        assert self.board is not None
+        while True:
+            try:
+                self.board.sample()
+            except Exception:  # a bad sample must not end the history
+                log.exception("dashboard: sampling the pipelines failed")
+            await asyncio.sleep(self.board.interval)
+
+    async def stop(self) -> None:
+        """Ends the streams and the sampling, closes the namespaces' clients."""
+        self._closed().set()
+        if self._sampler is not None:
+            self._sampler.cancel()
+            self._sampler = None
+        for namespace in self.namespaces.values():
+            await namespace.close()
+
+    def wrap(self, app: HttpApp) -> HttpApp:
+        """``app`` with the dashboard's paths answered first (the broker's management API)."""
+
+        async def handle(request: Request) -> Response:
+            response = await self.handle(request)
+            return response if response is not None else await app(request)
+
+        return handle
+
+    # ------------------------------------------------------------------ dispatch
+
+    async def handle(self, request: Request) -> Response | None:
+        """The answer to a dashboard path; None for any other path."""
+        path = request.path
+        if path not in ("/", "/$dashboard", PREFIX) and not path.startswith(PREFIX):
+            return None
+        refused = self._refuse(request)
+        if refused is not None:
+            return refused
+        if not path.startswith(API):
+            return self._static(request)
+        try:
+            return await self._api(request, path[len(API) :])
+        except DashboardError as exc:
+            return _error(exc.status, str(exc))
+        except AuthorizationError as exc:
+            return _error(401, exc.description)
+        except EntityNotFound as exc:
+            return _error(404, str(exc))
+        except SourceError as exc:
+            return _error(502, str(exc))
+
+    def _refuse(self, request: Request) -> Response | None:
+        host = request.headers.get("host", "").rpartition(":")[0] or request.headers.get("host")
+        if not self.require_token and host and not is_loopback(host):
+            return _error(403, f"this dashboard answers for localhost only, not {host!r}")
+        if request.method == "POST":
+            kind = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+            if kind != "application/json":
+                return _error(415, "POST bodies must be application/json")
+        return None
+
+    def _static(self, request: Request) -> Response:
+        if request.method not in ("GET", "HEAD"):
+            return _error(405, "GET only")
+        name = request.path[len(STATIC) :] if request.path.startswith(STATIC) else "index.html"
+        kind = TYPES.get("." + name.rpartition(".")[2])
+        folder = resources.files(__package__).joinpath("static")
+        if "/" in name or kind is None or not folder.joinpath(name).is_file():
+            return _error(404, f"no such file: {name}")
+        body = folder.joinpath(name).read_bytes()
+        return Response(200, {"content-type": kind, "cache-control": "no-cache"}, body)
+
+    async def _api(self, request: Request, route: str) -> Response:
+        query = request.query
+        get = request.method in ("GET", "HEAD")
+        if route == "overview" and get:
+            self._authorize(request, None, "", LISTEN)
+            return _json(await self.overview(history=True))
+        if route == "events" and get:
+            self._authorize(request, None, "", LISTEN)
+            return Response(200, {
+                "content-type": "text/event-stream", "cache-control": "no-store",
+                "x-accel-buffering": "no",
+            }, stream=self.events())  # fmt: skip
+        namespace = self._namespace(query)
+        entity = query.get("entity", "").strip("/")
+        if route == "messages" and get:
+            self._authorize(request, namespace, entity, LISTEN)
+            messages = await namespace.peek(
+                entity, dead_letter=query.get("dead_letter") in ("1", "true"),
+                count=_int(query, "count", 20), from_sequence=_int(query, "from", 1),
+                session_id=query.get("session") or None,
+            )  # fmt: skip
+            return _json({"messages": messages})
+        if route == "sessions" and get:
+            self._authorize(request, namespace, entity, LISTEN)
+            return _json({"sessions": await namespace.sessions(entity)})
+        if route == "session-state" and get:
+            self._authorize(request, namespace, entity, LISTEN)
+            session = query.get("session")
+            if not session:
+                raise DashboardError("session: which session")
+            return _json({"session": session,
+                          "state": await namespace.session_state(entity, session)})  # fmt: skip
+        if request.method != "POST":
+            return _error(404 if route not in _POSTS else 405, f"no such endpoint: {route}")
+        body = _body(request)
+        if route == "send":
+            self._authorize(request, namespace, entity, SEND)
+            message = test_message(body)
+            await namespace.send(entity, message)
+            return _json({"sent": message.message_id, "entity": entity})
+        if route in ("dead-letters/resubmit", "dead-letters/delete"):
+            self._authorize(request, namespace, entity, MANAGE)
+            numbers = body.get("sequence_numbers")
+            if numbers == "all":
+                numbers = await namespace.dead_letter_numbers(entity)
+            if not isinstance(numbers, list) or not all(
+                isinstance(n, int) and not isinstance(n, bool) for n in numbers
+            ):
+                raise DashboardError('sequence_numbers: a list of integers, or "all"')
+            result = await namespace.settle_dead_letters(
+                entity, numbers, resubmit=route.endswith("resubmit"),
+                new_message_ids=bool(body.get("new_message_ids")),
+            )  # fmt: skip
+            return _json(result)
+        return _error(404, f"no such endpoint: {route}")
+
+    def _namespace(self, query: dict[str, str]) -> Namespace:
+        name = query.get("namespace", "")
+        namespace = self.namespaces.get(name)
+        if namespace is None:
+            known = ", ".join(sorted(self.namespaces)) or "none"
+            raise DashboardError(f"no namespace {name!r} here (known: {known})", 404)
+        return namespace
+
+    def _authorize(self, request: Request, namespace: Namespace | None, entity: str,
+                   right: str) -> None:  # fmt: skip
+        """With ``require_token``: the caller's SAS token must hold ``right`` over ``entity``
+        of ``namespace`` (or, for namespace-wide views, over any namespace here)."""
+        if not self.require_token:
+            return
+        token = request.headers.get("authorization", "")
+        if not token:
+            raise AuthorizationError(description="a SAS token is required (Authorization header)")
+        problem = "no namespace"
+        for candidate in [namespace] if namespace is not None else self.namespaces.values():
+            try:
+                host = normalize_resource(parse_token(token).resource).partition("/")[0]
+                now = candidate.clock.time() if candidate.clock is not None else time.time()
+                grant = candidate.authorizer.validate(token, f"{host}/{entity}".rstrip("/"), now)
+                candidate.authorizer.check(grant, right, entity)
+                return
+            except AuthorizationError as exc:
+                problem = exc.description
+        raise AuthorizationError(description=problem)
+
+    # ------------------------------------------------------------------ state
+
+    async def overview(self, history: bool = False) -> dict[str, Any]:
+        """Pipelines (with their history when asked) and every namespace's entities."""
+        namespaces = []
+        for namespace in self.namespaces.values():
+            item: dict[str, Any] = {"name": namespace.name, "host": namespace.host}
+            try:
+                item.update(await namespace.entities())
+            except Exception as exc:  # one namespace not answering must not hide the rest
+                item["error"] = str(exc)
+            namespaces.append(item)
+        state: dict[str, Any] = {
+            "time": time.time(), "namespaces": namespaces,
+            "pipelines": self.board.describe() if self.board is not None else None,
+            "auth": {"token_required": self.require_token},
+        }  # fmt: skip
+        if history and self.board is not None:
+            state["history"] = self.board.history()
+        return state
+
+    async def events(self) -> AsyncIterator[bytes]:
+        """Server-sent events: the overview every ``interval`` seconds, until the client goes."""
+        closing = self._closed()
+        while not closing.is_set():
+            state = await self.overview()
+            yield f"event: state\ndata: {json.dumps(state, default=str)}\n\n".encode()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(closing.wait(), self.interval)
+
+    def _closed(self) -> asyncio.Event:
+        if self._closing is None:
+            self._closing = asyncio.Event()
+        return self._closing
+
+
+_POSTS = ("send", "dead-letters/resubmit", "dead-letters/delete")
+
+
+def _int(query: dict[str, str], name: str, default: int) -> int:
+    try:
+        return int(query.get(name, default))
+    except ValueError:
+        raise DashboardError(f"{name}: a whole number") from None
+
+
+def _body(request: Request) -> dict[str, Any]:
+    try:
+        body = json.loads(request.body or b"{}")
+    except ValueError as exc:
+        raise DashboardError(f"the body is not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise DashboardError("the body must be a JSON object")
+    return body
