@@ -152,6 +152,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--fsync", action="store_true",
         help="fsync every commit (survives power loss, slower); default survives process crashes",
     )  # fmt: skip
+    parser.add_argument(
+        "--ui", action="store_true",
+        help="serve the dashboard (entities, messages, dead letters) on the HTTP port, at /",
+    )  # fmt: skip
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (INFO)")
 
 
@@ -192,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: cannot open data dir {args.data_dir}: {exc}", file=sys.stderr)
         return 2
     try:
-        asyncio.run(_serve(broker))
+        asyncio.run(_serve(broker, ui=args.ui))
     except ssl.SSLError as exc:  # a certificate or key that does not load
         print(f"error: TLS certificate {args.tls_cert}: {exc}", file=sys.stderr)
         return 2
@@ -234,18 +238,37 @@ def http_port(args: argparse.Namespace) -> int | None:
     return DEFAULT_HTTP_PORT
 
 
-async def _serve(broker: Broker) -> None:
+async def _serve(broker: Broker, ui: bool = False) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     await broker.start()
+    dashboard = serve_dashboard(broker) if ui else None
     try:
         await stop.wait()
     finally:
         log.info("stopping")
+        if dashboard is not None:
+            await dashboard.stop()
         await broker.stop()
+
+
+def serve_dashboard(broker: Broker) -> Any:
+    """The dashboard on the broker's HTTP side (its paths answered before the management
+    API's); off loopback every call needs a SAS token of the namespace."""
+    from ..dashboard import Dashboard, Namespace
+    from ..dashboard.app import is_loopback
+
+    dashboard = Dashboard([Namespace.of_broker(broker)], require_token=not is_loopback(broker.host))
+    broker.http_app = dashboard.wrap(broker.http_app)
+    where = "localhost" if broker.host in ("0.0.0.0", "::", "") else broker.host
+    if broker.http_port is not None:
+        log.info("dashboard on http://%s:%d/", where, broker.http_port)
+    else:
+        log.info("dashboard on https://%s:%d/ (no plain HTTP port)", where, broker.port)
+    return dashboard
 
 
 def main(argv: list[str] | None = None) -> int:
