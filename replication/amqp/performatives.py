@@ -21,7 +21,11 @@ ROLE_SENDER = False
 ROLE_RECEIVER = True
 
 
-# untrimmed: the azure-servicebus SDK reads an error's info as element 2 of the list
+# Performatives, their termini and errors go out untrimmed (every field, trailing nulls
+# too): the azure-servicebus SDK reads an error's info as element 2 of the list, and the
+# azure-eventhub SDK's pyamqp (5.15.1) indexes begin, attach, source, target and transfer
+# fields by position without padding a short list (a transfer's payload is appended after
+# the fields it got, so a trimmed transfer loses it).
 @composite(0x1D, "amqp:error:list", trim=False)
 @dataclass(slots=True)
 class Error:
@@ -30,7 +34,7 @@ class Error:
     info: dict[Any, Any] | None = amqp_field("fields")
 
 
-@composite(0x10, "amqp:open:list")
+@composite(0x10, "amqp:open:list", trim=False)
 @dataclass(slots=True)
 class Open:
     container_id: str = amqp_field("string", mandatory=True)
@@ -45,7 +49,7 @@ class Open:
     properties: dict[Any, Any] | None = amqp_field("fields")
 
 
-@composite(0x11, "amqp:begin:list")
+@composite(0x11, "amqp:begin:list", trim=False)
 @dataclass(slots=True)
 class Begin:
     remote_channel: int | None = amqp_field("ushort")
@@ -58,7 +62,7 @@ class Begin:
     properties: dict[Any, Any] | None = amqp_field("fields")
 
 
-@composite(0x12, "amqp:attach:list")
+@composite(0x12, "amqp:attach:list", trim=False)
 @dataclass(slots=True)
 class Attach:
     name: str = amqp_field("string", mandatory=True)
@@ -77,7 +81,7 @@ class Attach:
     properties: dict[Any, Any] | None = amqp_field("fields")
 
 
-@composite(0x13, "amqp:flow:list")
+@composite(0x13, "amqp:flow:list", trim=False)
 @dataclass(slots=True)
 class Flow:
     next_incoming_id: int | None = amqp_field("uint")
@@ -93,7 +97,7 @@ class Flow:
     properties: dict[Any, Any] | None = amqp_field("fields")
 
 
-@composite(0x14, "amqp:transfer:list")
+@composite(0x14, "amqp:transfer:list", trim=False)
 @dataclass(slots=True)
 class Transfer:
     handle: int = amqp_field("uint", mandatory=True)
@@ -109,7 +113,7 @@ class Transfer:
     batchable: bool = amqp_field("boolean", default=False)
 
 
-@composite(0x15, "amqp:disposition:list")
+@composite(0x15, "amqp:disposition:list", trim=False)
 @dataclass(slots=True)
 class Disposition:
     role: bool = amqp_field("boolean", mandatory=True)
@@ -120,7 +124,7 @@ class Disposition:
     batchable: bool = amqp_field("boolean", default=False)
 
 
-@composite(0x16, "amqp:detach:list")
+@composite(0x16, "amqp:detach:list", trim=False)
 @dataclass(slots=True)
 class Detach:
     handle: int = amqp_field("uint", mandatory=True)
@@ -128,13 +132,13 @@ class Detach:
     error: Error | None = amqp_field("*", requires=Error)
 
 
-@composite(0x17, "amqp:end:list")
+@composite(0x17, "amqp:end:list", trim=False)
 @dataclass(slots=True)
 class End:
     error: Error | None = amqp_field("*", requires=Error)
 
 
-@composite(0x18, "amqp:close:list")
+@composite(0x18, "amqp:close:list", trim=False)
 @dataclass(slots=True)
 class Close:
     error: Error | None = amqp_field("*", requires=Error)

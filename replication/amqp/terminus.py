@@ -13,7 +13,7 @@ DURABLE_CONFIGURATION = 1
 DURABLE_UNSETTLED_STATE = 2
 
 
-@composite(0x28, "amqp:source:list")
+@composite(0x28, "amqp:source:list", trim=False)  # see performatives.Error
 @dataclass(slots=True)
 class Source:
     address: Any = amqp_field("*")
@@ -29,7 +29,7 @@ class Source:
     capabilities: tuple[str, ...] | None = amqp_field("symbol", multiple=True)
 
 
-@composite(0x29, "amqp:target:list")
+@composite(0x29, "amqp:target:list", trim=False)  # see performatives.Error
 @dataclass(slots=True)
 class Target:
     address: Any = amqp_field("*")
