@@ -13,21 +13,20 @@ three deliberate differences:
 * a namespace may list ``AuthorizationRules``; without them the emulator's well-known
   ``RootManageSharedAccessKey`` / ``SAS_KEY_VALUE`` rule applies.
 
-Every mistake is reported as a ``ConfigError`` naming the file, the property path, the line
-where we can find it, and what is wrong, with a "did you mean" for misspelt names.
+Every mistake is reported as a ``ConfigError`` (``replication.configproblems``, shared with
+the pipeline files) naming the file, the line and column, the property path and what is
+wrong, with a "did you mean" for misspelt names.
 """
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar, get_args
+from typing import Annotated, Literal, TypeVar
 
 import isodate
 from pydantic import (
@@ -43,14 +42,23 @@ from pydantic import (
     model_validator,
 )
 from pydantic.alias_generators import to_pascal
-from pydantic_core import PydanticCustomError
 
 from .. import sqlfilter
-from ..jsonlocations import json_locations, line_column
+from ..configproblems import (
+    JSON,
+    ConfigError,
+    Loc,
+    Positions,
+    Problem,
+    did_you_mean,
+    format_loc,
+    json_positions,
+    located_problems,
+    read_text,
+    validation_problems,
+)
 from .auth import EMULATOR_RULE, SharedAccessRule
 from .queue import DEFAULT_MAX_SIZE_MB
-
-Loc = tuple[str | int, ...]
 
 # Azure Service Bus limits and defaults (the emulator's are narrower; we accept Azure's).
 MIN_LOCK_DURATION = timedelta(seconds=5)
@@ -481,10 +489,7 @@ class Namespace(_Model):
     def _check_references(self) -> Namespace:
         problems = _namespace_problems(self)
         if problems:
-            summary = "; ".join(f"{format_loc(loc)}: {reason}" for loc, reason in problems)
-            raise PydanticCustomError(
-                "namespace_semantics", "{summary}", {"summary": summary, "problems": problems}
-            )
+            raise located_problems(problems)
         return self
 
 
@@ -543,17 +548,6 @@ def _find(items: Iterable[_Named], name: str) -> _Named | None:
 # ---------------------------------------------------------------------- cross-entity checks
 
 
-def _did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """`` (did you mean 'X'?)`` for a near miss, else ``""``."""
-    folded: dict[str, str] = {}
-    for choice in choices:
-        folded.setdefault(choice.lower(), choice)
-    if word.lower() in folded:
-        return f"; did you mean {folded[word.lower()]!r}? (case matters here)"
-    close = difflib.get_close_matches(word.lower(), list(folded), n=1, cutoff=0.6)
-    return f"; did you mean {folded[close[0]]!r}?" if close else ""
-
-
 def _namespace_problems(namespace: Namespace) -> list[tuple[Loc, str]]:
     """Checks that need the whole namespace: unique names and forwarding targets."""
     problems: list[tuple[Loc, str]] = []
@@ -604,7 +598,7 @@ def _namespace_problems(namespace: Namespace) -> list[tuple[Loc, str]]:
             if target.lower() not in names:
                 problems.append((where, (
                     f"{target!r} is not a queue or topic in namespace {namespace.name!r}"
-                    + _did_you_mean(target, spelled)
+                    + did_you_mean(target, spelled)
                 )))  # fmt: skip
             elif owner is not None and target.lower() == owner.lower():
                 problems.append((where, f"queue {owner!r} cannot forward to itself"))
@@ -667,61 +661,12 @@ def _forwarding_loops(namespace: Namespace) -> list[tuple[Loc, str]]:
 # ---------------------------------------------------------------------- loading
 
 
-@dataclass(frozen=True, slots=True)
-class ConfigProblem:
-    """One thing wrong with a config file, located as precisely as we could."""
-
-    field: str
-    """The property path, e.g. ``UserConfig.Namespaces[0].Queues[2].Properties.LockDuration``;
-    empty for problems with the document itself (unreadable, not JSON)."""
-    reason: str
-    line: int | None = None
-    column: int | None = None
-    context: str = ""
-    """The named entities along the path, e.g. ``topic 'orders' / subscription 'audit'``."""
-
-    def render(self, source: str) -> str:
-        where = source
-        if self.line is not None:
-            where += f":{self.line}"
-            if self.column is not None:
-                where += f":{self.column}"
-        text = f"{where}: {self.field}: {self.reason}" if self.field else f"{where}: {self.reason}"
-        return f"{text} (in {self.context})" if self.context else text
-
-
-class ConfigError(ValueError):
-    """A config file that cannot be used; the message lists every problem found."""
-
-    def __init__(self, source: str, problems: Sequence[ConfigProblem]) -> None:
-        self.source = source
-        self.problems = tuple(problems)
-        if len(self.problems) == 1:
-            message = self.problems[0].render(source)
-        else:
-            lines = [f"{source}: {len(self.problems)} configuration problems:"]
-            lines += [f"  {problem.render(source)}" for problem in self.problems]
-            message = "\n".join(lines)
-        super().__init__(message)
-
-
 def load_config(path: str | Path, *, environ: Mapping[str, str] | None = None) -> BrokerConfig:
     """Read and validate a Config.json; raises ``ConfigError`` on any problem.
 
     ``environ`` replaces ``os.environ`` for ``KeyEnvironmentVariable`` look-ups.
     """
-    source = str(path)
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        reason = f"cannot read the file: {exc.strerror or exc}"
-        raise ConfigError(source, [ConfigProblem("", reason)]) from None
-    try:
-        text = raw.decode("utf-8-sig")  # editors on Windows like to add a BOM
-    except UnicodeDecodeError as exc:
-        reason = f"not UTF-8 text ({exc.reason} at byte {exc.start})"
-        raise ConfigError(source, [ConfigProblem("", reason)]) from None
-    return load_config_text(text, source, environ=environ)
+    return load_config_text(read_text(path), str(path), environ=environ)
 
 
 def load_config_text(
@@ -731,54 +676,36 @@ def load_config_text(
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        problem = ConfigProblem("", f"invalid JSON: {exc.msg}", exc.lineno, exc.colno)
-        raise ConfigError(source, [problem]) from None
+        problem = Problem(source, "", f"invalid JSON: {exc.msg}", exc.lineno, exc.colno)
+        raise ConfigError([problem]) from None
     try:
-        where = _SourceMap.of(text)
+        positions, duplicates = json_positions(source, text)
     except Exception:  # line numbers are a nicety; never fail a load over them
-        where = _SourceMap()
-    if where.duplicates:
-        raise ConfigError(source, [
-            ConfigProblem(
-                format_loc(loc), f"property {loc[-1]!r} appears more than once",
-                *where.line_column(offset), context=_context(loc, data),
-            )
-            for loc, offset in where.duplicates
-        ])  # fmt: skip
-    return _validate(data, source, environ, where)
+        positions, duplicates = Positions(source), []
+    if duplicates:
+        raise positions.error(
+            [(loc, f"property {loc[-1]!r} appears more than once") for loc in duplicates],
+            lambda loc: _context(loc, data),
+        )
+    return _validate(data, positions, environ)
 
 
 def parse_config(
     data: object, source: str = "<config>", *, environ: Mapping[str, str] | None = None
 ) -> BrokerConfig:
     """Validate an already-parsed Config.json (a dict), e.g. one built in a test."""
-    return _validate(data, source, environ, _SourceMap())
+    return _validate(data, Positions(source), environ)
 
 
 def _validate(
-    data: object, source: str, environ: Mapping[str, str] | None, where: _SourceMap
+    data: object, positions: Positions, environ: Mapping[str, str] | None
 ) -> BrokerConfig:
     context = {"environ": os.environ if environ is None else environ}
     try:
         return BrokerConfig.model_validate(data, context=context)
     except ValidationError as exc:
-        problems: list[ConfigProblem] = []
-        for error in exc.errors(include_url=False):
-            loc: Loc = tuple(error["loc"])
-            if error["type"] == "namespace_semantics":
-                for relative, reason in error["ctx"]["problems"]:
-                    problems.append(_problem((*loc, *relative), reason, data, where))
-            else:
-                problems.append(_problem(loc, _reason(error, loc), data, where))
-        raise ConfigError(source, problems) from None
-
-
-def format_loc(loc: Loc) -> str:
-    """``("UserConfig", "Namespaces", 0, "Name")`` -> ``UserConfig.Namespaces[0].Name``."""
-    text = ""
-    for part in loc:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text or "(document)"
+        problems = validation_problems(exc, (), data, BrokerConfig, JSON)
+        raise positions.error(problems, lambda loc: _context(loc, data)) from None
 
 
 _KINDS = {
@@ -788,11 +715,6 @@ _KINDS = {
     "Rules": "rule",
     "AuthorizationRules": "authorization rule",
 }
-
-
-def _problem(loc: Loc, reason: str, data: object, where: _SourceMap) -> ConfigProblem:
-    line, column = where.find(loc)
-    return ConfigProblem(format_loc(loc), reason, line, column, _context(loc, data))
 
 
 def _context(loc: Loc, data: object) -> str:
@@ -811,91 +733,3 @@ def _context(loc: Loc, data: object) -> str:
                 names.append(f"{_KINDS[previous]} {name!r}")
         previous = part
     return " / ".join(names)
-
-
-def _show(value: object) -> str:
-    if isinstance(value, dict):
-        return "an object"
-    if isinstance(value, list):
-        return "an array"
-    return json.dumps(value)
-
-
-def _reason(error: Mapping[str, Any], loc: Loc) -> str:
-    kind = error["type"]
-    ctx = error.get("ctx") or {}
-    value = error.get("input")
-    if kind == "extra_forbidden":
-        name = str(loc[-1])
-        allowed = _aliases_at(loc[:-1])
-        hint = _did_you_mean(name, allowed)
-        if not hint and allowed:
-            hint = f"; expected one of: {', '.join(allowed)}"
-        return f"unknown property {name!r}{hint}"
-    if kind == "missing":
-        return f"required property {loc[-1]!r} is missing"
-    if kind in ("value_error", "assertion_error"):
-        return str(ctx.get("error", error["msg"]))
-    if kind == "literal_error":
-        choices = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
-        hint = _did_you_mean(str(value), choices) if isinstance(value, str) else ""
-        return f"{_show(value)} is not one of {', '.join(map(repr, choices))}{hint}"
-    if kind in ("model_type", "dict_type", "model_attributes_type"):
-        return f"expected an object, got {_show(value)}"
-    if kind == "list_type":
-        return f"expected an array, got {_show(value)}"
-    message = str(error["msg"])
-    return f"{message[0].lower()}{message[1:]}, got {_show(value)}"
-
-
-def _aliases_at(loc: Loc) -> list[str]:
-    """The property names the model at ``loc`` accepts (for "did you mean")."""
-    model: type[BaseModel] | None = BrokerConfig
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        if model is None:
-            return []
-        info = next((f for f in model.model_fields.values() if f.alias == part), None)
-        model = _model_in(info.annotation) if info is not None else None
-    if model is None:
-        return []
-    return [str(f.alias) for f in model.model_fields.values()]
-
-
-def _model_in(annotation: object) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in get_args(annotation):
-        found = _model_in(arg)
-        if found is not None:
-            return found
-    return None
-
-
-@dataclass(slots=True)
-class _SourceMap:
-    """Where each property name and array item of a JSON document starts, by path.
-
-    Offsets come from ``replication.jsonlocations`` (shared with the pipeline files).
-    """
-
-    text: str = ""
-    offsets: dict[Loc, int] = field(default_factory=dict)
-    duplicates: list[tuple[Loc, int]] = field(default_factory=list)
-
-    def find(self, loc: Loc) -> tuple[int | None, int | None]:
-        """Line and column of ``loc``, or of its nearest located ancestor."""
-        for end in range(len(loc), -1, -1):
-            offset = self.offsets.get(loc[:end])
-            if offset is not None:
-                return self.line_column(offset)
-        return None, None
-
-    def line_column(self, offset: int) -> tuple[int, int]:
-        return line_column(self.text, offset)
-
-    @classmethod
-    def of(cls, text: str) -> _SourceMap:
-        found = json_locations(text)
-        return cls(text, found.offsets, found.duplicates)

@@ -7,7 +7,8 @@ read the same file through ``load_pipelines``. See ``README.md`` next to this fi
 
 from __future__ import annotations
 
-from .errors import PipelineConfigError, PipelineProblem
+from ..configproblems import ConfigError as PipelineConfigError
+from ..configproblems import Problem as PipelineProblem
 from .model import (
     DEFAULT_KEY,
     ERROR_TARGET_KEY,

@@ -10,38 +10,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import yaml
 
-from ..jsonlocations import json_locations, line_column
-from .errors import Loc, PipelineConfigError, PipelineProblem, format_loc
-
-
-@dataclass(slots=True)
-class Positions:
-    """Line and column (1-based) of each location in a document."""
-
-    source: str
-    marks: dict[Loc, tuple[int, int]] = field(default_factory=dict)
-
-    def find(self, loc: Loc) -> tuple[int | None, int | None]:
-        """Where ``loc`` is, or its nearest located ancestor."""
-        for end in range(len(loc), -1, -1):
-            mark = self.marks.get(loc[:end])
-            if mark is not None:
-                return mark
-        return None, None
-
-    def problem(self, loc: Loc, reason: str) -> PipelineProblem:
-        line, column = self.find(loc)
-        return PipelineProblem(self.source, line, column, format_loc(loc), reason)
-
-    def error(self, problems: list[tuple[Loc, str]]) -> PipelineConfigError:
-        """One error for all ``problems``, ordered by where they are in the file."""
-        located = [self.problem(loc, reason) for loc, reason in problems]
-        located.sort(key=lambda p: (p.line is None, p.line or 0, p.column or 0))
-        return PipelineConfigError(located)
+from ..configproblems import ConfigError, Loc, Positions, Problem, json_positions
 
 
 @dataclass(slots=True)
@@ -49,21 +21,6 @@ class Document:
     data: object
     positions: Positions
     duplicates: list[Loc] = field(default_factory=list)
-
-
-def read_text(path: str | Path) -> str:
-    """A file's text (UTF-8, a BOM tolerated); unreadable files are configuration errors."""
-    source = str(path)
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        reason = f"cannot read the file: {exc.strerror or exc}"
-        raise PipelineConfigError([PipelineProblem(source, None, None, "", reason)]) from None
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        reason = f"not UTF-8 text ({exc.reason} at byte {exc.start})"
-        raise PipelineConfigError([PipelineProblem(source, None, None, "", reason)]) from None
 
 
 def is_json(source: str) -> bool:
@@ -93,11 +50,10 @@ def _parse_yaml(text: str, source: str) -> Document:
         what = exc.problem or exc.context or "not YAML"
         line = None if mark is None else mark.line + 1
         column = None if mark is None else mark.column + 1
-        problem = PipelineProblem(source, line, column, "", f"invalid YAML: {what}")
-        raise PipelineConfigError([problem]) from None
+        problem = Problem(source, "", f"invalid YAML: {what}", line, column)
+        raise ConfigError([problem]) from None
     except yaml.YAMLError as exc:
-        problem = PipelineProblem(source, None, None, "", f"invalid YAML: {exc}")
-        raise PipelineConfigError([problem]) from None
+        raise ConfigError([Problem(source, "", f"invalid YAML: {exc}")]) from None
     finally:
         loader.dispose()
     document = Document(data, Positions(source))
@@ -143,22 +99,10 @@ def _parse_json(text: str, source: str) -> Document:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        problem = PipelineProblem(source, exc.lineno, exc.colno, "", f"invalid JSON: {exc.msg}")
-        raise PipelineConfigError([problem]) from None
-    document = Document(data, Positions(source))
+        problem = Problem(source, "", f"invalid JSON: {exc.msg}", exc.lineno, exc.colno)
+        raise ConfigError([problem]) from None
     try:
-        _walk_json(text, document)
+        positions, duplicates = json_positions(source, text)
     except Exception:  # positions are a nicety; never fail a load over them
-        document.positions.marks.clear()
-        document.duplicates.clear()
-    return document
-
-
-def _walk_json(text: str, document: Document) -> None:
-    found = json_locations(text)
-    marks = document.positions.marks
-    for loc, offset in found.offsets.items():
-        marks[loc] = line_column(text, offset)
-    for loc, offset in found.duplicates:
-        document.duplicates.append(loc)
-        marks[loc] = line_column(text, offset)  # the later one: what json kept
+        positions, duplicates = Positions(source), []
+    return Document(data, positions, duplicates)

@@ -33,6 +33,7 @@ from pydantic import (
     ValidationError,
 )
 
+from ..configproblems import Loc, Positions, did_you_mean, read_text, show, validation_problems
 from ..failover import Failover, FailoverSpec
 from ..servicebus.connection_string import namespace_of
 from ..tasks.facts import compile_condition
@@ -46,8 +47,7 @@ from ..tasks.steps import (
 )
 from ..tasks.targets import Target
 from ..tasks.task import ReplicationTask
-from .documents import Positions, parse_document, read_text
-from .errors import Loc, did_you_mean, show, validation_problems
+from .documents import parse_document
 
 NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]*$"
 MAX_NAME_LENGTH = 100

@@ -38,6 +38,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
+from ..configproblems import (
+    ConfigError,
+    Loc,
+    Positions,
+    did_you_mean,
+    read_text,
+    show,
+    validation_problems,
+)
 from ..messages import Message
 from ..tasks.editors.transcode import (
     AvroSchema,
@@ -48,8 +57,7 @@ from ..tasks.editors.transcode import (
     load_avro_schema,
 )
 from ..tasks.steps import StepConfigError, StepContext, StepFailed
-from .documents import Document, Positions, parse_document, read_text
-from .errors import Loc, PipelineConfigError, did_you_mean, show, validation_problems
+from .documents import Document, parse_document
 from .model import Pipeline, PipelineFile, load_pipelines
 
 DEFAULT_NOW = datetime(2024, 1, 1, tzinfo=UTC)
@@ -190,7 +198,7 @@ def _pipelines_file(test_file: Path, named: str | None) -> Path:
 
 def run_test_file(path: str | Path) -> SuiteResult:
     """Loads a test file and its pipeline file and runs every case. Problems with either
-    file raise ``PipelineConfigError``; a failing case is a result, not an exception."""
+    file raise ``ConfigError``; a failing case is a result, not an exception."""
     path = Path(path)
     document = parse_document(read_text(path), str(path))
     spec = _validate(document)
@@ -204,7 +212,7 @@ def run_test_file(path: str | Path) -> SuiteResult:
         line, _ = document.positions.find(("tests", index))
         try:
             result = _run_case(case, pipeline, settings, spec.now, path.parent)
-        except PipelineConfigError:
+        except ConfigError:
             raise
         except (StepConfigError, StepFailed, ValueError) as exc:  # a bad input message
             loc: Loc = ("tests", index, "input")

@@ -42,7 +42,7 @@ pipelines:
     transactional: true
 """
 REFUSED_BY_FUNCTIONS = (
-    r"pipelines\.yaml:8: pipelines\[1\]\.transactional: pipeline 'tx-copy' is transactional, "
+    r"pipelines\.yaml:8:5: pipelines\[1\]\.transactional: pipeline 'tx-copy' is transactional, "
     r"which Azure Functions cannot run \(the Functions host receives the source's messages "
     r"and settles them on its own connection, which cannot join the transaction the copies "
     r"are sent in\); it runs in the local host \(python -m replication start\) or the task "

@@ -234,10 +234,11 @@ def test_build_names_missing_settings() -> None:
     with pytest.raises(PipelineConfigError) as caught:
         pipeline.build({"SecondaryServiceBus": "no endpoint here"})
     assert str(caught.value).splitlines() == [
-        "pipelines.yaml:3: pipelines[0].source.connection: setting 'PrimaryServiceBus' is not set",
-        "pipelines.yaml:5: pipelines[0].steps[0].enrich: setting 'Region' is not set",
-        "pipelines.yaml:6: pipelines[0].target.connection: setting 'SecondaryServiceBus' does not "
-        "hold a Service Bus connection string (no 'Endpoint=')",
+        "pipelines.yaml:3:14: pipelines[0].source.connection: setting 'PrimaryServiceBus' is not "
+        "set",
+        "pipelines.yaml:5:9: pipelines[0].steps[0].enrich: setting 'Region' is not set",
+        "pipelines.yaml:6:14: pipelines[0].target.connection: setting 'SecondaryServiceBus' does "
+        "not hold a Service Bus connection string (no 'Endpoint=')",
     ]
     built = pipeline.build({**SETTINGS, "Region": "westeurope"})
     (out,) = built.task.plan(Message()).outputs

@@ -45,10 +45,10 @@ def test_validate_a_bad_file(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert result.stdout == ""
     assert result.stderr.splitlines() == [
-        f"{bad}:4: pipelines[0].steps[0].transcod: unknown step 'transcod' (did you mean "
+        f"{bad}:4:14: pipelines[0].steps[0].transcod: unknown step 'transcod' (did you mean "
         "'transcode'?)",
-        f"{bad}:5: pipelines[0].target.sessions: 'sessions' is for sources (it makes the trigger "
-        "read sessions); a target keeps each message's session id",
+        f"{bad}:5:62: pipelines[0].target.sessions: 'sessions' is for sources (it makes the "
+        "trigger read sessions); a target keeps each message's session id",
         f"{bad}: 2 problems",
     ]
 

@@ -209,23 +209,23 @@ def test_bad_test_files_are_configuration_errors(tmp_path: Path) -> None:
         run_test_file(path)
     file = str(path)
     assert str(caught.value).splitlines() == [
-        f"{file}:3: tests[0].pipeline: no pipeline named 'routr' (did you mean 'router'?)",
-        f"{file}:6: tests[1]: say what to expect: 'expect', 'expect_dead_letter' or "
+        f"{file}:3:5: tests[0].pipeline: no pipeline named 'routr' (did you mean 'router'?)",
+        f"{file}:6:5: tests[1]: say what to expect: 'expect', 'expect_dead_letter' or "
         "'expect_nothing'",
-        f"{file}:8: tests[1].source: pipeline 'router' has 1 source(s); source 1 does not exist "
+        f"{file}:8:5: tests[1].source: pipeline 'router' has 1 source(s); source 1 does not exist "
         "(sources count from 0)",
-        f"{file}:9: tests[1].input[0].json: give one of body, json, body_base64, avro, not both",
-        f"{file}:9: tests[1].input[0].target: 'target' is for expected messages",
-        f"{file}:13: tests[2].expect[0].enqueued_time: 'enqueued_time' is for input messages",
-        f"{file}:14: tests[2].expect_nothing: goes alone, not with 'expect'",
+        f"{file}:9:23: tests[1].input[0].json: give one of body, json, body_base64, avro, not both",
+        f"{file}:9:32: tests[1].input[0].target: 'target' is for expected messages",
+        f"{file}:13:15: tests[2].expect[0].enqueued_time: 'enqueued_time' is for input messages",
+        f"{file}:14:5: tests[2].expect_nothing: goes alone, not with 'expect'",
     ]
     path.write_text("tests:\n  - name: x\n    pipelin: router\n")
     with pytest.raises(PipelineConfigError) as caught:
         run_test_file(path)
     assert str(caught.value).splitlines() == [
-        f"{file}:2: tests[0].pipeline: required property 'pipeline' is missing",
-        f"{file}:2: tests[0].input: required property 'input' is missing",
-        f"{file}:3: tests[0].pipelin: unknown property 'pipelin' (did you mean 'pipeline'?)",
+        f"{file}:2:5: tests[0].pipeline: required property 'pipeline' is missing",
+        f"{file}:2:5: tests[0].input: required property 'input' is missing",
+        f"{file}:3:5: tests[0].pipelin: unknown property 'pipelin' (did you mean 'pipeline'?)",
     ]
     result = run_cli(cwd=tmp_path)
     assert result.returncode == 1

@@ -33,7 +33,7 @@ def test_unknown_property_suggests_the_right_one() -> None:
               queu: orders
             target: {connection: SecondaryServiceBus, queue: orders}
     """) == [
-        "pipelines.yaml:5: pipelines[0].source.queu: unknown property 'queu' "
+        "pipelines.yaml:5:7: pipelines[0].source.queu: unknown property 'queu' "
         "(did you mean 'queue'?)"
     ]
 
@@ -48,7 +48,7 @@ def test_misspelt_step_name_suggests_the_step() -> None:
               - transcod: {from: avro-binary, to: json}
             target: {connection: SecondaryServiceBus, queue: orders}
     """) == [
-        "pipelines.yaml:6: pipelines[0].steps[1].transcod: unknown step 'transcod' "
+        "pipelines.yaml:6:9: pipelines[0].steps[1].transcod: unknown step 'transcod' "
         "(did you mean 'transcode'?)"
     ]
 
@@ -61,7 +61,7 @@ def test_unknown_step_without_a_near_name_lists_the_steps() -> None:
             steps: [zzz]
             target: {connection: SecondaryServiceBus, queue: orders}
     """)
-    assert line.startswith("pipelines.yaml:4: pipelines[0].steps[0]: unknown step 'zzz'; known")
+    assert line.startswith("pipelines.yaml:4:13: pipelines[0].steps[0]: unknown step 'zzz'; known")
     assert "transcode" in line and "route" not in line.split("known steps:")[1]
 
 
@@ -80,13 +80,13 @@ def test_step_options_are_checked_by_the_steps_own_model() -> None:
               - dedupe: {windw: PT1M}
             target: {connection: SecondaryServiceBus, queue: orders}
     """) == [
-        "pipelines.yaml:7: pipelines[0].steps[1].transcode.from: 'avro' is not one of 'json', "
+        "pipelines.yaml:7:11: pipelines[0].steps[1].transcode.from: 'avro' is not one of 'json', "
         "'avro-binary', 'avro-single-object', 'avro-container'",
-        "pipelines.yaml:9: pipelines[0].steps[1].transcode.schema: expected a mapping, a list or "
-        "a string, got 5",
-        "pipelines.yaml:10: pipelines[0].steps[2].transcode: avro-binary needs 'schema' or "
+        "pipelines.yaml:9:11: pipelines[0].steps[1].transcode.schema: expected a mapping, a list "
+        "or a string, got 5",
+        "pipelines.yaml:10:9: pipelines[0].steps[2].transcode: avro-binary needs 'schema' or "
         "'schema_file'",
-        "pipelines.yaml:11: pipelines[0].steps[3].dedupe.windw: unknown property 'windw' "
+        "pipelines.yaml:11:18: pipelines[0].steps[3].dedupe.windw: unknown property 'windw' "
         "(did you mean 'window'?)",
     ]
 
@@ -102,7 +102,7 @@ def test_step_options_indented_wrongly() -> None:
                 to: avro-binary
             target: {connection: SecondaryServiceBus, queue: orders}
     """) == [
-        "pipelines.yaml:5: pipelines[0].steps[0].transcode: 'from', 'to' must be options of "
+        "pipelines.yaml:5:9: pipelines[0].steps[0].transcode: 'from', 'to' must be options of "
         "step 'transcode': indent them under 'transcode:'"
     ]
 
@@ -118,9 +118,9 @@ def test_a_route_step_and_a_bad_condition() -> None:
               - when: "region = = 'eu'"
                 target: {connection: SecondaryServiceBus, queue: eu}
     """) == [
-        "pipelines.yaml:5: pipelines[0].steps[0].route: 'route' is not used as a step here: give "
+        "pipelines.yaml:5:9: pipelines[0].steps[0].route: 'route' is not used as a step here: give "
         "the pipeline's 'routes' (with 'default', 'unmatched', 'route_mode')",
-        "pipelines.yaml:7: pipelines[0].routes[0].when: invalid condition: line 1, column 10: "
+        "pipelines.yaml:7:9: pipelines[0].routes[0].when: invalid condition: line 1, column 10: "
         "expected an expression but found '='",
     ]
 
@@ -141,18 +141,18 @@ def test_sources_and_targets_must_be_well_formed() -> None:
           - name: c
             sources: []
     """) == [
-        "pipelines.yaml:3: pipelines[0].source.topic: reading from topic 'events' needs "
+        "pipelines.yaml:3:45: pipelines[0].source.topic: reading from topic 'events' needs "
         "'subscription' (the subscription of the topic to read)",
-        "pipelines.yaml:4: pipelines[0].target.sessions: 'sessions' is for sources (it makes the "
-        "trigger read sessions); a target keeps each message's session id",
-        "pipelines.yaml:5: pipelines[0].routes: give 'target' or 'routes', not both",
-        "pipelines.yaml:7: pipelines[0].routes[0].target.subscription: a route target is a queue "
-        "or a topic: messages cannot be sent to a subscription",
-        "pipelines.yaml:9: pipelines[1].source.topic: give 'queue' or 'topic', not both",
-        "pipelines.yaml:10: pipelines[1].default: 'default' goes with 'routes'",
-        "pipelines.yaml:11: pipelines[1].target: the target needs 'queue' or 'topic'",
+        "pipelines.yaml:4:57: pipelines[0].target.sessions: 'sessions' is for sources (it makes "
+        "the trigger read sessions); a target keeps each message's session id",
+        "pipelines.yaml:5:5: pipelines[0].routes: give 'target' or 'routes', not both",
+        "pipelines.yaml:7:61: pipelines[0].routes[0].target.subscription: a route target is a "
+        "queue or a topic: messages cannot be sent to a subscription",
+        "pipelines.yaml:9:55: pipelines[1].source.topic: give 'queue' or 'topic', not both",
+        "pipelines.yaml:10:5: pipelines[1].default: 'default' goes with 'routes'",
+        "pipelines.yaml:11:5: pipelines[1].target: the target needs 'queue' or 'topic'",
         # a pipeline with a structural problem gets its other checks once that is fixed
-        "pipelines.yaml:13: pipelines[2].sources: must not be empty",
+        "pipelines.yaml:13:5: pipelines[2].sources: must not be empty",
     ]
 
 
@@ -177,12 +177,12 @@ def test_names_must_be_valid_and_unique() -> None:
             source: {connection: PrimaryServiceBus, queue: e}
             target: {connection: SecondaryServiceBus, queue: e}
     """) == [
-        "pipelines.yaml:5: pipelines[1].name: duplicate pipeline name 'Orders': pipelines[0] is "
+        "pipelines.yaml:5:5: pipelines[1].name: duplicate pipeline name 'Orders': pipelines[0] is "
         "already named 'orders' (names are case-insensitive)",
-        "pipelines.yaml:13: pipelines[3].name: function name 'merge_2' of pipeline 'merge-2' is "
+        "pipelines.yaml:13:5: pipelines[3].name: function name 'merge_2' of pipeline 'merge-2' is "
         "also the function name of pipeline 'merge' (pipelines[2]): rename one",
-        "pipelines.yaml:16: pipelines[4].name: '2nd' is not a valid pipeline name: a letter, then "
-        "letters, digits, '-' or '_', at most 100 characters",
+        "pipelines.yaml:16:5: pipelines[4].name: '2nd' is not a valid pipeline name: a letter, "
+        "then letters, digits, '-' or '_', at most 100 characters",
     ]
 
 
@@ -195,10 +195,10 @@ def test_connections_are_setting_names_not_secrets() -> None:
               queue: orders
             target: {connection: "", queue: orders}
     """) == [
-        "pipelines.yaml:4: pipelines[0].source.connection: give the NAME of the app setting that "
+        "pipelines.yaml:4:7: pipelines[0].source.connection: give the NAME of the app setting that "
         "holds the connection string, not the connection string itself (keep secrets out of "
         "this file)",
-        "pipelines.yaml:6: pipelines[0].target.connection: must name the app setting that holds "
+        "pipelines.yaml:6:14: pipelines[0].target.connection: must name the app setting that holds "
         "the connection string",
     ]
 
@@ -213,9 +213,9 @@ def test_error_routes_need_an_error_target() -> None:
               - filter: {condition: "a = 1", on_error: route, error_target: errors}
             target: {connection: SecondaryServiceBus, queue: orders}
     """) == [
-        "pipelines.yaml:5: pipelines[0].steps[0].validate.on_error: on_error 'route' needs an "
+        "pipelines.yaml:5:49: pipelines[0].steps[0].validate.on_error: on_error 'route' needs an "
         "error target: set the pipeline's 'error_target' (or this step's)",
-        "pipelines.yaml:6: pipelines[0].steps[1].filter.error_target: expected an endpoint "
+        "pipelines.yaml:6:55: pipelines[0].steps[1].filter.error_target: expected an endpoint "
         "({connection: ..., queue: ...}); leave it out to use the pipeline's error_target",
     ]
 
@@ -238,9 +238,9 @@ def test_routing_options_that_contradict_each_other() -> None:
             default: {connection: SecondaryServiceBus, queue: other}
             unmatched: drop
     """) == [
-        "pipelines.yaml:8: pipelines[0].unmatched: 'dead_letter' is not one of 'drop', "
+        "pipelines.yaml:8:5: pipelines[0].unmatched: 'dead_letter' is not one of 'drop', "
         "'dead-letter' (did you mean 'dead-letter'?)",
-        "pipelines.yaml:15: pipelines[1].unmatched: 'unmatched' has no effect when 'default' is "
+        "pipelines.yaml:15:5: pipelines[1].unmatched: 'unmatched' has no effect when 'default' is "
         "set (messages no route takes go to the default)",
     ]
 
@@ -259,9 +259,9 @@ def test_a_target_that_is_the_source_would_loop() -> None:
             target: {connection: PrimaryServiceBus, topic: t}
             loop_guard: true
     """) == [
-        "pipelines.yaml:4: pipelines[0].target: the target is the source queue 'orders': every "
+        "pipelines.yaml:4:5: pipelines[0].target: the target is the source queue 'orders': every "
         "message would come back",
-        "pipelines.yaml:7: pipelines[1].target: the target is the source topic 't': messages "
+        "pipelines.yaml:7:5: pipelines[1].target: the target is the source topic 't': messages "
         "would come back through the subscription (set loop_guard: true if that is meant)",
     ]
 
@@ -275,7 +275,7 @@ def test_same_namespace_under_two_setting_names_is_found_with_settings() -> None
     """
     settings = {**SETTINGS, "AlsoPrimary": SETTINGS["PrimaryServiceBus"]}
     assert problems(text, settings=settings) == [
-        "pipelines.yaml:4: pipelines[0].target: the target is the source queue 'orders': every "
+        "pipelines.yaml:4:5: pipelines[0].target: the target is the source queue 'orders': every "
         "message would come back"
     ]
     parse_pipelines(textwrap.dedent(text), "pipelines.yaml")  # unknown without settings
@@ -293,12 +293,12 @@ def test_settings_are_checked_when_given() -> None:
     """
     settings = {**SETTINGS, "NotAConnectionString": "hello"}
     assert problems(text, settings=settings) == [
-        "pipelines.yaml:3: pipelines[0].source.connection: setting 'PrimaryServiceBos' is not "
+        "pipelines.yaml:3:14: pipelines[0].source.connection: setting 'PrimaryServiceBos' is not "
         "set (did you mean 'PrimaryServiceBus'?)",
-        "pipelines.yaml:5: pipelines[0].steps[0].encrypt: setting 'OrdersKey': not base64: "
+        "pipelines.yaml:5:9: pipelines[0].steps[0].encrypt: setting 'OrdersKey': not base64: "
         "setting 'OrdersKey' is not set",
-        "pipelines.yaml:6: pipelines[0].target.connection: setting 'Secondary' is not set",
-        "pipelines.yaml:7: pipelines[0].error_target.connection: setting 'NotAConnectionString' "
+        "pipelines.yaml:6:14: pipelines[0].target.connection: setting 'Secondary' is not set",
+        "pipelines.yaml:7:20: pipelines[0].error_target.connection: setting 'NotAConnectionString' "
         "does not hold a Service Bus connection string: Connection string is either blank or "
         "malformed: every part is key=value.",
     ]
@@ -327,9 +327,9 @@ def test_step_missing_a_required_option_and_a_bad_avro_schema() -> None:
                   schema: {type: record, name: R, fields: [{name: a, type: nosuchtype}]}
             target: {connection: SecondaryServiceBus, queue: orders}
     """) == [
-        "pipelines.yaml:5: pipelines[0].steps[0].encrypt.key_id: required property 'key_id' is "
+        "pipelines.yaml:5:9: pipelines[0].steps[0].encrypt.key_id: required property 'key_id' is "
         "missing",
-        "pipelines.yaml:6: pipelines[0].steps[1].transcode: invalid Avro schema: "
+        "pipelines.yaml:6:9: pipelines[0].steps[1].transcode: invalid Avro schema: "
         "UnknownType: nosuchtype",
     ]
 
@@ -369,17 +369,17 @@ def test_document_level_problems() -> None:
         "pipelines.yaml: the file is empty: expected a mapping with 'pipelines'"
     ]
     assert problems("- a\n- b\n") == [
-        "pipelines.yaml:1: expected a mapping with 'pipelines', got a list"
+        "pipelines.yaml:1:1: expected a mapping with 'pipelines', got a list"
     ]
     assert problems("pipeline: []\n") == [
-        "pipelines.yaml:1: pipeline: unknown property 'pipeline' (did you mean 'pipelines'?)",
-        "pipelines.yaml:1: pipelines: required property 'pipelines' is missing",
+        "pipelines.yaml:1:1: pipeline: unknown property 'pipeline' (did you mean 'pipelines'?)",
+        "pipelines.yaml:1:1: pipelines: required property 'pipelines' is missing",
     ]
     assert problems("pipelines: []\n") == [
-        "pipelines.yaml:1: pipelines: no pipelines: give at least one"
+        "pipelines.yaml:1:1: pipelines: no pipelines: give at least one"
     ]
     assert problems("pipelines:\n  - name: a\n   source: x\n") == [
-        "pipelines.yaml:3: invalid YAML: expected <block end>, but found '<block mapping start>'"
+        "pipelines.yaml:3:4: invalid YAML: expected <block end>, but found '<block mapping start>'"
     ]
 
 
@@ -390,7 +390,7 @@ def test_duplicate_keys_are_reported_not_collapsed() -> None:
             source: {connection: PrimaryServiceBus, queue: orders}
             target: {connection: SecondaryServiceBus, queue: orders}
             target: {connection: SecondaryServiceBus, queue: other}
-    """) == ["pipelines.yaml:5: pipelines[0].target: property 'target' appears more than once"]
+    """) == ["pipelines.yaml:5:5: pipelines[0].target: property 'target' appears more than once"]
 
 
 def test_json_files_report_lines_too() -> None:
@@ -409,17 +409,17 @@ def test_json_files_report_lines_too() -> None:
         indent=2,
     )
     assert problems(text, "pipelines.json") == [
-        "pipelines.json:11: pipelines[0].steps[0].transcod: unknown step 'transcod' "
+        "pipelines.json:11:11: pipelines[0].steps[0].transcod: unknown step 'transcod' "
         "(did you mean 'transcode'?)",
-        "pipelines.json:14: pipelines[0].steps[1].filter: line 1, column 4: expected an "
+        "pipelines.json:14:11: pipelines[0].steps[1].filter: line 1, column 4: expected an "
         "expression but found end of input",
-        "pipelines.json:23: pipelines[0].batch_size: must be at least 1, got 0",
+        "pipelines.json:23:7: pipelines[0].batch_size: must be at least 1, got 0",
     ]
     assert problems('{"pipelines": [}', "pipelines.json") == [
-        "pipelines.json:1: invalid JSON: Expecting value"
+        "pipelines.json:1:16: invalid JSON: Expecting value"
     ]
     assert problems('{"pipelines": [], "pipelines": []}', "pipelines.json") == [
-        "pipelines.json:1: pipelines: property 'pipelines' appears more than once"
+        "pipelines.json:1:19: pipelines: property 'pipelines' appears more than once"
     ]
 
 

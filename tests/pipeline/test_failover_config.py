@@ -104,7 +104,7 @@ def test_the_old_pipeline_level_failover_is_refused() -> None:
             failover: {}
     """)
     assert found == [
-        "pipelines.yaml:5: pipelines[0].failover: 'failover' goes on an endpoint: give it under "
+        "pipelines.yaml:5:5: pipelines[0].failover: 'failover' goes on an endpoint: give it under "
         "'source' (or each of 'sources') and/or 'target', e.g. target: {connection: ..., queue: "
         "..., failover: {dns: {alias: ...}}}"
     ]

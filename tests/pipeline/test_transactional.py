@@ -51,10 +51,10 @@ def test_transactional_needs_the_amqp_backend_and_a_queue_source() -> None:
             target: {connection: PrimaryServiceBus, queue: copies}
             transactional: true
     """) == [
-        "pipelines.yaml:6: pipelines[0].transactional: transactional needs backend 'amqp': the "
+        "pipelines.yaml:6:5: pipelines[0].transactional: transactional needs backend 'amqp': the "
         "transaction spans the source's receiver and the targets' senders on one connection, "
         "which azure-servicebus (backend 'sdk') cannot share or run a transaction on",
-        "pipelines.yaml:8: pipelines[1].source: transactional needs a queue source: the copies "
+        "pipelines.yaml:8:5: pipelines[1].source: transactional needs a queue source: the copies "
         "are sent via the source entity in the same transaction as its completes, and a "
         "subscription cannot be sent through",
     ]
@@ -70,7 +70,7 @@ def test_a_target_on_another_namespace_is_refused() -> None:
             transactional: true
     """
     assert problems(text, settings=ALSO_PRIMARY) == [
-        "pipelines.yaml:5: pipelines[0].error_target.connection: transactional: the target "
+        "pipelines.yaml:5:20: pipelines[0].error_target.connection: transactional: the target "
         "'errors' is on another namespace than the source ('SecondaryServiceBus' vs "
         "'PrimaryServiceBus'); a Service Bus transaction cannot span namespaces (put the "
         "target in the source's namespace, or drop transactional)"
@@ -105,8 +105,8 @@ def test_transactional_pipelines_cannot_fail_over() -> None:
               failover: {static: primary-2.example}
             transactional: true
     """) == [
-        "pipelines.yaml:6: pipelines[0].source.failover: transactional pipelines cannot fail "
+        "pipelines.yaml:6:7: pipelines[0].source.failover: transactional pipelines cannot fail "
         "over: a transaction and its targets are bound to the one namespace the source is on",
-        "pipelines.yaml:10: pipelines[0].target.failover: transactional pipelines cannot fail "
+        "pipelines.yaml:10:7: pipelines[0].target.failover: transactional pipelines cannot fail "
         "over: a transaction and its targets are bound to the one namespace the source is on",
     ]
