@@ -255,7 +255,7 @@ function hopPath(m) {
 
 function kv(entries) {
   return el("dl", { class: "kv" }, entries.filter(([, v]) => v !== null && v !== undefined &&
-    v !== "").map(([k, v]) => [el("dt", {}, k), el("dd", {}, String(v))]));
+    v !== "").flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, String(v))]));
 }
 
 function messageCard(m, selectable) {
