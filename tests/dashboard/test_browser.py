@@ -13,7 +13,6 @@ import asyncio
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -220,8 +219,8 @@ def test_dashboard_in_a_browser(browser: Any, host: tuple[str, dict[str, str], P
     _shot(browser, "4-confirm-resubmit")
     browser.execute_script("document.getElementById('confirm-ok').click()")
     _until("the resubmit's result", lambda: _text(browser, "#dl-result") == "resubmitted 1")
-    _until("an empty dead-letter queue", lambda: "no dead letters" in _text(browser,
-                                                                          "#dead-letters"))  # fmt: skip
+    _until("an empty dead-letter queue",
+           lambda: "no dead letters" in _text(browser, "#dead-letters"))  # fmt: skip
     arrived = _api(url, "messages", namespace="SecondaryServiceBus", entity="telemetry-json",
                    count=100)["messages"]  # fmt: skip
     assert len(arrived) == 50 and arrived[-1]["body"] == body
