@@ -41,7 +41,8 @@ class PipelineBoard:
     clock: Callable[[], float] = time.time
     samples: dict[str, deque[tuple[float, ...]]] = field(default_factory=dict)
     switches: dict[str, list[Switch]] = field(default_factory=dict)
-    _watched: set[int] = field(default_factory=set)
+    _watched: dict[int, str | None] = field(default_factory=dict)
+    """id(failover) -> the host it resolved to when last seen (a switch's "from")."""
 
     def sample(self) -> None:
         """Takes one sample of every pipeline (and starts watching new failover sources)."""
@@ -54,15 +55,20 @@ class PipelineBoard:
         for runner in self.host.runners:
             failover = getattr(runner, "failover", None)
             if failover is not None and id(failover) not in self._watched:
-                self._watched.add(id(failover))
                 failover.on_switch(self._switched(failover))
+            if failover is not None:
+                self._watched[id(failover)] = failover.host
 
     def _switched(self, failover: Any) -> Callable[[str, str], None]:
         def record(old: str, new: str) -> None:
             resolution = failover.resolution
             chain = tuple(resolution.chain) if resolution is not None else ()
-            switch = Switch(self.clock(), endpoint_host(old), endpoint_host(new), chain)
-            self.switches.setdefault(failover.name, []).append(switch)
+            before = self._watched.get(id(failover)) or endpoint_host(old)
+            after = failover.host or endpoint_host(new)
+            self._watched[id(failover)] = after
+            self.switches.setdefault(failover.name, []).append(
+                Switch(self.clock(), before, after, chain)
+            )
 
         return record
 
