@@ -137,6 +137,9 @@ class Dashboard:
             return _error(404, str(exc))
         except SourceError as exc:
             return _error(502, str(exc))
+        except Exception as exc:  # the page says what failed; the log has the rest
+            log.exception("dashboard: %s %s failed", request.method, request.target)
+            return _error(500, f"{type(exc).__name__}: {exc}")
 
     def _refuse(self, request: Request) -> Response | None:
         host = request.headers.get("host", "").rpartition(":")[0] or request.headers.get("host")

@@ -36,7 +36,8 @@ def serve(handler: BaseHTTPRequestHandler, dashboard: Dashboard,
     if response is None:
         return False
     if response.stream is None:
-        _write(handler, response.status, response.headers, response.body)
+        with contextlib.suppress(OSError):  # the client went before the answer
+            _write(handler, response.status, response.headers, response.body)
         return True
     stream = response.stream
     handler.close_connection = True

@@ -242,4 +242,29 @@ def test_dashboard_in_a_browser(browser: Any, host: tuple[str, dict[str, str], P
     assert "priority" in _text(browser, "#messages") and "smoke" in _text(browser, "#messages")
     _shot(browser, "6-sent")
 
+    # a session and its state (the replica's sessions: nobody holds them)
+    _open_entity(browser, "SecondaryServiceBus", "orders", "sessions")
+    _until("the session list", lambda: "customer-3" in _text(browser, "#sessions"))
+    browser.execute_script(
+        "[...document.querySelectorAll('#sessions button')]"
+        ".find((b) => b.textContent === 'customer-3').click()"
+    )
+    _until("the session's state", lambda: _text(browser, "[data-testid=session-state]"))
+    assert _text(browser, "[data-testid=session-state]") == "state: (no state)"
+    assert "order-3-0" in _text(browser, "#session-detail")
+    _shot(browser, "7-session")
+
+    # the pipeline's dead letter, deleted for good (behind the confirmation, too)
+    _open_entity(browser, "PrimaryServiceBus", "telemetry-avro", "dead-letters")
+    _until("the dead letter", lambda: "broken-1" in _text(browser, "#dead-letters"))
+    browser.execute_script("document.getElementById('dl-delete-all').click()")
+    _until("the confirmation", lambda: "Delete all 1 dead letter(s)" in _text(
+        browser, "#confirm-text"))  # fmt: skip
+    # no new-ids choice for a delete
+    assert browser.execute_script("return document.getElementById('confirm-dedupe').hidden")
+    browser.execute_script("document.getElementById('confirm-ok').click()")
+    _until("the delete's result", lambda: _text(browser, "#dl-result") == "deleted 1")
+    assert _api(url, "messages", namespace="PrimaryServiceBus", entity="telemetry-avro",
+                dead_letter=1)["messages"] == []  # fmt: skip
+
     assert _errors(browser) == []

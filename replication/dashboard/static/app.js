@@ -289,8 +289,13 @@ async function peek() {
   const params = where({ count: form.count.value || 20, from: form.from.value || 1 });
   if (form.session.value) params.session = form.session.value;
   const data = await call("messages", params);
+  const last = data.messages.length ? data.messages[data.messages.length - 1] : null;
   $("messages").replaceChildren(...(data.messages.length ? data.messages.map((m) =>
-    messageCard(m, false)) : [el("p", { class: "note" }, "no messages")]));
+    messageCard(m, false)) : [el("p", { class: "note" }, "no messages")]),
+  last ? el("button", { onclick: guarded(() => {
+    form.from.value = last.sequence_number + 1;
+    return peek();
+  }) }, "Next") : "");
 }
 
 async function loadDeadLetters() {
@@ -320,6 +325,17 @@ function confirmAction(text, dedupe) {
   });
 }
 
+function deadLetterCount() {
+  // the entity's count from the live state (the list shows the first 100 only)
+  const e = state.entity;
+  const ns = state.namespaces.find((n) => n.name === e.namespace);
+  const subscriptions = ns ? (ns.topics || []).flatMap((t) => (t.subscriptions || [])
+    .map((sub) => ({ name: `${t.name}/Subscriptions/${sub.name}`, counts: sub.counts }))) : [];
+  const found = [...(ns ? ns.queues || [] : []), ...subscriptions]
+    .find((item) => item.name === e.path);
+  return found ? found.counts.dead_lettered : state.deadLetters.length;
+}
+
 function dedupeWindow() {
   // resubmitting to a subscription sends to its topic: the topic's setting counts
   const e = state.entity;
@@ -337,7 +353,7 @@ function dedupeWindow() {
 async function settle(action, all) {
   const numbers = all ? "all" : picked();
   if (!all && !numbers.length) { showError("select dead letters first"); return; }
-  const count = all ? `all ${state.deadLetters.length} dead letter(s)` :
+  const count = all ? `all ${deadLetterCount()} dead letter(s)` :
     `${numbers.length} dead letter(s)`;
   const target = state.entity.kind === "subscription" ? `topic ${state.entity.path.split("/")[0]}`
     : state.entity.path;
