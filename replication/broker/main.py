@@ -13,11 +13,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .admin.api import AdminApi
 from .auth import Authorizer
 from .config import BrokerConfig, ConfigError, Rule, load_config
 from .queue import QueueSettings
+from .registry import TopicSpec
 from .rules import RuleSpec
-from .server import Broker, TopicSpec
+from .server import Broker
 from .tls import local_ca
 from .topic import TopicSettings
 
@@ -109,12 +111,15 @@ def build_broker(
     synchronous: str = "NORMAL",
     **options: Any,
 ) -> Broker:
-    """The broker for ``config``; ``options`` are ``Broker``'s other keywords (TLS, HTTP)."""
-    return Broker(
+    """The broker for ``config`` with the management REST API on its HTTP(S) ports;
+    ``options`` are ``Broker``'s other keywords (TLS, HTTP)."""
+    broker = Broker(
         queue_settings(config), data_dir, Authorizer(config.rules()),
         topics=topic_specs(config), host=host, port=port, synchronous=synchronous,
         namespace=config.namespace.name, **options,
     )  # fmt: skip
+    broker.http_app = AdminApi(broker, namespace=config.namespace.name).handle
+    return broker
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

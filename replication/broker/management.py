@@ -17,16 +17,18 @@ from ..amqp.outcomes import Accepted
 from ..amqp.types import AMQPType, Array, timestamp
 from . import wire
 from .errors import SendRefusedError, tracked
+from .peer import Peer
 from .queue import (
     LockLostError,
     Queue,
     SessionLockLostError,
 )
+from .registry import Entity, touch
 from .rules import RuleError, describe, spec_from_description
 from .topic import Subscription, Topic
 
 if TYPE_CHECKING:
-    from .server import Broker, Entity, Peer
+    from .server import Broker  # it builds the node that calls handle_request
 
 Operation = Callable[..., tuple[int, Any]]
 MANAGEMENT_OPERATIONS: dict[str, Operation] = {}
@@ -64,7 +66,7 @@ def handle_request(broker: Broker, peer: Peer, entity: str, delivery: Delivery) 
     node = entity + "/$management"
     handler = MANAGEMENT_OPERATIONS.get(name)
     try:
-        target = broker.entities.get(entity.lower())
+        target = broker.registry.entities.get(entity.lower())
         if target is None:
             raise ManagementError(
                 404, "com.microsoft:entity-not-found", f"entity '{entity}' not found"
@@ -77,24 +79,24 @@ def handle_request(broker: Broker, peer: Peer, entity: str, delivery: Delivery) 
             raise ManagementError(
                 400, "com.microsoft:not-supported", f"operation {name!r} on topic '{entity}'"
             )
-        if name in SEND_OPERATIONS and target.name.lower() not in broker.sendable:
+        if name in SEND_OPERATIONS and target.name.lower() not in broker.registry.sendable:
             raise ManagementError(400, "amqp:not-allowed", f"cannot send or schedule to '{entity}'")
         right = "Send" if name in SEND_OPERATIONS else (
             "Manage" if name in MANAGE_OPERATIONS else "Listen"
         )  # fmt: skip
-        problem = broker._authorization_problem(peer, target.name, right)
-        if problem is not None and broker._authorization_problem(peer, node, right) is None:
+        problem = broker.cbs.problem(peer, target.name, right)
+        if problem is not None and broker.cbs.problem(peer, node, right) is None:
             problem = None  # a token put for the node itself (the JS SDK's audience)
         if problem is not None:
             raise ManagementError(401, "amqp:unauthorized-access", problem)
-        broker.touch(target, broker.now_ms())
+        touch(target, broker.now_ms())
         body = request.body if isinstance(request.body, dict) else {}
         if name == "com.microsoft:update-disposition" and isinstance(target, Queue):
             _check_session_owner(target, peer, _tokens(body), _session_id(body))  # txn or not
         enlisted = broker.transactions.enlist_request(peer, state, name, target, body)
         status, result = handler(broker, peer, target, body) if enlisted is None else enlisted
     except ManagementError as exc:
-        broker._reply(peer, node, request, {
+        peer.reply(node, request, {
             "statusCode": exc.status, "statusDescription": tracked(exc.description),
             "errorCondition": exc.condition,
         })  # fmt: skip
@@ -104,24 +106,22 @@ def handle_request(broker: Broker, peer: Peer, entity: str, delivery: Delivery) 
             "com.microsoft:session-lock-lost" if isinstance(exc, SessionLockLostError)
             else "com.microsoft:message-lock-lost"
         )  # fmt: skip
-        broker._reply(peer, node, request, {
+        peer.reply(node, request, {
             "statusCode": 410, "statusDescription": tracked(str(exc)), "errorCondition": condition,
         })  # fmt: skip
         return
     except SendRefusedError as exc:
-        broker._reply(peer, node, request, {
+        peer.reply(node, request, {
             "statusCode": exc.status, "statusDescription": tracked(str(exc)),
             "errorCondition": exc.condition,
         })  # fmt: skip
         return
 
     def send() -> None:
-        broker._reply(
-            peer, node, request, {"statusCode": status, "statusDescription": "OK"}, result
-        )
-        broker._touched.add(peer.driver)
+        peer.reply(node, request, {"statusCode": status, "statusDescription": "OK"}, result)
+        broker.commits.wake(peer.driver)
 
-    broker._commit_soon(send)
+    broker.commits.soon(send)
 
 
 def _tokens(body: dict[str, Any]) -> list[uuid.UUID]:
@@ -263,7 +263,7 @@ def _check_session_owner(
 @operation("com.microsoft:schedule-message")
 def _schedule(broker: Broker, peer: Peer, entity: Entity, body: dict[str, Any]) -> tuple[int, Any]:
     messages = [wire.parse_message(bytes(entry["message"])) for entry in body.get("messages", [])]
-    return 200, {"sequence-numbers": _longs(broker.send_messages(entity, messages))}
+    return 200, {"sequence-numbers": _longs(broker.intake.send(entity, messages))}
 
 
 @operation("com.microsoft:cancel-scheduled-message")
@@ -354,7 +354,7 @@ def _required_session(queue: Queue, body: dict[str, Any]) -> str:
 
 
 def _subscription(broker: Broker, queue: Queue) -> Subscription:
-    subscription = broker.subscriptions.get(queue.name.lower())
+    subscription = broker.registry.subscriptions.get(queue.name.lower())
     if subscription is None:
         raise ManagementError(
             400, "amqp:not-allowed", f"'{queue.name}' is not a subscription: it has no rules"
@@ -380,7 +380,7 @@ def _add_rule(broker: Broker, peer: Peer, queue: Queue, body: dict[str, Any]) ->
             409, "com.microsoft:entity-already-exists",
             f"a rule named '{name}' already exists on '{queue.name}'",
         ) from exc  # fmt: skip
-    broker.save_rules(subscription)
+    broker.registry.save_rules(subscription)
     return 200, {}
 
 
@@ -394,7 +394,7 @@ def _remove_rule(broker: Broker, peer: Peer, queue: Queue, body: dict[str, Any])
         raise ManagementError(
             404, "com.microsoft:entity-not-found", f"no rule named '{name}' on '{queue.name}'"
         ) from exc
-    broker.save_rules(subscription)
+    broker.registry.save_rules(subscription)
     return 200, {}
 
 

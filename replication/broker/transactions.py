@@ -37,7 +37,7 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..amqp.errors import AMQPError
 from ..amqp.link import Delivery, Link
@@ -58,12 +58,17 @@ from ..amqp.terminus import Source
 from ..amqp.types import symbol
 from ..servicebus.symbols import TRANSFER_DESTINATION
 from . import wire
+from .cbs import Cbs
+from .clock import Clock, now_ms
+from .commit import GroupCommit
+from .dispatch import Consumer
 from .errors import SendRefusedError, error
+from .limits import LINK_CREDIT, RECEIVE_LIMIT, Intake
 from .management import ManagementError
+from .nodes import Node
+from .peer import Peer
 from .queue import LockLostError, Queue
-
-if TYPE_CHECKING:
-    from .server import Broker, Consumer, Entity, Peer
+from .registry import Entity, Registry, entity_path
 
 log = logging.getLogger("replication.broker.transactions")
 
@@ -90,10 +95,10 @@ renewal have nothing to undo). Other operations not enlisted below are refused i
 # ---------------------------------------------------------------------------- queue operations
 
 
-def _enqueue(broker: Broker, entity: Entity, messages: list[wire.IncomingMessage]) -> None:
-    """A committed send. The one place enlisted messages reach an entity (through the
-    broker's ``send_messages``, as every send does: forwarding, topics, sessions)."""
-    broker.send_messages(entity, messages)
+def _enqueue(intake: Intake, entity: Entity, messages: list[wire.IncomingMessage]) -> None:
+    """A committed send. The one place enlisted messages reach an entity (through
+    ``Intake.send``, as every send does: forwarding, topics, sessions)."""
+    intake.send(entity, messages)
 
 
 def _settle(queue: Queue, token: uuid.UUID, outcome: Any, now: int) -> None:
@@ -156,7 +161,7 @@ class Work:
 
     apply: Callable[[int], None]
     check: Callable[[int], str | None] | None = None
-    drop: Callable[[], None] | None = None
+    drop: Callable[[], object] | None = None
 
 
 @dataclass(slots=True, eq=False)
@@ -171,23 +176,48 @@ class Transaction:
     timed_out: bool = False
 
 
-class TransactionCoordinator:
-    """Every connection's transactions and send-via links; owned by the ``Broker``."""
+class TransactionCoordinator(Node):
+    """Every connection's transactions and send-via links; the node of links whose target
+    is a ``Coordinator`` (``nodes.py``), whatever their address."""
 
-    def __init__(self, broker: Broker, credit: int) -> None:
-        self.broker = broker
+    def __init__(
+        self,
+        registry: Registry,
+        cbs: Cbs,
+        intake: Intake,
+        commits: GroupCommit,
+        clock: Clock,
+        credit: int = LINK_CREDIT,
+    ) -> None:
+        self.registry = registry
+        self.cbs = cbs
+        self.intake = intake
+        self.commits = commits
+        self.clock = clock
         self.credit = credit
         self.timeout = TIMEOUT_SECONDS
         self.transactions: dict[bytes, Transaction] = {}
-        self._controllers: dict[int, tuple[Link, Peer]] = {}  # id(link) -> coordinator link
-        self._via: dict[int, tuple[Link, Peer, str]] = {}  # id(link) -> destination queue key
+        self._controllers: dict[Link, Peer] = {}
+        """Coordinator links and their connections."""
+        self._via: dict[Link, tuple[Peer, str]] = {}
+        """Send-via links, their connections and the destination's key."""
         self._serial = 0
 
-    # ------------------------------------------------------------------ links
+    # ------------------------------------------------------------------ the node
 
-    def is_controller(self, link: Link) -> bool:
-        entry = self._controllers.get(id(link))
-        return entry is not None and entry[0] is link
+    def accepts(self, link: Link, path: str) -> bool:
+        return link.is_receiver and isinstance(link.remote_target, Coordinator)
+
+    def attach(self, peer: Peer, link: Link, path: str) -> None:
+        self.attach_controller(peer, link)
+
+    def transfer(self, peer: Peer, link: Link, delivery: Delivery) -> None:
+        self.on_control(peer, link, delivery)
+
+    def detach(self, peer: Peer, link: Link) -> None:
+        self.forget_link(link)
+
+    # ------------------------------------------------------------------ links
 
     def attach_controller(self, peer: Peer, link: Link) -> None:
         """A link to the coordinator: accepted, given credit. No claim needed: the work a
@@ -197,34 +227,31 @@ class TransactionCoordinator:
             target=Coordinator(capabilities=CAPABILITIES),
         )
         link.flow(self.credit)
-        self._controllers[id(link)] = (link, peer)
+        self._controllers[link] = peer
 
     def attach_send_via(self, peer: Peer, link: Link) -> None:
         """A sender to a via entity whose messages go to the destination named in its link
         properties (the server checked that the via entity exists, is not a dead-letter queue,
         and that the peer may Send to it)."""
-        from .server import RECEIVE_LIMIT, entity_path  # the server imports this module
-
-        broker = self.broker
         target = str((link.remote_properties or {}).get(TRANSFER_DESTINATION) or "")
         path = entity_path(target)
-        destination = broker.entities.get(path.lower())
+        destination = self.registry.entities.get(path.lower())
         if destination is None:
             link.refuse(error(
                 "amqp:not-found", f"The messaging entity '{path}' could not be found.",
             ))  # fmt: skip
             return
-        if destination.name.lower() not in broker.sendable:
+        if destination.name.lower() not in self.registry.sendable:
             link.refuse(error(
                 "amqp:not-allowed", f"cannot send to '{path}': send to its queue or topic",
             ))  # fmt: skip
             return
-        problem = broker._authorization_problem(peer, destination.name, "Send")
+        problem = self.cbs.problem(peer, destination.name, "Send")
         if problem is not None:
             link.refuse(error("amqp:unauthorized-access", problem))
             return
-        peer.entity_links[id(link)] = (link, destination.name)  # token expiry: destination
-        self._via[id(link)] = (link, peer, destination.name.lower())
+        peer.entity_links[link] = destination.name  # token expiry: destination
+        self._via[link] = (peer, destination.name.lower())
         limit = destination.settings.max_message_size
         link.accept(max_message_size=limit, properties={TRANSFER_DESTINATION: target})
         link.receive_limit = max(RECEIVE_LIMIT, limit)
@@ -232,16 +259,14 @@ class TransactionCoordinator:
 
     def destination(self, link: Link, path: str) -> str:
         """The queue key a transfer on ``link`` goes to: a via link's destination, else ``path``."""
-        entry = self._via.get(id(link))
-        return entry[2] if entry is not None and entry[0] is link else path
+        entry = self._via.get(link)
+        return entry[1] if entry is not None else path
 
     def forget_link(self, link: Link) -> None:
         """A detached controller link rolls back the transactions it declared."""
-        if self._via.get(id(link), (None,))[0] is link:
-            del self._via[id(link)]
-        if not self.is_controller(link):
+        self._via.pop(link, None)
+        if self._controllers.pop(link, None) is None:
             return
-        del self._controllers[id(link)]
         for txn in [t for t in self.transactions.values() if t.controller is link]:
             self._end(txn, "its controller link detached")
 
@@ -249,9 +274,10 @@ class TransactionCoordinator:
         """A closed connection rolls back every transaction it left open."""
         for txn in [t for t in self.transactions.values() if t.peer is peer]:
             self._end(txn, "the connection closed")
-        for links in (self._controllers, self._via):
-            for key in [k for k, entry in links.items() if entry[1] is peer]:
-                del links[key]
+        for link in [k for k, owner in self._controllers.items() if owner is peer]:
+            del self._controllers[link]
+        for link in [k for k, (owner, _) in self._via.items() if owner is peer]:
+            del self._via[link]
 
     # ------------------------------------------------------------------ declare / discharge
 
@@ -291,7 +317,7 @@ class TransactionCoordinator:
             self._end(txn, "rolled back")
             delivery.update(Accepted())
             return
-        now = self.broker.now_ms()
+        now = now_ms(self.clock)
         for work in txn.work.values():
             problem = work.check(now) if work.check is not None else None
             if problem is not None:
@@ -303,7 +329,7 @@ class TransactionCoordinator:
         self._end(txn, None)
         for work in txn.work.values():
             work.apply(now)
-        self.broker._commit_soon(lambda: delivery.update(Accepted()))
+        self.commits.soon(lambda: delivery.update(Accepted()))
 
     def _lookup(self, peer: Peer, txn_id: Any) -> Transaction | Error:
         txn = self.transactions.get(bytes(txn_id or b""))
@@ -337,7 +363,7 @@ class TransactionCoordinator:
 
     def _enlist(self, txn: Transaction, key: Any, work: Work) -> None:
         if txn.deadline is None and not txn.work:  # the time starts with the first operation
-            txn.deadline = self.broker.clock.monotonic() + self.timeout
+            txn.deadline = self.clock.monotonic() + self.timeout
         txn.work[key] = work
 
     # ------------------------------------------------------------------ enlisting
@@ -353,14 +379,14 @@ class TransactionCoordinator:
             delivery.update(Rejected(error=txn))
             return
         try:
-            self.broker.admit(entity, messages, self.broker.now_ms())
+            self.intake.admit(entity, messages, now_ms(self.clock))
         except SendRefusedError as exc:
             delivery.update(Rejected(error=error(exc.condition, str(exc))))
             return
         self._serial += 1
-        broker = self.broker
+        intake = self.intake
         self._enlist(txn, ("send", self._serial), Work(
-            lambda now: _enqueue(broker, entity, messages)
+            lambda now: _enqueue(intake, entity, messages)
         ))  # fmt: skip
         delivery.update(TransactionalState(txn_id=txn.txn_id, outcome=Accepted()))
 
@@ -368,7 +394,7 @@ class TransactionCoordinator:
         """A receiver's disposition with ``TransactionalState``: applied at commit; the lock
         stays held (and may expire) until then."""
         state: TransactionalState = delivery.remote_state
-        lock = consumer.locks.get(id(delivery))
+        lock = consumer.locks.get(delivery)
         if lock is None:
             return  # settled before, or lost with an earlier answer
         txn = self._lookup(consumer.peer, state.txn_id)
@@ -382,21 +408,21 @@ class TransactionCoordinator:
             )))  # fmt: skip
             return
         queue = consumer.queue
-        problem = _lock_problem(queue, lock.token, self.broker.now_ms())
+        problem = _lock_problem(queue, lock.token, now_ms(self.clock))
         if problem is not None:
-            consumer.locks.pop(id(delivery), None)
+            consumer.locks.pop(delivery, None)
             delivery.update(Rejected(error=error("com.microsoft:message-lock-lost", problem)))
             return
 
         def apply(now: int) -> None:
-            consumer.locks.pop(id(delivery), None)
+            consumer.locks.pop(delivery, None)
             _settle(queue, lock.token, outcome, now)
 
         self._enlist(txn, ("lock", queue.entity, lock.token), Work(
             apply, lambda now: _lock_problem(queue, lock.token, now),
             # our echo settles the delivery: after a rollback only the lock is left (it expires,
             # or a $management update-disposition settles it); the link forgets the delivery
-            lambda: consumer.locks.pop(id(delivery), None),
+            lambda: consumer.locks.pop(delivery, None),
         ))  # fmt: skip
         echo = Rejected() if isinstance(outcome, Rejected) else outcome  # as the SDKs expect
         delivery.update(TransactionalState(txn_id=txn.txn_id, outcome=echo))
@@ -420,7 +446,7 @@ class TransactionCoordinator:
                 raise ManagementError(400, "com.microsoft:argument-error", f"status {status!r}")
             tokens = body.get("lock-tokens", [])
             tokens = [t if isinstance(t, uuid.UUID) else uuid.UUID(str(t)) for t in tokens]
-            now = self.broker.now_ms()
+            now = now_ms(self.clock)
             for token in tokens:
                 problem = _lock_problem(queue, token, now)
                 if problem is not None:

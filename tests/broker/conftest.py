@@ -264,11 +264,7 @@ class BrokerHandle:
         async def start() -> Broker:
             options = {} if self.clock is None else {"clock": self.clock}
             broker = build_broker(parsed, self.data_dir, HOST, self.port, **options)
-            try:
-                await broker.start()
-            except BaseException:
-                broker.store.close()  # e.g. the port is not free (yet): don't leak the db
-                raise
+            await broker.start()  # closes its store when it cannot listen (the port is taken)
             return broker
 
         try:

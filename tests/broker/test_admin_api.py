@@ -578,7 +578,7 @@ def test_rules_stored_before_parameters_existed_still_load(broker_factory: Any) 
 
     def store_old_rules() -> None:
         b = broker.broker
-        entity = b.subscriptions["t/subscriptions/s"].queue.entity
+        entity = b.registry.subscriptions["t/subscriptions/s"].queue.entity
         configured, _ = b.store.rule_set(entity)
         b.store.save_rule_set(entity, configured, old)
         b.store.commit()

@@ -41,7 +41,7 @@ from replication.amqp.performatives import (
     Transfer,
 )
 from replication.amqp.terminus import Source, Target
-from replication.broker import server
+from replication.broker import limits, server
 from replication.broker.auth import EMULATOR_KEY, EMULATOR_RULE_NAME
 
 from .conftest import HOST, REPO_ROOT, BrokerHandle, make_config, proton_connection, wait_for
@@ -100,10 +100,10 @@ def test_proton_oversize_message_is_rejected_and_the_link_stays(broker: BrokerHa
 
 @pytest.mark.timeout(60)
 def test_huge_message_costs_the_link_not_the_connection(broker: BrokerHandle) -> None:
-    """Above ``server.RECEIVE_LIMIT`` (4 MiB) the broker stops reading the delivery: it
+    """Above ``limits.RECEIVE_LIMIT`` (4 MiB) the broker stops reading the delivery: it
     detaches the link with ``amqp:link:message-size-exceeded``. The connection stays: a new
     link on it sends fine."""
-    size = server.RECEIVE_LIMIT + 256 * KIB
+    size = limits.RECEIVE_LIMIT + 256 * KIB
     conn = proton_connection(broker.port)
     try:
         sender = conn.create_sender("q")
@@ -374,7 +374,7 @@ def test_link_flood_hits_the_per_connection_limit(broker: BrokerHandle) -> None:
     ``MAX_LINKS_PER_CONNECTION`` (1,000) are accepted, every further attach is refused (an
     attach without terminus, then a closed detach with ``amqp:resource-limit-exceeded``).
     The connection stays usable, and detaching links frees room for new ones."""
-    limit = server.MAX_LINKS_PER_CONNECTION
+    limit = limits.MAX_LINKS_PER_CONNECTION
     per_session = 700
     client = raw_session(broker.port)
     try:

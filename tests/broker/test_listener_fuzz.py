@@ -130,8 +130,8 @@ def round_trip(broker: BrokerHandle, transport: TransportType | None, text: str)
 
 def open_connections(broker: BrokerHandle) -> int:
     def count() -> int:
-        assert broker.broker is not None and broker.broker._listener is not None
-        return len(broker.broker._listener.connections)
+        assert broker.broker is not None and broker.broker.listener is not None
+        return len(broker.broker.listener.connections)
 
     return broker.call(count)
 

@@ -82,9 +82,9 @@ async def test_a_connection_without_a_token_is_closed_after_the_grace_period(
 ) -> None:  # type: ignore[no-untyped-def]
     """Seed 000: a valid token must be put within 20 s of connecting (1 s here), even by a
     connection that holds nothing but its ``$cbs`` links; one that did stays open."""
-    from replication.broker import server
+    from replication.broker import cbs
 
-    monkeypatch.setattr(server, "TOKEN_GRACE_SECONDS", 1.0)
+    monkeypatch.setattr(cbs, "TOKEN_GRACE_SECONDS", 1.0)
     broker: BrokerHandle = broker_factory(CONFIG)
     endpoint = Endpoint.from_connection_string(broker.connection_string)
     idle = await AmqpConnection.open(endpoint, timeout=5)

@@ -28,6 +28,7 @@ from ..auth import MANAGE, SEND, AuthorizationError, Grant, normalize_resource, 
 from ..config import validate_entity_name
 from ..httpapi import Request, Response
 from ..queue import Queue
+from ..registry import QUEUE, SUBSCRIPTION, TOPIC, Entity, last_use
 from ..rules import (
     CORRELATION_FIELDS,
     DEFAULT_RULE_NAME,
@@ -36,7 +37,7 @@ from ..rules import (
     compile_rule,
     dump_rules,
 )
-from ..server import QUEUE, SUBSCRIPTION, TOPIC, Broker, Entity
+from ..server import Broker
 from ..topic import SUBSCRIPTIONS, Subscription, Topic
 from . import atom
 from .properties import (
@@ -231,7 +232,7 @@ class AdminApi:
             target = description.get(name)
             if target is None:
                 continue
-            if target.lower() not in self.broker.sendable:
+            if target.lower() not in self.broker.registry.sendable:
                 raise _bad_request(f"{name}: the queue or topic '{target}' does not exist.")
             if grant.covers(target):
                 continue
@@ -246,8 +247,12 @@ class AdminApi:
     # ------------------------------------------------------------------ namespace
 
     def _namespace_info(self, request: Request, target: Route, grant: Grant) -> Response:
-        created = min((r.created_ms for r in self.broker.managed.values()), default=self.started_ms)
-        updated = max((r.updated_ms for r in self.broker.managed.values()), default=created)
+        created = min(
+            (r.created_ms for r in self.broker.registry.managed.values()), default=self.started_ms
+        )
+        updated = max(
+            (r.updated_ms for r in self.broker.registry.managed.values()), default=created
+        )
         body = atom.Xml()
         body.add("CreatedTime", atom.format_time(created))
         body.add("MessagingSKU", "Standard")
@@ -265,8 +270,8 @@ class AdminApi:
     def _list_entities(self, request: Request, target: Route, grant: Grant) -> Response:
         wanted = Queue if target.kind == "list-queues" else Topic
         names = sorted(
-            (e.name for key, e in self.broker.entities.items()
-             if key in self.broker.sendable and isinstance(e, wanted)),
+            (e.name for key, e in self.broker.registry.entities.items()
+             if key in self.broker.registry.sendable and isinstance(e, wanted)),
             key=str.lower,
         )  # fmt: skip
         title = "Queues" if wanted is Queue else "Topics"
@@ -319,7 +324,7 @@ class AdminApi:
     # ------------------------------------------------------------------ subscriptions
 
     def _topic(self, name: str) -> Topic:
-        topic = self.broker.topics.get(name.lower())
+        topic = self.broker.registry.topics.get(name.lower())
         if topic is None:
             raise _not_found(name)
         return topic
@@ -420,7 +425,7 @@ class AdminApi:
                 raise ApiError(412, "The entity has been modified since the ETag given.")
             rules.rules[index] = compiled
             status = 200
-        self.broker.save_rules(subscription)
+        self.broker.registry.save_rules(subscription)
         self.broker.store.commit()
         xml = self._rule_entry(request, subscription, spec.name)
         return self._ok(status, xml, self._rule_etag(subscription, spec.name))
@@ -431,7 +436,7 @@ class AdminApi:
             subscription.rules.remove(target.rule)
         except KeyError:
             raise _not_found(f"{subscription.queue.name}/Rules/{target.rule}") from None
-        self.broker.save_rules(subscription)
+        self.broker.registry.save_rules(subscription)
         self.broker.store.commit()
         return Response(200, {}, b"")
 
@@ -516,7 +521,7 @@ class AdminApi:
         index = self._find_rule(subscription, name)
         assert index is not None
         spec = subscription.rules.specs[index]
-        record = self.broker.entity_record(subscription.queue.name)
+        record = self.broker.registry.entity_record(subscription.queue.name)
         created = record.created_ms if record else self.started_ms
         body = atom.Xml()
         body.raw(self._filter_xml(spec))
@@ -585,26 +590,26 @@ class AdminApi:
                 raise _bad_request(f"{name}: an entity cannot forward to itself.")
 
     def _description(self, kind: str, path: str) -> Description:
-        entity = self.broker.entities[path.lower()]
-        record = self.broker.entity_record(path)
+        entity = self.broker.registry.entities[path.lower()]
+        record = self.broker.registry.entity_record(path)
         extra = load_extra(record.description if record else None)
         return description_of(kind, entity.settings, extra)
 
     def _entity_entry(self, request: Request, path: str) -> str:
-        entity = self.broker.entities[path.lower()]
+        entity = self.broker.registry.entities[path.lower()]
         if isinstance(entity, Topic):
             kind = TOPIC
         else:
-            kind = SUBSCRIPTION if path.lower() in self.broker.subscriptions else QUEUE
+            kind = SUBSCRIPTION if path.lower() in self.broker.registry.subscriptions else QUEUE
         description = self._description(kind, path)
-        record = self.broker.entity_record(path)
+        record = self.broker.registry.entity_record(path)
         created = record.created_ms if record else self.started_ms
         updated = record.updated_ms if record else created
         active, dead, scheduled, size = self._runtime(entity)
         computed: dict[str, Any] = {
             "SizeInBytes": size, "MessageCount": active + dead + scheduled,
             "CreatedAt": atom.format_time(created), "UpdatedAt": atom.format_time(updated),
-            "AccessedAt": atom.format_time(max(updated, self.broker.last_use(entity))),
+            "AccessedAt": atom.format_time(max(updated, last_use(entity))),
             "EntityAvailabilityStatus": "Available",
         }  # fmt: skip
         if isinstance(entity, Topic):
@@ -650,14 +655,16 @@ class AdminApi:
 
     def _sendable(self, name: str) -> Entity | None:
         key = name.lower()
-        return self.broker.entities.get(key) if key in self.broker.sendable else None
+        return (
+            self.broker.registry.entities.get(key) if key in self.broker.registry.sendable else None
+        )
 
     @staticmethod
     def _is_update(request: Request) -> bool:
         return "if-match" in request.headers
 
     def _etag(self, path: str) -> str:
-        record = self.broker.entity_record(path)
+        record = self.broker.registry.entity_record(path)
         return f'"{record.updated_ms if record else self.started_ms}"'
 
     def _rule_etag(self, subscription: Subscription, name: str) -> str:

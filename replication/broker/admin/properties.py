@@ -27,7 +27,7 @@ from ..config import (
     parse_duration,
 )
 from ..queue import DEFAULT_MAX_SIZE_MB, QueueSettings
-from ..server import QUEUE, SUBSCRIPTION, TOPIC, entity_path
+from ..registry import QUEUE, SUBSCRIPTION, TOPIC, entity_path
 from ..topic import TopicSettings
 
 Description = dict[str, Any]

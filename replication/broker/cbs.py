@@ -1,0 +1,101 @@
+"""Claims: who may Send, Listen or Manage what, from SAS tokens put on ``$cbs`` or a SASL
+PLAIN login, checked at attach, on each transfer and again as tokens expire."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ..amqp.link import Delivery
+from ..amqp.message import decode_message
+from ..amqp.outcomes import Accepted
+from ..amqp.sasl import PLAIN, SaslCredentials
+from ..servicebus.symbols import CBS_NODE
+from .auth import AuthorizationError, Authorizer
+from .clock import Clock
+from .commit import GroupCommit
+from .errors import error, tracked
+from .peer import Peer
+
+TOKEN_GRACE_SECONDS = 20.0
+"""A connection must put a token within this time (WIRE.md: Service Bus waits 20 s)."""
+
+
+class Cbs:
+    """The claims of every connection, checked against ``authorizer``."""
+
+    def __init__(self, authorizer: Authorizer, clock: Clock, commits: GroupCommit) -> None:
+        self.authorizer = authorizer
+        self.clock = clock
+        self.commits = commits
+
+    def authenticate_sasl(self, credentials: SaslCredentials) -> bool:
+        if credentials.mechanism != PLAIN:
+            return True  # ANONYMOUS / MSSBCBS authorise later through CBS
+        return self.authorizer.authenticate_plain(
+            credentials.username or "", credentials.password or ""
+        )
+
+    def logged_in(self, peer: Peer, credentials: SaslCredentials | None) -> None:
+        """SASL completed: a PLAIN login grants its rule's claims to the whole connection."""
+        if credentials is not None and credentials.mechanism == PLAIN:
+            peer.plain_grant = self.authorizer.grant_for_rule(credentials.username)
+
+    def problem(self, peer: Peer, entity: str, right: str) -> str | None:
+        """Why ``peer`` may not use ``right`` (Send, Listen, Manage) on ``entity``; None: it may."""
+        grants = list(peer.grants.values())
+        if peer.plain_grant is not None:
+            grants.append(peer.plain_grant)
+        if not grants:
+            return (
+                f"Unauthorized access. '{right}' claim(s) are required to perform this operation."
+            )
+        now = self.clock.time()
+        last = "no token covers this entity"
+        for grant in grants:
+            if not grant.covers(entity) or grant.expired(now):
+                continue
+            try:
+                self.authorizer.check(grant, right, entity)
+                return None
+            except AuthorizationError as exc:
+                last = exc.description
+        return last
+
+    def put_token(self, peer: Peer, delivery: Delivery) -> None:
+        """A request to ``$cbs``: ``put-token`` adds a grant for its audience."""
+        request = decode_message(delivery.payload)
+        props = request.application_properties or {}
+        audience = str(props.get("name", ""))
+        status, description = 202, "Accepted"
+        if props.get("operation") != "put-token":
+            status, description = 400, f"unsupported CBS operation {props.get('operation')!r}"
+        else:
+            try:
+                grant = self.authorizer.validate(str(request.body), audience, self.clock.time())
+                peer.grants[audience.lower()] = grant
+            except AuthorizationError as exc:
+                status, description = 401, exc.description
+        if not delivery.settled:
+            delivery.update(Accepted())
+        if status >= 300:
+            description = tracked(description)
+        peer.reply(CBS_NODE, request, {"status-code": status, "status-description": description})
+
+    def check_tokens(self, peers: Iterable[Peer]) -> None:
+        """Links whose token expired are detached; a connection that put no token within
+        ``TOKEN_GRACE_SECONDS`` is closed."""
+        for peer in peers:
+            for link, entity in list(peer.entity_links.items()):
+                right = "Send" if link.is_receiver else "Listen"
+                problem = self.problem(peer, entity, right)
+                if problem is not None and link.is_open:
+                    link.detach(error("amqp:unauthorized-access", f"token expired: {problem}"))
+                    self.commits.wake(peer.driver)
+            if (  # seed 000: a valid token within 20 s of connecting, or the connection goes
+                not peer.grants and peer.plain_grant is None
+                and self.clock.monotonic() - peer.opened_at > TOKEN_GRACE_SECONDS
+            ):  # fmt: skip
+                peer.driver.connection.close(
+                    error("amqp:unauthorized-access", "no token within the grace period")
+                )
+                self.commits.wake(peer.driver)
