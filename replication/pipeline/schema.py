@@ -13,16 +13,15 @@ from typing import Any
 
 from pydantic.json_schema import models_json_schema
 
-from ..tasks.steps import STEPS, _load_builtin_steps
-from .model import Endpoint, FileSpec
+from ..tasks import registry
+from .spec import Endpoint, FileSpec
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 
 def json_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of a pipeline file."""
-    _load_builtin_steps()
-    steps = {name: spec for name, spec in sorted(STEPS.items()) if name != "route"}
+    steps = {spec.name: spec for spec in registry.specs() if spec.name != "route"}
     models: list[Any] = [(FileSpec, "validation"), (Endpoint, "validation")]
     models += [(spec.options, "validation") for spec in steps.values()]
     refs, top = models_json_schema(models, ref_template="#/$defs/{model}")

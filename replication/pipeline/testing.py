@@ -57,8 +57,9 @@ from ..tasks.editors.transcode import (
     load_avro_schema,
 )
 from ..tasks.steps import StepConfigError, StepContext, StepFailed
+from .check import load_pipelines
 from .documents import Document, parse_document
-from .model import Pipeline, PipelineFile, load_pipelines
+from .model import Pipeline, PipelineFile
 
 DEFAULT_NOW = datetime(2024, 1, 1, tzinfo=UTC)
 STAMP_PREFIX = "repl-"

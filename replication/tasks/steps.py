@@ -1,12 +1,14 @@
 """Editor steps: small pure functions over ``Message``, registered by name with typed options.
 
-A step is built once from its options (``build_step("transcode", {...}, context)``) and then
-called per message: it returns the messages that go on (none: filtered out, several: split
-or routed). A step that cannot handle a message raises ``StepFailed`` with a reason; the
-chain then applies that step's error path (``on_error``): dead-letter the source message
-with the reason (the default), drop it (logged), or send it to ``error_target`` with the
-reason in its properties. Any other exception a step raises on bad input is treated the
-same way, so one bad message never fails a batch.
+A step is registered by name with ``@step(name, Options)``; ``replication.tasks.registry``
+looks steps up, lists them and builds one from its options once
+(``build_step("transcode", {...}, context)``). The built step is then called per message: it
+returns the messages that go on (none: filtered out, several: split or routed). A step that
+cannot handle a message raises ``StepFailed`` with a reason; the chain then applies that
+step's error path (``on_error``): dead-letter the source message with the reason (the
+default), drop it (logged), or send it to ``error_target`` with the reason in its
+properties. Any other exception a step raises on bad input is treated the same way, so one
+bad message never fails a batch.
 """
 
 from __future__ import annotations
@@ -18,8 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-from pydantic_core import ErrorDetails
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..messages import Message
 
@@ -89,6 +90,8 @@ class StepSpec:
 
 
 STEPS: dict[str, StepSpec] = {}
+"""The steps ``@step`` registered, by name: look them up through ``replication.tasks.registry``,
+which imports the built-in steps first."""
 
 
 def step(name: str, options: type[StepOptions] = StepOptions) -> Callable[[Builder], Builder]:
@@ -110,35 +113,6 @@ class BoundStep:
     name: str
     options: StepOptions
     run: Step
-
-
-def build_step(
-    name: str, options: Mapping[str, Any] | None = None, context: StepContext | None = None
-) -> BoundStep:
-    _load_builtin_steps()
-    spec = STEPS.get(name)
-    if spec is None:
-        known = ", ".join(sorted(STEPS))
-        raise StepConfigError(f"unknown step {name!r}; known steps: {known}")
-    try:
-        parsed = spec.options.model_validate(dict(options or {}))
-    except ValidationError as exc:
-        problems = "; ".join(_option_problem(error) for error in exc.errors(include_url=False))
-        raise StepConfigError(f"step {name!r}: {problems}") from exc
-    return BoundStep(name, parsed, spec.build(parsed, context or StepContext()))
-
-
-def _option_problem(error: ErrorDetails) -> str:
-    """One of pydantic's errors as ``option: reason``, or just the reason when a check of the
-    options together failed (without pydantic's "Value error, " in front of the reason)."""
-    where = ".".join(str(part) for part in error["loc"])
-    cause = error.get("ctx", {}).get("error") if error["type"] == "value_error" else None
-    reason = str(cause) if cause is not None else str(error["msg"])
-    return f"{where}: {reason}" if where else reason
-
-
-def _load_builtin_steps() -> None:
-    from . import editors, router  # noqa: F401  (registers every built-in step)
 
 
 # ---------------------------------------------------------------------- running a chain

@@ -8,7 +8,7 @@ import sys
 
 from replication.pipeline import json_schema
 from replication.pipeline.reference import markdown_reference
-from replication.tasks.steps import STEPS
+from replication.tasks import registry
 from tests.broker.conftest import REPO_ROOT
 
 DOC = REPO_ROOT / "docs" / "pipeline-reference.md"
@@ -24,7 +24,7 @@ def test_the_committed_reference_is_the_generated_one() -> None:
 
 def test_the_reference_covers_every_step_and_field() -> None:
     text = markdown_reference(json_schema())
-    for name in STEPS:
+    for name in registry.names():
         if name != "route":  # routes are the pipeline's `routes`, not a step
             assert f"### Step `{name}`" in text, name
     for field in ("connection", "subscription", "sessions", "failover", "loop_guard",

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from replication.messages import Message
 from replication.tasks.editors.batching import BatchFailed, BatchStep
+from replication.tasks.registry import build_step
 from replication.tasks.steps import (
     ERROR_DESCRIPTION,
     ERROR_REASON,
@@ -33,7 +34,6 @@ from replication.tasks.steps import (
     Outcome,
     StepConfigError,
     StepContext,
-    build_step,
     run_chain,
 )
 

@@ -226,7 +226,8 @@ async def test_editor_steps_end_to_end(broker: BrokerHandle) -> None:
     import base64
     import json
 
-    from replication.tasks.steps import StepContext, build_step
+    from replication.tasks.registry import build_step
+    from replication.tasks.steps import StepContext
 
     schema = {"type": "record", "name": "Order", "fields": [
         {"name": "id", "type": "int"}, {"name": "item", "type": "string"},

@@ -14,7 +14,7 @@ import pytest
 from azure.servicebus import ServiceBusMessage
 
 from replication.servicebus.connection_string import namespace_of
-from replication.tasks.steps import build_step
+from replication.tasks.registry import build_step
 from replication.tasks.targets import Target
 from replication.tasks.task import ReplicationTask
 from tests.broker.conftest import REPO_ROOT, BrokerHandle, make_config
