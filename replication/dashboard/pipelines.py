@@ -52,12 +52,17 @@ class PipelineBoard:
             counts = metrics.counts(name)
             ring = self.samples.setdefault(name, deque(maxlen=keep))
             ring.append((now, *(float(counts[f]) for f in FIELDS)))
-        for runner in self.host.runners:
-            failover = getattr(runner, "failover", None)
-            if failover is not None and id(failover) not in self._watched:
+        for failover in self._failovers():
+            if id(failover) not in self._watched:
                 failover.on_switch(self._switched(failover))
-            if failover is not None:
-                self._watched[id(failover)] = failover.host
+            self._watched[id(failover)] = failover.host
+
+    def _failovers(self) -> list[Any]:
+        """Every failover endpoint the host runs: its sources' and its pipelines' targets'."""
+        found = [r.failover for r in self.host.runners if getattr(r, "failover", None)]
+        for runner in self.host.runners:
+            found += [t.failover for t in _runtime_targets(runner) if t.failover is not None]
+        return found
 
     def _switched(self, failover: Any) -> Callable[[str, str], None]:
         def record(old: str, new: str) -> None:
@@ -88,9 +93,50 @@ class PipelineBoard:
                 "counts": {f: counts[f] for f in FIELDS},
                 "rate": _rate(ring),
                 "sources": [self._source(r) for r in self.host.runners if _pipeline(r) == name],
-                "targets": _targets(configured.get(name), self.host.settings),
+                "targets": self._targets(name, configured.get(name)),
             })  # fmt: skip
         return found
+
+    def _targets(self, name: str, pipeline: Any) -> list[dict[str, Any]]:
+        """The pipeline file's targets; where the pipeline runs, each failover target with
+        the namespace its sends go to now."""
+        running = [t for r in self.host.runners if _pipeline(r) == name
+                   for t in _runtime_targets(r)]  # fmt: skip
+        found = []
+        settings = self.host.settings
+        for role, endpoint in _endpoints(pipeline):
+            connection = settings.get(endpoint.connection, "")
+            item: dict[str, Any] = {
+                "role": role, "entity": endpoint.entity, "connection": endpoint.connection,
+                "namespace": endpoint_host(connection), "failover": None,
+            }  # fmt: skip
+            if endpoint.failover is not None:
+                failover = next((t.failover for t in running if t.failover is not None
+                                 and t.entity == endpoint.entity
+                                 and t.connection_string == connection), None)  # fmt: skip
+                item["failover"] = self._failover(failover) if failover is not None else {
+                    "resolver": endpoint.failover.describe(), "resolved": None,
+                    "switches": 0, "chain": [], "last_switch": None,
+                }  # fmt: skip
+                if failover is not None and failover.host:
+                    item["namespace"] = endpoint_host(failover.connection_for(failover.host))
+            found.append(item)
+        return found
+
+    def _failover(self, failover: Any) -> dict[str, Any]:
+        resolution = failover.resolution
+        switches = self.switches.get(failover.name)
+        last = switches[-1] if switches else None
+        return {
+            "name": failover.name,
+            "resolver": failover.resolver.describe(),
+            "resolved": failover.host,
+            "chain": list(resolution.chain) if resolution is not None else [],
+            "switches": failover.switches,
+            "last_switch": None if last is None else {
+                "at": last.at, "from": last.old, "to": last.new, "why": list(last.chain),
+            },
+        }  # fmt: skip
 
     def _source(self, runner: Any) -> dict[str, Any]:
         failover = getattr(runner, "failover", None)
@@ -99,19 +145,7 @@ class PipelineBoard:
             "namespace": endpoint_host(runner.connection_string), "failover": None,
         }  # fmt: skip
         if failover is not None:
-            resolution = failover.resolution
-            switches = self.switches.get(failover.name)
-            last = switches[-1] if switches else None
-            found["failover"] = {
-                "name": failover.name,
-                "resolver": failover.resolver.describe(),
-                "resolved": failover.host,
-                "chain": list(resolution.chain) if resolution is not None else [],
-                "switches": failover.switches,
-                "last_switch": None if last is None else {
-                    "at": last.at, "from": last.old, "to": last.new, "why": list(last.chain),
-                },
-            }  # fmt: skip
+            found["failover"] = self._failover(failover)
         return found
 
 
@@ -147,19 +181,21 @@ def _connection_name(runner: Any) -> str | None:
     return getattr(trigger, "connection", None) or getattr(runner, "connection", None)
 
 
-def _targets(pipeline: Any, settings: dict[str, str]) -> list[dict[str, Any]]:
+def _endpoints(pipeline: Any) -> list[tuple[str, Any]]:
+    """(role, endpoint) of each target a pipeline sends to."""
     if pipeline is None:
         return []
     endpoints = [("target", pipeline.target), ("default", pipeline.default)]
     endpoints += [(f"route {route.when}", route.target) for route in pipeline.routes or ()]
     endpoints.append(("error target", pipeline.error_target))
-    found = []
-    for role, endpoint in endpoints:
-        if endpoint is None:
-            continue
-        found.append({
-            "role": role, "entity": endpoint.entity, "connection": endpoint.connection,
-            "namespace": endpoint_host(settings.get(endpoint.connection, "")),
-            "failover": endpoint.failover.describe() if endpoint.failover else None,
-        })  # fmt: skip
-    return found
+    return [(role, endpoint) for role, endpoint in endpoints if endpoint is not None]
+
+
+def _runtime_targets(runner: Any) -> list[Any]:
+    """The targets of the pipeline a trigger's function runs (``tasks.targets.Target``),
+    once its first batch built them (``functions.PipelineRuntime``)."""
+    function = getattr(getattr(runner, "trigger", None), "function", None)
+    runtime = getattr(function, "runtime", None)
+    if not runtime:
+        return []
+    return list(runtime[0].targets.values())

@@ -59,6 +59,16 @@ async function call(route, params, body) {
 
 function fmt(n) { return Number(n).toLocaleString("en-US", { maximumFractionDigits: 1 }); }
 
+function failoverNote(f) {
+  // which resolver, what it resolved to, and the last switch: when, from where to where, why
+  if (!f) return null;
+  const last = f.last_switch;
+  return el("div", { class: "note", "data-testid": "failover" },
+    `failover ${f.resolver}: ${f.resolved || "not resolved yet"}, ${f.switches} switch(es)` +
+    (last ? `, last at ${new Date(last.at * 1000).toLocaleTimeString()}: ${last.from} → ` +
+      `${last.to} (${last.why.join("; ")})` : ""));
+}
+
 function renderPipelines(pipelines) {
   $("pipelines-section").hidden = !pipelines;
   if (!pipelines) return;
@@ -66,16 +76,9 @@ function renderPipelines(pipelines) {
   body.replaceChildren(...pipelines.map((p) => {
     const c = p.counts;
     const sources = p.sources.map((s) => el("div", {},
-      `${s.entity} @ ${s.namespace}`,
-      s.failover ? el("div", { class: "note", "data-testid": "failover" },
-        `failover ${s.failover.resolver}: ${s.failover.resolved || "unresolved"}, ` +
-        `${s.failover.switches} switch(es)` +
-        (s.failover.last_switch ? `, last ${new Date(s.failover.last_switch.at * 1000)
-          .toLocaleTimeString()} ${s.failover.last_switch.from} → ${s.failover.last_switch.to}` +
-          ` (${s.failover.last_switch.why.join("; ")})` : "")) : null));
+      `${s.entity} @ ${s.namespace}`, failoverNote(s.failover)));
     const targets = p.targets.map((t) => el("div", {},
-      `${t.role}: ${t.entity} @ ${t.namespace || t.connection}` +
-      (t.failover ? ` (failover ${t.failover})` : "")));
+      `${t.role}: ${t.entity} @ ${t.namespace || t.connection}`, failoverNote(t.failover)));
     const row = el("tr", {
       class: "clickable" + (state.selectedPipeline === p.name ? " selected" : ""),
       "data-pipeline": p.name,
