@@ -296,6 +296,7 @@ def _handler(
     handler.__name__ = handler.__qualname__ = name
     handler.pipeline_name = pipeline.name  # type: ignore[attr-defined]  # the host's metrics
     handler.source_index = source  # type: ignore[attr-defined]  # the host: source failover
+    handler.runtime = runtime  # type: ignore[attr-defined]  # the dashboard: its targets now
     # per-pipeline trigger settings: host.json-wide in Azure, applied per function locally
     handler.batch_size = pipeline.batch_size  # type: ignore[attr-defined]
     handler.concurrency = pipeline.concurrency  # type: ignore[attr-defined]
