@@ -5,46 +5,22 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import re
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
 from replication.servicebus.sas import mint
-from tests.broker.conftest import REPO_ROOT, connection_string, make_config, write_config
+from tests.broker.conftest import connection_string
 from tests.processes import Processes
+
+from .support import start_broker
 
 pytestmark = pytest.mark.timeout(90)
 
 HTTP = re.compile(r"HTTP on port (\d+)")
 LISTENING = re.compile(r"broker listening on [^:\s]+:(\d+)")
-
-
-def _start(processes: Processes, tmp_path: Path, *args: str) -> tuple[int, int, str]:
-    """Starts the broker; returns its AMQP port, plain HTTP port and log so far."""
-    config = write_config(tmp_path / "Config.json", make_config({"work": {}}))
-    log = tmp_path / "broker.log"
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    with log.open("ab") as out:
-        process = processes.start(
-            [sys.executable, "-m", "replication", "broker", "--config", str(config),
-             "--port", "0", "--http-port", "0", "--data-dir", str(tmp_path / "data"), *args],
-            stdout=out, stderr=subprocess.STDOUT, env=env, cwd=tmp_path,
-        )  # fmt: skip
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        assert process.poll() is None, log.read_text()
-        text = log.read_text()
-        amqp, http = LISTENING.search(text), HTTP.search(text)
-        if amqp and http and ("--ui" not in args or "dashboard on" in text):
-            return int(amqp.group(1)), int(http.group(1)), text
-        time.sleep(0.05)
-    raise TimeoutError(f"the broker did not start: {log.read_text()}")
 
 
 def _get(port: int, path: str, token: str | None = None) -> tuple[int, str, bytes]:
@@ -60,7 +36,7 @@ def _get(port: int, path: str, token: str | None = None) -> tuple[int, str, byte
 def test_broker_ui_serves_page_api_and_events_beside_the_management_api(
     tmp_path: Path, processes: Processes
 ) -> None:
-    amqp, port, log = _start(processes, tmp_path, "--ui", "--host", "0.0.0.0")
+    amqp, port, log = start_broker(processes, tmp_path, "--ui", "--host", "0.0.0.0")
     assert f"dashboard on http://localhost:{port}/" in log
     token = mint(f"sb://localhost:{amqp}", "RootManageSharedAccessKey", "SAS_KEY_VALUE")[0]
     status, kind, page = _get(port, "/")
@@ -99,6 +75,6 @@ def test_broker_ui_serves_page_api_and_events_beside_the_management_api(
 
 
 def test_broker_without_ui_serves_no_page(tmp_path: Path, processes: Processes) -> None:
-    _, port, log = _start(processes, tmp_path)
+    _, port, log = start_broker(processes, tmp_path)
     assert "dashboard" not in log
     assert _get(port, "/$dashboard/api/overview")[0] == 401  # the management API's answer

@@ -268,3 +268,31 @@ def test_dashboard_in_a_browser(browser: Any, host: tuple[str, dict[str, str], P
                 dead_letter=1)["messages"] == []  # fmt: skip
 
     assert _errors(browser) == []
+
+
+def test_broker_ui_asks_for_a_token_off_loopback(
+    browser: Any, tmp_path: Path, processes: Processes
+) -> None:
+    """``broker --ui --host 0.0.0.0``: the page asks for a SAS token, and with one shows the
+    namespace, live."""
+    from replication.servicebus.sas import mint
+
+    from .support import start_broker
+
+    amqp, port, _ = start_broker(processes, tmp_path, "--ui", "--host", "0.0.0.0")
+    browser.get(f"http://127.0.0.1:{port}/")
+    _until("the token field", lambda: browser.execute_script(
+        "return !document.getElementById('token-form').hidden"))  # fmt: skip
+    assert "SAS token is required" in _text(browser, "#error")
+    browser.get_log("browser")  # the refused requests so far were expected
+    token = mint(f"sb://localhost:{amqp}", "RootManageSharedAccessKey", "SAS_KEY_VALUE")[0]
+    browser.execute_script(
+        "document.getElementById('token').value = arguments[0];"
+        "document.getElementById('token-form').requestSubmit();", token,
+    )  # fmt: skip
+    _until("the namespace", lambda: "work" in _text(browser, "#namespaces"))
+    _until("the live badge", lambda: _text(browser, "#live") == "live")
+    assert browser.execute_script("return document.getElementById('pipelines-section').hidden")
+    assert not _text(browser, "#error")
+    _shot(browser, "8-broker-ui")
+    assert _errors(browser) == []
