@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -18,9 +17,6 @@ from tests.processes import Processes
 from .support import start_broker
 
 pytestmark = pytest.mark.timeout(90)
-
-HTTP = re.compile(r"HTTP on port (\d+)")
-LISTENING = re.compile(r"broker listening on [^:\s]+:(\d+)")
 
 
 def _get(port: int, path: str, token: str | None = None) -> tuple[int, str, bytes]:
