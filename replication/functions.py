@@ -63,7 +63,8 @@ import azure.functions as func
 import azurefunctions.extensions.bindings.servicebus as servicebus
 
 from . import metrics
-from .messages import Message, from_received
+from .adapters.sdk import from_received
+from .messages import Message
 from .tasks.breaker import Breakers
 from .tasks.error_target import ERROR_TARGET, divert_to_error_target
 from .tasks.task import Decision, Settlement, process_batch

@@ -3,26 +3,19 @@
 A ``Message`` is what pipeline steps read and return. It carries everything a Service Bus
 message has that a replica must keep (identity, routing and user properties, body) plus the
 facts of the source delivery (enqueued time, sequence number, delivery count) that stamping
-and ordering need. Adapters convert losslessly from what a Functions trigger hands us
-(``azure.functions.ServiceBusMessage``) and from ``azure.servicebus.ServiceBusReceivedMessage``,
-and to ``azure.servicebus.ServiceBusMessage`` for sending.
-
-Application property keys are always ``str``; string values the SDK hands back as ``bytes``
-become ``str`` (the SDK sends ``bytes`` values as strings on the wire, so this is the value
-that was sent).
+and ordering need. ``replication.adapters`` converts it to and from every outside form (the
+SDKs, Functions, AMQP bytes, Spark rows, Capture records), each walking the one table of
+fields in ``adapters/fields.py``; the SDK and Functions adapters are importable from here too.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, cast
-
-if TYPE_CHECKING:
-    import azure.functions as func
-    from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage
+from datetime import datetime, timedelta
+from typing import Any
 
 PropertyValue = str | int | float | bool | bytes | datetime | timedelta | uuid.UUID | None
 
@@ -93,133 +86,16 @@ def _copy_fields(message: Message) -> Message:
     return new
 
 
-# ---------------------------------------------------------------------- adapters in
+_MOVED = {
+    "from_functions": "functions", "from_received": "sdk", "to_sdk": "sdk",
+    "body_bytes": "sdk", "properties_from_amqp": "values",
+}  # fmt: skip
+"""The adapters that lived here, still importable from here (``replication.adapters.*``)."""
 
 
-def from_functions(message: func.ServiceBusMessage) -> Message:
-    """What an Azure Functions Service Bus trigger hands the function."""
-    props = dict(message.application_properties or {}) or dict(message.user_properties or {})
-    return Message(
-        body=message.get_body() or b"",
-        message_id=message.message_id,
-        session_id=message.session_id,
-        partition_key=message.partition_key,
-        correlation_id=message.correlation_id,
-        subject=message.subject or message.label,
-        content_type=message.content_type,
-        reply_to=message.reply_to,
-        reply_to_session_id=message.reply_to_session_id,
-        to=message.to,
-        time_to_live=message.time_to_live,
-        scheduled_enqueue_time=_utc(message.scheduled_enqueue_time_utc),
-        application_properties=properties_from_amqp(props),
-        enqueued_time=_utc(message.enqueued_time_utc),
-        sequence_number=message.sequence_number,
-        delivery_count=message.delivery_count,
-        dead_letter_reason=message.dead_letter_reason,
-        dead_letter_description=message.dead_letter_error_description,
-        dead_letter_source=message.dead_letter_source,
-        source=message,
-    )
-
-
-def from_received(message: ServiceBusReceivedMessage) -> Message:
-    """A message received with ``azure-servicebus``."""
-    return Message(
-        body=body_bytes(message),
-        message_id=_text(message.message_id),
-        session_id=_text(message.session_id),
-        partition_key=_text(message.partition_key),
-        correlation_id=_text(message.correlation_id),
-        subject=_text(message.subject),
-        content_type=_text(message.content_type),
-        reply_to=_text(message.reply_to),
-        reply_to_session_id=_text(message.reply_to_session_id),
-        to=_text(message.to),
-        time_to_live=message.time_to_live,
-        scheduled_enqueue_time=_utc(message.scheduled_enqueue_time_utc),
-        application_properties=properties_from_amqp(message.application_properties or {}),
-        enqueued_time=_utc(message.enqueued_time_utc),
-        sequence_number=message.sequence_number,
-        delivery_count=message.delivery_count,
-        locked_until=_locked_until(message),
-        dead_letter_reason=message.dead_letter_reason,
-        dead_letter_description=message.dead_letter_error_description,
-        dead_letter_source=message.dead_letter_source,
-        source=message,
-    )
-
-
-def _locked_until(message: ServiceBusReceivedMessage) -> datetime | None:
-    try:
-        return _utc(message.locked_until_utc)
-    except (AttributeError, TypeError, ValueError):  # received and delete, or no annotation
-        return None
-
-
-# ---------------------------------------------------------------------- adapter out
-
-
-def to_sdk(message: Message) -> ServiceBusMessage:
-    """The message to send with ``azure-servicebus``: identity, routing and user properties
-    kept; source facts (sequence number, enqueued time, ...) are the target's to assign."""
-    from azure.servicebus import ServiceBusMessage
-
-    return ServiceBusMessage(
-        message.body,
-        message_id=message.message_id,
-        session_id=message.session_id,
-        partition_key=message.partition_key if message.session_id is None else None,
-        correlation_id=message.correlation_id,
-        subject=message.subject,
-        content_type=message.content_type,
-        reply_to=message.reply_to,
-        reply_to_session_id=message.reply_to_session_id,
-        to=message.to,
-        time_to_live=message.time_to_live,
-        scheduled_enqueue_time_utc=message.scheduled_enqueue_time,
-        # the SDK's hint omits types its encoder takes (datetime, timedelta, None)
-        application_properties=cast(Any, dict(message.application_properties) or None),
-    )
-
-
-# ---------------------------------------------------------------------- helpers
-
-
-def _text(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, bytes | bytearray):
-        return bytes(value).decode("utf-8")
-    return str(value)
-
-
-def _utc(value: datetime | None) -> datetime | None:
-    if value is None:
-        return None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-def properties_from_amqp(props: Any) -> dict[str, PropertyValue]:
-    out: dict[str, PropertyValue] = {}
-    for key, value in dict(props).items():
-        name = key.decode("utf-8") if isinstance(key, bytes | bytearray) else str(key)
-        if isinstance(value, bytes | bytearray):
-            try:
-                value = bytes(value).decode("utf-8")
-            except UnicodeDecodeError:
-                value = bytes(value)
-        out[name] = value
-    return out
-
-
-def body_bytes(message: ServiceBusReceivedMessage) -> bytes:
-    body = message.body
-    if isinstance(body, bytes | bytearray):
-        return bytes(body)
-    if isinstance(body, str):
-        return body.encode("utf-8")
-    try:
-        return b"".join(bytes(part) for part in body)
-    except TypeError:
-        return str(body).encode("utf-8")
+def __getattr__(name: str) -> Any:
+    """The moved adapters, loaded when first asked for (``adapters`` imports this module)."""
+    module = _MOVED.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"replication.adapters.{module}"), name)

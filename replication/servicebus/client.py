@@ -41,6 +41,8 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from ..adapters.amqp import decode_arrived
+from ..adapters.values import text
 from ..amqp.client import Client, ReceivedMessage, Receiver, Sender
 from ..amqp.errors import AMQPError
 from ..amqp.message import BodyType, Properties
@@ -50,7 +52,6 @@ from ..amqp.performatives import RCV_SECOND, SND_UNSETTLED, Error
 from ..amqp.types import timestamp, uint
 from ..messages import Message
 from .endpoint import Endpoint
-from .incoming import decode_arrived, text
 from .symbols import (
     CBS_NODE,
     DEAD_LETTER,

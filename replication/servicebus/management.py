@@ -31,15 +31,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+from ..adapters.amqp import decode_to_message, encode
 from ..amqp.client import ReceivedMessage, Receiver, Sender
 from ..amqp.errors import AMQPError
 from ..amqp.message import BodyType, Properties, encode_message
 from ..amqp.message import Message as AmqpMessage
 from ..amqp.types import AMQPType, Array, int32, uint
 from ..messages import Message
-from . import outgoing
 from .client import AmqpConnection, AmqpReceiver, SourceError, error_for, source_error
-from .incoming import decode_to_message
 from .rules import (
     TRUE_FILTER,
     Rule,
@@ -245,7 +244,7 @@ class Management:
                 entry["session-id"] = message.session_id
             if message.partition_key:
                 entry["partition-key"] = message.partition_key
-            entry["message"] = outgoing.encode(scheduled)
+            entry["message"] = encode(scheduled)
             entries.append(entry)
         reply = await self.request(path, "com.microsoft:schedule-message", {"messages": entries})
         return [int(n) for n in reply.get("sequence-numbers") or []]

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from ..adapters.amqp import property_value
 from ..amqp.types import Described
 from . import symbols
-from .outgoing import _property
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +107,7 @@ def _sql(expression: str, parameters: dict[str, Any] | None) -> dict[str, Any]:
 
 def _values(values: dict[str, Any]) -> dict[str, Any]:
     """Parameter and property values typed as the SDKs send application properties."""
-    return {str(key): _property(value) for key, value in values.items()}
+    return {str(key): property_value(value) for key, value in values.items()}
 
 
 class RuleDecodeError(ValueError):

@@ -52,7 +52,8 @@ from azure.servicebus.exceptions import (
     SessionLockLostError,
 )
 
-from ..messages import Message, from_received
+from ..adapters.sdk import from_received
+from ..messages import Message
 from .client import AmqpReceiver, AuthenticationError, NoSessionAvailable, SourceError
 
 log = logging.getLogger("replication.servicebus.sdk_source")

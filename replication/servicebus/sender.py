@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 from typing import TYPE_CHECKING, Any
 
+from ..adapters.amqp import encode
 from ..amqp.client import Sender
 from ..amqp.errors import AMQPError
 from ..amqp.outcomes import Accepted, Rejected, TransactionalState
@@ -98,7 +99,7 @@ class AmqpSender:
         batch = [messages] if isinstance(messages, Message) else list(messages)
         if not batch:
             return
-        encoded = [outgoing.encode(message) for message in batch]
+        encoded = [encode(message) for message in batch]
         if len(batch) == 1:
             payload, message_format = encoded[0], 0
         else:

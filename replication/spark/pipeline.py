@@ -27,7 +27,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from .rows import SCHEMA, from_row, to_row
+from ..adapters.spark_rows import COLUMNS, SCHEMA, from_row, to_row
 
 OUTPUT_SCHEMA = SCHEMA + ", target string"
 ERROR_TARGET = "error_target"
@@ -115,17 +115,15 @@ def plan_function(ref: PipelineRef, source: int = 0) -> Any:
 
 
 def _arrow_schema() -> Any:
+    """The Arrow schema of a planned batch: the read row's columns (``spark_rows.COLUMNS``)
+    and ``target``."""
     import pyarrow as pa
 
-    string = pa.string()
-    props = pa.map_(pa.string(), pa.string())
-    return pa.schema([
-        ("body", pa.binary()), ("message_id", string), ("session_id", string),
-        ("partition_key", string), ("correlation_id", string), ("subject", string),
-        ("content_type", string), ("to", string), ("reply_to", string),
-        ("reply_to_session_id", string), ("time_to_live_ms", pa.int64()),
-        ("enqueued_time", pa.timestamp("us", tz="UTC")), ("sequence_number", pa.int64()),
-        ("delivery_count", pa.int32()), ("application_properties", props),
-        ("application_property_types", props), ("repl_enqueue_time", string),
-        ("repl_sequence", string), ("target", string),
-    ])  # fmt: skip
+    types = {
+        "binary": pa.binary(), "string": pa.string(), "long": pa.int64(), "int": pa.int32(),
+        "timestamp": pa.timestamp("us", tz="UTC"),
+        "map<string,string>": pa.map_(pa.string(), pa.string()),
+    }  # fmt: skip
+    return pa.schema(
+        [(column, types[kind]) for column, kind in COLUMNS] + [("target", pa.string())]
+    )

@@ -58,8 +58,8 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from ..adapters.spark_rows import SCHEMA, to_row
 from .options import Options
-from .rows import SCHEMA, to_row
 
 if TYPE_CHECKING:
     from .commits import CommitService

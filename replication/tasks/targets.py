@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from azure.servicebus.aio import ServiceBusClient, ServiceBusSender
 
-from ..messages import Message, to_sdk
+from ..adapters.sdk import to_sdk
+from ..messages import Message
 from ..servicebus.client import AmqpSource
 from ..servicebus.sender import AmqpSender
 

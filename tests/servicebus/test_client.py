@@ -27,6 +27,7 @@ from azure.servicebus.aio import ServiceBusClient
 from azure.servicebus.amqp import AmqpAnnotatedMessage
 from hypothesis import HealthCheck, given, settings
 
+from replication.adapters.amqp import decode_to_message, to_message
 from replication.amqp.message import Header, Properties, decode_message, encode_message
 from replication.amqp.message import Message as AmqpMessage
 from replication.amqp.types import symbol
@@ -39,7 +40,6 @@ from replication.servicebus.client import (
     SourceError,
 )
 from replication.servicebus.endpoint import Endpoint
-from replication.servicebus.incoming import decode_to_message, to_message
 from replication.tasks.pump import PumpStats, Source, pump
 from replication.tasks.targets import SenderPool, Target
 from replication.tasks.task import ReplicationTask

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from azure.servicebus.aio import ServiceBusClient
 
+from replication.adapters.amqp import encode, property_value
 from replication.amqp.codec import decode_all
 from replication.amqp.message import ApplicationProperties
 from replication.amqp.types import int32
 from replication.messages import Message, from_received, to_sdk
-from replication.servicebus import outgoing
 from replication.servicebus.client import AmqpSource
 from replication.servicebus.sender import MESSAGE_SIZE_EXCEEDED, AmqpSender, SendError
 from tests.broker.conftest import BrokerHandle, make_config
@@ -87,13 +87,13 @@ async def test_a_batch_is_one_transfer_and_keeps_order(broker: BrokerHandle) -> 
 
 def test_application_properties_use_the_sdk_s_types() -> None:
     properties = {**PROPERTIES, "big": 2**40}  # the SDK cannot send this one ("int invalid")
-    sections = decode_all(outgoing.encode(Message(application_properties=properties)))
+    sections = decode_all(encode(Message(application_properties=properties)))
     (props,) = [s.value for s in sections if isinstance(s, ApplicationProperties)]
     assert isinstance(props["small"], int32) and props["small"] == 7
     assert props["raw"] == "utf-8 bytes"  # as the SDK sends bytes values
     assert props["big"] == 2**40 and props["when"].to_datetime() == WHEN
-    assert isinstance(outgoing._property(7), int32)  # AMQP int, as the SDK's encode_int
-    assert not isinstance(outgoing._property(2**40), int32)
+    assert isinstance(property_value(7), int32)  # AMQP int, as the SDK's encode_int
+    assert not isinstance(property_value(2**40), int32)
 
 
 @pytest.mark.broker_config(CONFIG)

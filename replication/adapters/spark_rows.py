@@ -1,4 +1,6 @@
-"""The ``servicebus`` rows: one Spark row per message, and back, without losing a property type.
+"""Spark rows of the ``servicebus`` source and sink: one row per message, and back, without
+losing a property type. The columns are ``fields.FIELDS``' ``column`` column, in its order,
+then the stamps.
 
 Application properties are typed in Service Bus (string, long, double, boolean, timestamp,
 duration, uuid, binary); a Spark map has one value type. So a row carries two maps with the
@@ -19,19 +21,36 @@ from typing import Any
 
 from ..messages import Message, PropertyValue
 from ..tasks.stamping import ENQUEUE_TIME, SEQUENCE
+from .fields import FIELDS as MESSAGE_FIELDS
+from .values import text, utc
 
-SCHEMA = (
-    "body binary, message_id string, session_id string, partition_key string, "
-    "correlation_id string, subject string, content_type string, `to` string, "
-    "reply_to string, reply_to_session_id string, time_to_live_ms long, "
-    "enqueued_time timestamp, sequence_number long, delivery_count int, "
-    "application_properties map<string,string>, application_property_types map<string,string>, "
-    "repl_enqueue_time string, repl_sequence string"
-)
-"""The schema of read rows (DDL). ``repl_enqueue_time`` / ``repl_sequence`` repeat the
-replication stamps of ``application_properties`` for convenience."""
+_TYPES = {"body": "binary", "text": "string", "duration": "long", "time": "timestamp",
+          "int": "long"}  # fmt: skip
+_TYPE_OF = {"delivery_count": "int"}
+"""Columns whose Spark type is not their kind's."""
+TYPES = "map<string,string>"
+STAMPS = (("repl_enqueue_time", ENQUEUE_TIME), ("repl_sequence", SEQUENCE))
+"""Columns that repeat a replication stamp of ``application_properties`` (for convenience)."""
 
-FIELDS = [part.strip().split(" ")[0].strip("`") for part in SCHEMA.split(", ")]
+_COLUMNS = tuple((f.name, f.column, f.kind) for f in MESSAGE_FIELDS if f.column)
+"""(Message field, column, kind) in row order (the table's)."""
+
+
+def _columns() -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = []
+    for name, column, kind in _COLUMNS:
+        if kind == "properties":
+            found += [(column, TYPES), ("application_property_types", TYPES)]
+        else:
+            found.append((column, _TYPE_OF.get(name, _TYPES[kind])))
+    return found + [(column, "string") for column, _ in STAMPS]
+
+
+COLUMNS = _columns()
+"""(column, Spark SQL type) of a read row, in order."""
+SCHEMA = ", ".join(f"`{column}` {kind}" for column, kind in COLUMNS)
+"""The schema of read rows (DDL)."""
+FIELDS = [column for column, _ in COLUMNS]
 
 
 # ---------------------------------------------------------------------- properties
@@ -122,19 +141,22 @@ def _decode(kind: str, text: str | None, key: str) -> PropertyValue:
 
 def to_row(message: Message) -> tuple[Any, ...]:
     """A read row (``SCHEMA`` order) for a message."""
-    values, types = encode_properties(message.application_properties)
-    ttl = message.time_to_live
-    enqueued = message.enqueued_time
-    return (
-        message.body, message.message_id, message.session_id, message.partition_key,
-        message.correlation_id, message.subject, message.content_type, message.to,
-        message.reply_to, message.reply_to_session_id,
-        None if ttl is None else int(ttl.total_seconds() * 1000),
-        None if enqueued is None else enqueued.astimezone(UTC),
-        message.sequence_number, message.delivery_count, values, types,
-        _text(message.application_properties.get(ENQUEUE_TIME)),
-        _text(message.application_properties.get(SEQUENCE)),
-    )  # fmt: skip
+    row: list[Any] = []
+    for name, _, kind in _COLUMNS:
+        value = getattr(message, name)
+        if kind == "properties":
+            row += encode_properties(value)
+        elif value is None:
+            row.append(None)
+        elif kind == "duration":
+            row.append(int(value.total_seconds() * 1000))
+        elif kind == "time":
+            row.append(value.astimezone(UTC))
+        else:
+            row.append(value)
+    props = message.application_properties
+    row += [text(props.get(stamp)) for _, stamp in STAMPS]
+    return tuple(row)
 
 
 def from_row(row: Any) -> Message:
@@ -145,34 +167,23 @@ def from_row(row: Any) -> Message:
     data: Mapping[str, Any] = row.asDict() if hasattr(row, "asDict") else row
     if "body" not in data:
         raise ValueError("a row to send needs a 'body' column (binary or string)")
-    body = data["body"]
-    if isinstance(body, str):
-        body = body.encode("utf-8")
-    elif body is None:
-        body = b""
-    ttl = data.get("time_to_live_ms")
-    enqueued = data.get("enqueued_time")
-    if isinstance(enqueued, datetime) and enqueued.tzinfo is None:
-        enqueued = enqueued.replace(tzinfo=UTC)  # Spark hands timestamps back as naive UTC
-    return Message(
-        body=bytes(body),
-        message_id=data.get("message_id"), session_id=data.get("session_id"),
-        partition_key=data.get("partition_key"), correlation_id=data.get("correlation_id"),
-        subject=data.get("subject"), content_type=data.get("content_type"), to=data.get("to"),
-        reply_to=data.get("reply_to"), reply_to_session_id=data.get("reply_to_session_id"),
-        time_to_live=None if ttl is None else timedelta(milliseconds=int(ttl)),
-        application_properties=decode_properties(
-            data.get("application_properties"), data.get("application_property_types")
-        ),
-        enqueued_time=enqueued, sequence_number=data.get("sequence_number"),
-        delivery_count=data.get("delivery_count"), target=data.get("target") or None,
-    )  # fmt: skip
+    values: dict[str, Any] = {}
+    for name, column, kind in _COLUMNS:
+        value = data.get(column)
+        if kind == "body":
+            value = value.encode("utf-8") if isinstance(value, str) else bytes(value or b"")
+        elif kind == "properties":
+            value = decode_properties(value, data.get("application_property_types"))
+        elif value is None:
+            pass
+        elif kind == "duration":
+            value = timedelta(milliseconds=int(value))
+        elif kind == "time":
+            value = utc(value)  # Spark hands timestamps back as naive UTC
+        values[name] = value
+    return Message(target=data.get("target") or None, **values)
 
 
 def rows_to_messages(rows: Iterator[Any]) -> Iterator[Message]:
     for row in rows:
         yield from_row(row)
-
-
-def _text(value: Any) -> str | None:
-    return None if value is None else str(value)

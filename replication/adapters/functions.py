@@ -1,0 +1,66 @@
+"""``azure.functions.ServiceBusMessage``: what a Functions trigger without the SDK-type
+bindings hands a Python function.
+
+``from_functions`` reads every field of ``fields.FIELDS`` with a ``functions`` attribute
+(``subject`` falls back to the older ``label``; the properties to ``user_properties``).
+``to_functions_message`` builds one from the SDK's received message, as the Python worker
+builds it from the trigger's metadata (the local host's trigger needs it).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, cast
+
+from ..messages import Message
+from .fields import FIELDS
+from .sdk import body_bytes
+from .values import properties_from_amqp, text, utc
+
+if TYPE_CHECKING:
+    import azure.functions as func
+    from azure.servicebus import ServiceBusReceivedMessage
+
+_CONVERTED = ("text", "duration", "time", "int")
+_FIELDS: tuple[tuple[str, str, str, str], ...] = tuple(
+    (f.name, f.functions, f.sdk, f.kind)
+    for f in FIELDS
+    if f.functions and f.sdk and f.kind in _CONVERTED
+)
+"""(Message field, Functions attribute, SDK attribute, kind)."""
+
+
+def from_functions(message: func.ServiceBusMessage) -> Message:
+    """What an Azure Functions Service Bus trigger hands the function."""
+    values: dict[str, Any] = {}
+    for name, attribute, _, kind in _FIELDS:
+        value = getattr(message, attribute)
+        values[name] = utc(value) if kind == "time" else value
+    values["subject"] = values["subject"] or message.label
+    props = dict(message.application_properties or {}) or dict(message.user_properties or {})
+    return Message(
+        body=message.get_body() or b"",
+        application_properties=properties_from_amqp(props),
+        source=message,
+        **values,
+    )
+
+
+def to_functions_message(message: ServiceBusReceivedMessage) -> func.ServiceBusMessage:
+    """What the Python worker builds from the trigger's metadata, built from the SDK's message."""
+    from azure.functions.servicebus import ServiceBusMessage as FunctionsMessage
+
+    values: dict[str, Any] = {}
+    for _, attribute, sdk_attribute, kind in _FIELDS:
+        value = getattr(message, sdk_attribute)
+        values[attribute] = text(value) if kind == "text" else value
+    props = properties_from_amqp(message.application_properties or {})
+    values["message_id"] = values["message_id"] or ""
+    return FunctionsMessage(
+        body=body_bytes(message), trigger_metadata=None, application_properties=props,
+        enqueued_sequence_number=message.enqueued_sequence_number,
+        expires_at_utc=message.expires_at_utc, label=values["subject"],
+        lock_token=str(message.lock_token) if message.lock_token else None,
+        state=int(message.state) if message.state is not None else None,
+        transaction_partition_key=None, user_properties=cast(dict[str, object], props),
+        **values,
+    )  # fmt: skip
