@@ -205,11 +205,6 @@ class Dispatcher:
             if not queue.ready:
                 break
 
-    def resume(self, peer: Peer) -> None:
-        """The peer's socket drained: deliver what its full buffer held back."""
-        for consumer in list(peer.consumers.values()):
-            self.pump(consumer)
-
     def pump(self, consumer: Consumer) -> None:
         """Sends the consumer what its credit asks for, one batch at most."""
         link = consumer.link

@@ -36,7 +36,8 @@ class Node:
         """The peer sent a message on the link."""
 
     def flow(self, peer: Peer, link: Link) -> None:
-        """The peer gave the link credit."""
+        """The link may send more: the peer gave it credit, or the connection's socket
+        drained (``ConnectionDriver.on_resume``)."""
 
     def settle(self, peer: Peer, link: Link, delivery: Delivery) -> None:
         """The peer changed the state of (or settled) a delivery we sent."""

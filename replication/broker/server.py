@@ -260,8 +260,13 @@ class Broker:
         if peer is None:
             peer = Peer(driver, self.clock.monotonic())
             self.peers[driver] = peer
-            driver.on_resume = lambda: self.dispatcher.resume(peer)
+            driver.on_resume = lambda: self._resume(peer)
         return peer
+
+    def _resume(self, peer: Peer) -> None:
+        """The peer's socket drained: its links send what its full buffer held back."""
+        for link, node in list(peer.nodes.items()):
+            node.flow(peer, link)
 
     def _on_event(self, driver: ConnectionDriver, event: ev.Event) -> None:
         peer = self._peer(driver)
