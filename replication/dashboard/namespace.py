@@ -260,8 +260,7 @@ class Namespace:
         try:
             state = await (await self.management()).get_session_state(receiver)
         finally:
-            receiver.release(receiver.unread())
-            await receiver.close()
+            await receiver.close()  # gives back what it prefetched, and the session
         if state is None:
             return None
         try:
@@ -298,6 +297,8 @@ class Namespace:
             raise DashboardError(f"at most {MAX_SETTLE} dead letters per request")
         done: list[int] = []
         target = resubmit_target(path)
+        if not wanted:
+            return {"done": [], "not_found": [], "target": target if resubmit else None}
         sender = AmqpSender(self.source, target, timeout=15.0) if resubmit else None
         receiver = await self.source.receiver(f"{path}/{DEAD_LETTER_QUEUE}", prefetch=50)
         held: list[Message] = []

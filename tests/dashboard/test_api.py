@@ -313,3 +313,32 @@ def test_off_loopback_every_call_needs_a_token_with_the_right(
         assert status == 401 and "signature" in answer["error"]
     finally:
         handle.run(dashboard.stop())
+
+
+def test_a_refused_copy_leaves_the_dead_letter_where_it_was(api: Api) -> None:
+    """At least once: the dead letter is completed only after its copy was accepted; when the
+    entity refuses the copy, the dead letter stays (released, no delivery counted)."""
+    from azure.servicebus.management import EntityStatus, ServiceBusAdministrationClient
+
+    _send(api.handle, "work", *(ServiceBusMessage(f"r{i}", message_id=f"r{i}") for i in range(2)))
+    _dead_letter(api.handle, "work", 2, "Poison", "bad")
+    before = api.ok("messages", entity="work", dead_letter=1)["messages"]
+    admin = ServiceBusAdministrationClient.from_connection_string(
+        api.handle.connection_string, retry_total=0,
+        connection_verify=str(api.handle.data_dir / "tls" / "ca.pem"),
+    )  # fmt: skip
+    with admin:
+        queue = admin.get_queue("work")
+        queue.status = EntityStatus.SEND_DISABLED
+        admin.update_queue(queue)
+        status, answer = api("dead-letters/resubmit", {"sequence_numbers": "all"}, entity="work")
+        assert status == 502 and answer["error"].startswith("stopped after 0: "), answer
+        after = api.ok("messages", entity="work", dead_letter=1)["messages"]
+        assert [(m["message_id"], m["delivery_count"]) for m in after] == [
+            (m["message_id"], m["delivery_count"]) for m in before
+        ]
+        queue.status = EntityStatus.ACTIVE
+        admin.update_queue(queue)
+    assert len(api.ok("dead-letters/resubmit", {"sequence_numbers": "all"}, entity="work")[
+        "done"]) == 2  # fmt: skip
+    assert sorted(api.handle.message_ids("work")) == ["r0", "r1"]
