@@ -21,20 +21,19 @@ Executors release messages enqueued after that cutoff untouched.
 
 from __future__ import annotations
 
-import contextlib
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.types import StructType
 
 from .assignment import Assignment, plan
 from .executor import COUNTS_SCHEMA, PipelineJob
 from .options import OptionError, _float, _int
+from .streams import Planner, RunStreamReader
 
 
 @dataclass(frozen=True)
@@ -77,35 +76,15 @@ class PipelineDataSource(DataSource):
         return PipelineStreamReader(PipelineSourceOptions.parse(self.options))
 
 
-class PipelineStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class PipelineStreamReader(RunStreamReader[PipelineSourceOptions]):
     def __init__(self, options: PipelineSourceOptions) -> None:
-        self.options = options
-        self.run = uuid.uuid4().hex
-        self.cutoff: datetime | None = None
+        super().__init__(options)
         self.namespace: str | None = None
         """The source's namespace for the batch being planned (failover: resolved in
         ``latestOffset``)."""
-        self._thread: Any = None
-        self._sources: dict[str, Any] = {}
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Executors get the reader for ``read``: options only (connections stay here)."""
-        return {"options": self.options, "run": self.run}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["options"])  # type: ignore[misc]
-        self.run = state["run"]
+        self.planner = Planner()
 
     # ------------------------------------------------------------------ driver side
-
-    def initialOffset(self) -> dict[str, Any]:
-        return {"run": self.run, "batch": 0}
-
-    def getDefaultReadLimit(self) -> ReadLimit:
-        return ReadMaxRows(self.options.max_messages_per_trigger)
-
-    def prepareForTriggerAvailableNow(self) -> None:
-        self.cutoff = datetime.now(UTC)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         self.namespace = self._resolve()
@@ -127,33 +106,15 @@ class PipelineStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         pass  # every task settled its own messages before it ended
 
     def stop(self) -> None:
-        if self._thread is not None:
-            thread, self._thread = self._thread, None
-            for source in self._sources.values():
-                with contextlib.suppress(Exception):  # stopping: gone anyway
-                    thread.run(source.close(), timeout=10)
-            thread.close()
-
-    def _run(self, coro: Any) -> Any:
-        if self._thread is None:
-            from .intake import LoopThread
-
-            self._thread = LoopThread("servicebus-planner")
-        return self._thread.run(coro, timeout=120)
+        self.planner.close()
 
     def _resolve(self) -> str:
         """Where the source is now: its failover's current host, or the configured one."""
-        return str(self._run(_resolve(self.options.job)))
+        return self.planner.run(_resolve(self.options.job))
 
     def _drained(self, namespace: str, cutoff: datetime) -> bool:
         job = self.options.job
-        connection = job.connection(namespace)
-        source = self._sources.get(connection)
-        if source is None:
-            from ..servicebus.client import AmqpSource
-
-            source = self._sources[connection] = AmqpSource.from_connection_string(connection)
-        return bool(self._run(_nothing_before(source, job.path(), cutoff)))
+        return self.planner.nothing_before(job.connection(namespace), job.path(), cutoff)
 
     # ------------------------------------------------------------------ executors
 
@@ -174,15 +135,3 @@ async def _resolve(job: PipelineJob) -> str:
         return endpoint_host(job.configured_connection())
     await failover.connection_string()
     return str(failover.host)
-
-
-async def _nothing_before(source: Any, path: str, cutoff: datetime) -> bool:
-    """True when the entity's oldest message came after ``cutoff`` (or there is none)."""
-    from ..tasks.locks import management_for
-
-    connection = await source.connection()
-    head = await management_for(connection).peek(path, 1)
-    if not head:
-        return True
-    enqueued = head[0].enqueued_time
-    return enqueued is not None and enqueued > cutoff

@@ -35,11 +35,9 @@ batches, a session's rows in the order they come (``sink.py``).
 
 from __future__ import annotations
 
-import contextlib
-import uuid
 import zlib
 from collections.abc import Iterator, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
@@ -50,16 +48,12 @@ from pyspark.sql.datasource import (
     DataSourceWriter,
     InputPartition,
 )
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxRows,
-    SupportsTriggerAvailableNow,
-)
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
 from ..adapters.spark_rows import SCHEMA, to_row
 from .options import Options
+from .streams import Planner, RunStreamReader
 
 if TYPE_CHECKING:
     from .commits import CommitService
@@ -117,27 +111,19 @@ def plan(rows_by_key: Sequence[tuple[str | None, tuple[Any, ...]]],
     return [RowsPartition(rows) for rows in buckets if rows]
 
 
-class DriverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class DriverStreamReader(RunStreamReader[Options]):
     """``receiveOn: driver``: the driver receives, holds and completes; the rows ride in
     the tasks (see the module)."""
 
+    position = "index"
+
     def __init__(self, options: Options) -> None:
-        self.options = options
-        self.run = uuid.uuid4().hex
+        super().__init__(options)
         self._intake: Any = None
         self.index = 0
         self.pending: list[tuple[int, Any]] = []
         """(index, message) received and not yet completed, in index order."""
-        self.cutoff: datetime | None = None
         self.drained = False
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Executors get the reader for ``read``: options only (receivers stay here)."""
-        return {"options": self.options, "run": self.run}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["options"])  # type: ignore[misc]
-        self.run = state["run"]
 
     @property
     def intake(self) -> Any:
@@ -146,15 +132,6 @@ class DriverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
             self._intake = Intake(self.options)
         return self._intake
-
-    def initialOffset(self) -> dict[str, Any]:
-        return {"run": self.run, "index": 0}
-
-    def getDefaultReadLimit(self) -> ReadLimit:
-        return ReadMaxRows(self.options.max_messages_per_trigger)
-
-    def prepareForTriggerAvailableNow(self) -> None:
-        self.cutoff = datetime.now(UTC)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         # Spark plans one batch at a time: asked for the next one, it has committed the one
@@ -214,25 +191,14 @@ class DriverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"run": self.run, "index": self.index}
 
 
-class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class StreamReader(RunStreamReader[Options]):
     """Executors receive and hold until the commit (see the module, and ``holder.py``)."""
 
     def __init__(self, options: Options) -> None:
-        self.options = options
-        self.run = uuid.uuid4().hex
-        self.cutoff: datetime | None = None
+        super().__init__(options)
         self.limit = options.max_messages_per_trigger
         self._service: CommitService | None = None
-        self._thread: Any = None
-        self._peeker: Any = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Executors get the reader for ``read``: options only (the service stays here)."""
-        return {"options": self.options, "run": self.run}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["options"])  # type: ignore[misc]
-        self.run = state["run"]
+        self.planner = Planner()
 
     @property
     def service(self) -> CommitService:
@@ -244,15 +210,6 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._service
 
     # ------------------------------------------------------------------ driver side
-
-    def initialOffset(self) -> dict[str, Any]:
-        return {"run": self.run, "batch": 0}
-
-    def getDefaultReadLimit(self) -> ReadLimit:
-        return ReadMaxRows(self.options.max_messages_per_trigger)
-
-    def prepareForTriggerAvailableNow(self) -> None:
-        self.cutoff = datetime.now(UTC)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         # Spark plans one batch at a time: asked for the next one, it has committed the one
@@ -290,24 +247,14 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def stop(self) -> None:
         if self._service is not None:
             self._service.close()
-        if self._thread is not None:
-            thread, self._thread = self._thread, None
-            if self._peeker is not None:
-                with contextlib.suppress(Exception):  # stopping: gone anyway
-                    thread.run(self._peeker.close(), timeout=10)
-            thread.close()
+        self.planner.close()
 
     def _drained(self, cutoff: datetime) -> bool:
-        """True when the entity's oldest message came after ``cutoff`` (or there is none):
-        one ``$management`` peek, nothing locked. Messages held for the batch just
-        committed may still show (their completion is on its way): one more batch then."""
-        if self._thread is None:
-            from ..servicebus.client import AmqpSource
-            from .intake import LoopThread
-
-            self._thread = LoopThread("servicebus-planner")
-            self._peeker = AmqpSource.from_connection_string(self.options.connection_string)
-        return bool(self._thread.run(_nothing_before(self._peeker, self.options.path, cutoff)))
+        """True when nothing enqueued before ``cutoff`` is left. Messages held for the
+        batch just committed may still show (their completion is on its way): one more
+        batch then."""
+        options = self.options
+        return self.planner.nothing_before(options.connection_string, options.path, cutoff)
 
     # ------------------------------------------------------------------ executors
 
@@ -322,17 +269,6 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 def _batch(offset: dict[str, Any]) -> int:
     """The batch number of an offset (0 for one of ``receiveOn: driver``)."""
     return int(offset.get("batch", 0))
-
-
-async def _nothing_before(source: Any, path: str, cutoff: datetime) -> bool:
-    from ..tasks.locks import management_for
-
-    connection = await source.connection()
-    head = await management_for(connection).peek(path, 1)
-    if not head:
-        return True
-    enqueued = head[0].enqueued_time
-    return enqueued is not None and enqueued > cutoff
 
 
 class BatchReader(DataSourceReader):
