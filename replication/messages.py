@@ -22,7 +22,7 @@ PropertyValue = str | int | float | bool | bytes | datetime | timedelta | uuid.U
 
 @dataclass(slots=True)
 class Message:
-    """A Service Bus message as the task library sees it."""
+    """A Service Bus message, or an Event Hubs event, as the task library sees it."""
 
     body: bytes = b""
     message_id: str | None = None
@@ -47,6 +47,10 @@ class Message:
     dead_letter_reason: str | None = None
     dead_letter_description: str | None = None
     dead_letter_source: str | None = None
+    offset: str | None = None
+    """Event Hubs: the event's offset in its partition (``x-opt-offset``)."""
+    partition_id: str | None = None
+    """Event Hubs: the partition the event was read from (the reader's, not in the event)."""
 
     target: str | None = None
     """Where a router (or an error path) sends this output; None: the task's target."""

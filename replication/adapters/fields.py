@@ -1,11 +1,12 @@
 """The one table of a message's fields and where each lives in every outside form.
 
-A ``Message`` field is read from and written to five forms: the SDK's messages
+A ``Message`` field is read from and written to six forms: the SDK's messages
 (``azure.servicebus``), the Functions trigger's ``azure.functions.ServiceBusMessage``, the
 AMQP message on the wire (header, properties, message annotations, application
-properties), a Spark row of the ``servicebus`` source and sink, and a Capture (Avro)
-record. Every adapter of this package walks ``FIELDS``, so a new field is one row here
-(and a test, tests/tasks/test_adapters.py, holds every adapter to this table).
+properties), a Spark row of the ``servicebus`` source and sink, a Capture (Avro)
+record, and Event Hubs' ``EventData`` (``eventhubs.py``: the AMQP column, through the
+SDK's ``raw_amqp_message``). Every adapter of this package walks ``FIELDS``, so a new field
+is one row here (and a test, tests/tasks/test_adapters.py, holds every adapter to this table).
 
 ``body`` and ``application_properties`` are rows too, but each adapter has its own code for
 them (data sections; typed property maps); the rest are converted by their ``kind``.
@@ -24,6 +25,7 @@ from ..servicebus.symbols import (
     DEAD_LETTER_SOURCE,
     ENQUEUED_TIME,
     LOCKED_UNTIL,
+    OFFSET,
     PARTITION_KEY,
     SCHEDULED_ENQUEUE_TIME,
     SEQUENCE_NUMBER,
@@ -59,16 +61,19 @@ class Field:
     """The Capture record's ``SystemProperties`` key, or a record field (``Body``, ...)."""
     sent: bool
     """A replica keeps it (sent to the target); False: a fact of the source delivery."""
+    servicebus: bool = True
+    """Service Bus deliveries carry it; False: Event Hubs only (the ``eventhubs`` adapter)."""
 
 
 def _field(
     name: str, kind: Kind, amqp: Amqp, *, sdk: str | None = "", functions: str | None = "",
     column: str | None = "", capture: str | None = None, sent: bool = True,
+    servicebus: bool = True,
 ) -> Field:  # fmt: skip
     """A row; ``sdk``, ``functions`` and ``column`` default to the field's own name."""
     return Field(
         name, kind, amqp, name if sdk == "" else sdk, name if functions == "" else functions,
-        name if column == "" else column, capture, sent,
+        name if column == "" else column, capture, sent, servicebus,
     )  # fmt: skip
 
 
@@ -105,9 +110,12 @@ FIELDS: tuple[Field, ...] = (
            column=None, sent=False),
     _field("dead_letter_source", "text", Amqp("annotations", DEAD_LETTER_SOURCE), column=None,
            sent=False),
+    # Event Hubs: the event's offset in its partition (stamped as repl-offset)
+    _field("offset", "text", Amqp("annotations", OFFSET), sdk=None, functions=None,
+           column=None, sent=False, servicebus=False),
 )  # fmt: skip
-"""Every field a ``Message`` exchanges with the outside (``target`` and ``source`` are the
-task library's own)."""
+"""Every field a ``Message`` exchanges with the outside (``target``, ``source`` and
+``partition_id``, where a runner read an event, are the task library's own)."""
 
 BY_NAME = {f.name: f for f in FIELDS}
 

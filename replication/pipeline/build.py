@@ -63,7 +63,7 @@ def build_pipeline(
         resolved = resolve_connection(settings, endpoint.connection, role="target")
         if isinstance(resolved, str) and not resolved.startswith("!"):
             failover = _failover(pipeline, endpoint, resolved, settings, key or "target")
-            targets[key] = Target(resolved, endpoint.entity, failover)
+            targets[key] = Target(resolved, endpoint.entity, failover, endpoint.is_event_hub)
             target_namespaces[key] = namespace_of(resolved)
         else:
             problems.append(((*loc, "connection"), missing_reason(resolved, endpoint, settings)))
@@ -111,8 +111,11 @@ def build_pipeline(
             source_namespace=namespace,
             target_namespaces=dict(target_namespaces),
             loop_guard=pipeline.loop_guard,
+            session_id_from_key=source.session_id_from == "partition_key",
         )
-        for function, namespace in zip(pipeline.function_names(), source_namespaces, strict=True)
+        for function, namespace, source in zip(
+            pipeline.function_names(), source_namespaces, pipeline.sources, strict=True
+        )
     ]
     return BuiltPipeline(pipeline, tasks, targets, list(pipeline.sources), source_failovers)
 

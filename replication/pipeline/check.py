@@ -205,7 +205,8 @@ class _Checker:
             self.check_endpoint(endpoint, where, "source")
         seen: dict[tuple[str, str, str | None], int] = {}
         for index, (endpoint, where) in enumerate(sources):
-            key = (endpoint.connection, endpoint.entity.lower(), endpoint.subscription)
+            reader = endpoint.group.lower() if endpoint.is_event_hub else endpoint.subscription
+            key = (endpoint.connection, endpoint.entity.lower(), reader)
             if seen.setdefault(key, index) != index:
                 self.add(where, f"the same source as sources[{seen[key]}]")
         for name in ("target", "default", "error_target"):
@@ -217,15 +218,21 @@ class _Checker:
         return [endpoint for endpoint, _ in sources]
 
     def check_endpoint(self, endpoint: Endpoint, loc: Loc, role: str) -> None:
-        if endpoint.queue is not None and endpoint.topic is not None:
-            self.add((*loc, "topic"), "give 'queue' or 'topic', not both")
-        elif endpoint.queue is None and endpoint.topic is None:
+        given = [k for k in ("queue", "topic", "eventhub") if getattr(endpoint, k) is not None]
+        if len(given) > 1:
+            self.add((*loc, given[1]), f"give one of 'queue', 'topic' and 'eventhub', not "
+                     f"{' and '.join(repr(k) for k in given)}")  # fmt: skip
+        elif not given:
             if role == "source":
-                self.add(loc, "the source needs 'queue', or 'topic' and 'subscription'")
+                self.add(loc, (
+                    "the source needs 'queue', or 'topic' and 'subscription', or 'eventhub'"
+                ))  # fmt: skip
             else:
-                self.add(loc, f"the {role} needs 'queue' or 'topic'")
-        if endpoint.queue is not None and endpoint.topic is not None:
+                self.add(loc, f"the {role} needs 'queue', 'topic' or 'eventhub'")
+        if len(given) > 1:
             pass  # reported above
+        elif endpoint.eventhub is not None:
+            self.check_event_hub(endpoint, loc, role)
         elif role == "source":
             if endpoint.topic is not None and endpoint.subscription is None:
                 self.add((*loc, "topic"), (
@@ -244,9 +251,48 @@ class _Checker:
                     "'sessions' is for sources (it makes the trigger read sessions); a "
                     f"{role} keeps each message's session id"
                 ))  # fmt: skip
-        self.check_setting(endpoint.connection, (*loc, "connection"), role == "source")
+        if endpoint.eventhub is None:
+            for name in ("consumer_group", "session_id_from"):
+                if getattr(endpoint, name) is not None:
+                    self.add((*loc, name), (
+                        f"{name!r} is for event hub sources ('eventhub'), not queues or topics"
+                    ))  # fmt: skip
+        self.check_setting(
+            endpoint.connection, (*loc, "connection"), role == "source", endpoint.is_event_hub
+        )
         if endpoint.failover is not None:
             self.check_failover_settings((*loc, "failover"))
+
+    def check_event_hub(self, endpoint: Endpoint, loc: Loc, role: str) -> None:
+        """An event hub has partitions, not sessions or subscriptions; a consumer group is
+        what a reader reads through, so only a source has one."""
+        if endpoint.subscription is not None:
+            self.add((*loc, "subscription"), (
+                "'subscription' goes with 'topic'; an event hub source reads through a "
+                "consumer group ('consumer_group', default $Default)"
+            ))  # fmt: skip
+        if endpoint.sessions:
+            self.add((*loc, "sessions"), (
+                "an event hub has no sessions: it keeps order per partition (events with the "
+                "same partition key); leave 'sessions' out"
+                + (" (session_id_from: partition_key gives a Service Bus target sessions)"
+                   if role == "source" else "")
+            ))  # fmt: skip
+        if role != "source":
+            for name in ("consumer_group", "session_id_from"):
+                if getattr(endpoint, name) is not None:
+                    self.add((*loc, name), (
+                        f"{name!r} is for event hub sources: a {role} is sent to, not read "
+                        "through a consumer group"
+                        if name == "consumer_group" else
+                        f"{name!r} is for event hub sources (it sets the session id of what "
+                        f"is read); a {role} keeps each message's session id"
+                    ))  # fmt: skip
+        if endpoint.failover is not None:
+            self.add((*loc, "failover"), (
+                "failover resolves Service Bus namespaces (SRV _azure_servicebus); an event hub "
+                "endpoint cannot fail over yet: leave 'failover' out"
+            ))  # fmt: skip
 
     def check_failover_settings(self, loc: Loc) -> None:
         """The environment's half of failover: the host map and the default DNS server."""
@@ -266,7 +312,7 @@ class _Checker:
             except ValueError as exc:
                 self.add(loc, f"setting {NAMESERVER_SETTING!r}: {exc}")
 
-    def check_setting(self, name: str, loc: Loc, source: bool) -> None:
+    def check_setting(self, name: str, loc: Loc, source: bool, event_hub: bool = False) -> None:
         if self.settings is None:
             return
         value = self.settings.get(name)
@@ -279,7 +325,8 @@ class _Checker:
         try:
             namespace_of(value)
         except ValueError as exc:
-            self.add(loc, f"setting {name!r} does not hold a Service Bus connection string: {exc}")
+            service = "an Event Hubs" if event_hub else "a Service Bus"
+            self.add(loc, f"setting {name!r} does not hold {service} connection string: {exc}")
 
     def check_routing(self, spec: PipelineSpec, loc: Loc) -> None:
         if spec.target is not None and spec.routes is not None:
@@ -320,6 +367,12 @@ class _Checker:
                         f"the target is the source topic {source.topic!r}: messages would come "
                         "back through the subscription (set loop_guard: true if that is meant)"
                     ))  # fmt: skip
+                elif source.is_event_hub and out.is_event_hub and not spec.loop_guard:
+                    self.add(where, (
+                        f"the target is the source event hub {source.eventhub!r}: events would "
+                        "come back through the consumer group (set loop_guard: true if that is "
+                        "meant)"
+                    ))  # fmt: skip
 
     def check_transactional(
         self, spec: PipelineSpec, sources: list[Endpoint], step_targets: dict[str, Endpoint],
@@ -338,7 +391,12 @@ class _Checker:
             source_loc: Loc = (*loc, "source") if spec.source is not None else (
                 *loc, "sources", index,
             )  # fmt: skip
-            if source.queue is None:
+            if source.is_event_hub:
+                self.add(source_loc, (
+                    "transactional needs a Service Bus queue source: an event hub has no "
+                    "transactions (its reader checkpoints after each batch: at-least-once)"
+                ))  # fmt: skip
+            elif source.queue is None:
                 self.add(source_loc, (
                     "transactional needs a queue source: the copies are sent via the source "
                     "entity in the same transaction as its completes, and a subscription "
@@ -360,6 +418,12 @@ class _Checker:
         for key, endpoint in step_targets.items():
             outs.append((endpoint, (*loc, "steps", int(key.rpartition(":")[2]), "error_target")))
         for out, out_loc in outs:
+            if out.is_event_hub:
+                self.add((*out_loc, "eventhub"), (
+                    "transactional: a Service Bus transaction cannot include a send to an "
+                    f"event hub ({out.eventhub!r}); drop transactional, or send to a queue or "
+                    "topic"
+                ))  # fmt: skip
             if out.failover is not None:
                 self.add((*out_loc, "failover"), (
                     "transactional pipelines cannot fail over: a transaction and its targets "

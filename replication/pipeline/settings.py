@@ -50,7 +50,8 @@ def missing_reason(resolved: str, endpoint: Endpoint, settings: Mapping[str, str
     """Why ``resolve_connection`` found no connection string, in words."""
     name = endpoint.connection
     if resolved == "!not-a-connection-string":
-        return f"setting {name!r} does not hold a Service Bus connection string (no 'Endpoint=')"
+        service = "an Event Hubs" if endpoint.is_event_hub else "a Service Bus"
+        return f"setting {name!r} does not hold {service} connection string (no 'Endpoint=')"
     return f"setting {name!r} is not set{did_you_mean(name, list(settings), SETTING_CUTOFF)}"
 
 

@@ -28,6 +28,9 @@ NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]*$"
 MAX_NAME_LENGTH = 100
 MAX_ENTITY_NAME_LENGTH = 260
 MAX_SUBSCRIPTION_NAME_LENGTH = 50
+MAX_EVENT_HUB_NAME_LENGTH = 256
+MAX_CONSUMER_GROUP_NAME_LENGTH = 50
+DEFAULT_CONSUMER_GROUP = "$Default"
 
 # ---------------------------------------------------------------------- target names
 
@@ -77,6 +80,31 @@ def _subscription_name(name: str) -> str:
     return name
 
 
+_HUB_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
+
+
+def _event_hub_name(name: str) -> str:
+    """Event hub names: 1-256 letters, digits, '.', '-' and '_', starting and ending with a
+    letter or digit (Event Hubs' rules)."""
+    if len(name) > MAX_EVENT_HUB_NAME_LENGTH or not _HUB_NAME.fullmatch(name):
+        raise ValueError(
+            f"{name[:60]!r} is not an event hub name: 1-256 letters, digits, '.', '-' and '_', "
+            "starting and ending with a letter or digit"
+        )
+    return name
+
+
+def _consumer_group_name(name: str) -> str:
+    if name == DEFAULT_CONSUMER_GROUP:
+        return name
+    if len(name) > MAX_CONSUMER_GROUP_NAME_LENGTH or not _HUB_NAME.fullmatch(name):
+        raise ValueError(
+            f"{name[:60]!r} is not a consumer group name: '$Default', or 1-50 letters, digits, "
+            "'.', '-' and '_', starting and ending with a letter or digit"
+        )
+    return name
+
+
 def _setting_name(name: str) -> str:
     if not name.strip():
         raise ValueError("must name the app setting that holds the connection string")
@@ -111,6 +139,8 @@ def _condition(text: str) -> str:
 
 EntityName = Annotated[str, AfterValidator(_entity_name)]
 SubscriptionName = Annotated[str, AfterValidator(_subscription_name)]
+EventHubName = Annotated[str, AfterValidator(_event_hub_name)]
+ConsumerGroupName = Annotated[str, AfterValidator(_consumer_group_name)]
 SettingName = Annotated[str, AfterValidator(_setting_name)]
 PipelineName = Annotated[
     str,
@@ -124,14 +154,19 @@ Condition = Annotated[str, AfterValidator(_condition)]
 
 
 class Endpoint(BaseModel):
-    """A queue, or a topic (+ subscription when read from), in the namespace whose
-    connection string the app setting ``connection`` holds."""
+    """A queue, or a topic (+ subscription when read from), or an event hub (+ consumer
+    group when read from), in the namespace whose connection string the app setting
+    ``connection`` holds."""
 
     model_config = ConfigDict(
         extra="forbid",
         frozen=True,
-        json_schema_extra={"anyOf": [{"required": ["queue"]}, {"required": ["topic"]}]},
-    )
+        json_schema_extra={
+            "anyOf": [
+                {"required": ["queue"]}, {"required": ["topic"]}, {"required": ["eventhub"]},
+            ]
+        },
+    )  # fmt: skip
 
     connection: SettingName = Field(
         description="Name of the app setting holding the namespace's connection string "
@@ -143,8 +178,22 @@ class Endpoint(BaseModel):
         None, description="The subscription of `topic` to read (sources only)."
     )
     sessions: bool = Field(
-        False, description="Sources only: the entity requires sessions (session trigger)."
-    )
+        False, description="Service Bus sources only: the entity requires sessions "
+        "(session trigger).",
+    )  # fmt: skip
+    eventhub: EventHubName | None = Field(
+        None, description="An event hub (Event Hubs) instead of a queue or topic; the "
+        "connection is then an Event Hubs namespace's connection string.",
+    )  # fmt: skip
+    consumer_group: ConsumerGroupName | None = Field(
+        None, description="Event hub sources only: the consumer group read (default "
+        "`$Default`), as the Event Hubs trigger's consumerGroup.",
+    )  # fmt: skip
+    session_id_from: Literal["partition_key"] | None = Field(
+        None, description="Event hub sources only: `partition_key` gives each event its "
+        "partition key as its session id, so a session-enabled Service Bus target gets each "
+        "key's events as one session, in order.",
+    )  # fmt: skip
     failover: FailoverSpec | None = Field(
         None, description="Resolve the namespace at run time (DNS alias, file or URL) and "
         "switch when it changes; the connection's keys are used on every namespace.",
@@ -152,17 +201,30 @@ class Endpoint(BaseModel):
 
     @property
     def entity(self) -> str:
-        """The queue or topic: what a target sends to, what a source reads (with the
-        subscription, for a topic)."""
-        return self.queue or self.topic or ""
+        """The queue, topic or event hub: what a target sends to, what a source reads (with
+        the subscription, for a topic; with the consumer group, for an event hub)."""
+        return self.queue or self.topic or self.eventhub or ""
 
     @property
     def is_subscription(self) -> bool:
         return self.subscription is not None
 
+    @property
+    def is_event_hub(self) -> bool:
+        return self.eventhub is not None
+
+    @property
+    def group(self) -> str:
+        """The consumer group an event hub source reads (``$Default`` unless given)."""
+        return self.consumer_group or DEFAULT_CONSUMER_GROUP
+
     def describe(self) -> str:
         if self.queue:
             what = f"queue {self.queue}"
+        elif self.eventhub:
+            what = f"event hub {self.eventhub}"
+            if self.consumer_group:
+                what += f" consumer group {self.consumer_group}"
         else:
             what = f"topic {self.topic}"
             if self.subscription:
@@ -243,7 +305,8 @@ class PipelineSpec(_Spec):
         "rolled back whole (the failed message abandoned, the others released). The copies "
         "go via the source queue (send-via), so the source must be a queue and every "
         "target (routes, default and error targets too) an entity of the source's "
-        "namespace, without failover; backend amqp only. Runs where the app receives "
+        "namespace, without failover, and no event hub anywhere; backend amqp only. Runs "
+        "where the app receives "
         "itself: the local host (`python -m replication start`) runs its sources with the "
         "task pump (`replication.tasks.pump`) instead of as functions. Azure Functions "
         "cannot run it (the Functions host settles on its own connection, outside the "

@@ -26,6 +26,8 @@ SCHEDULED_ENQUEUE_TIME = symbol("x-opt-scheduled-enqueue-time")
 MESSAGE_STATE = symbol("x-opt-message-state")
 DEAD_LETTER_SOURCE = symbol("x-opt-deadletter-source")
 ENQUEUE_SEQUENCE_NUMBER = symbol("x-opt-enqueue-sequence-number")
+OFFSET = symbol("x-opt-offset")
+"""Event Hubs: an event's offset in its partition (a string)."""
 
 # ---------------------------------------------------------------------- dead-lettering
 

@@ -23,6 +23,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from azure.eventhub.exceptions import AuthenticationError, EventDataError, EventHubError
 from azure.servicebus.exceptions import (
     MessageSizeExceededError,
     MessagingEntityDisabledError,
@@ -91,6 +92,8 @@ def retryable(error: BaseException) -> bool:
     """Transient errors are worth another try; a bad message or credential is not."""
     if isinstance(error, SourceError):
         return error.retryable
+    if isinstance(error, EventHubError):  # an event hub target (tasks.eventhubs)
+        return not isinstance(error, AuthenticationError | EventDataError)
     if isinstance(
         error, MessageSizeExceededError | ServiceBusAuthorizationError
         | ServiceBusAuthenticationError | MessagingEntityNotFoundError

@@ -3,7 +3,11 @@
 ``repl-enqueue-time`` is the source's enqueued time (ISO 8601 UTC with fraction and ``Z``)
 and ``repl-sequence`` the source's sequence number; a message that already carries them
 (it was replicated before) gets ``;`` and the new value appended, so the properties list
-every hop in order. Everything else (identity, routing, user properties) is kept as is.
+every hop in order. An event read from an event hub also gets ``repl-offset``, its offset
+in its partition (the Event Hubs federation docs' stamp); once a message has it, every later
+hop appends to it too (empty for a Service Bus hop, which has no offset), and the first
+offset is put after one empty entry per earlier hop, so the n-th entry of each list is the
+n-th hop. Everything else (identity, routing, user properties) is kept as is.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from ..messages import Message
 
 ENQUEUE_TIME = "repl-enqueue-time"
 SEQUENCE = "repl-sequence"
+OFFSET = "repl-offset"
 SEPARATOR = ";"
 
 
@@ -36,9 +41,17 @@ def stamp(message: Message, now: datetime | None = None) -> Message:
     enqueued time, e.g. a message that was never on a broker)."""
     enqueued = message.enqueued_time or now or datetime.now(UTC)
     props = dict(message.application_properties)
-    props[ENQUEUE_TIME] = _append(props.get(ENQUEUE_TIME), iso_utc(enqueued))
+    earlier = props.get(ENQUEUE_TIME)
+    props[ENQUEUE_TIME] = _append(earlier, iso_utc(enqueued))
     sequence = "" if message.sequence_number is None else str(message.sequence_number)
     props[SEQUENCE] = _append(props.get(SEQUENCE), sequence)
+    offsets = props.get(OFFSET)
+    if message.offset is not None or offsets not in (None, ""):
+        if offsets in (None, "") and earlier not in (None, ""):
+            offsets = SEPARATOR * str(earlier).count(SEPARATOR)  # one empty entry per hop
+            props[OFFSET] = f"{offsets}{SEPARATOR}{message.offset or ''}"
+        else:
+            props[OFFSET] = _append(offsets, message.offset or "")
     return message.copy(application_properties=props)
 
 

@@ -24,6 +24,7 @@ from ..adapters.sdk import to_sdk
 from ..messages import Message
 from ..servicebus.client import AmqpSource
 from ..servicebus.sender import AmqpSender
+from .eventhubs import EventHubSender
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -45,6 +46,8 @@ class Target:
     entity: str
     failover: Failover | None = None
     """When set, ``connection_string`` is the configured one; sends go where this resolves."""
+    event_hub: bool = False
+    """``entity`` is an event hub: sent to with ``azure-eventhub`` (``tasks.eventhubs``)."""
 
 
 class SenderPool:
@@ -76,6 +79,7 @@ class SenderPool:
         self._lent: dict[str, int] = {}
         self._retired: set[str] = set()
         self._all: list[ServiceBusSender] = []
+        self._event_hubs: dict[tuple[str, str], EventHubSender] = {}
         self._lock = asyncio.Lock()
         for target in targets.values():
             if target.failover is not None:
@@ -87,6 +91,9 @@ class SenderPool:
         if target is None:
             known = ", ".join(repr(n) for n in self.targets if n is not None) or "none"
             raise KeyError(f"no target named {name!r} (targets: {known})")
+        if target.event_hub:
+            yield self._event_hub_sender(target)
+            return
         if target.failover is not None:
             yield _FailoverSender(self, target, target.failover)
             return
@@ -107,6 +114,15 @@ class SenderPool:
             return
         async with self._lend_sdk(connection_string, entity, **client_options) as sender:
             yield SdkSender(sender)
+
+    def _event_hub_sender(self, target: Target) -> EventHubSender:
+        """One producer per event hub, whatever the backend (Service Bus's backends do not
+        apply: an event hub is sent to with ``azure-eventhub``)."""
+        key = (target.connection_string, target.entity.lower())
+        sender = self._event_hubs.get(key)
+        if sender is None:
+            sender = self._event_hubs[key] = EventHubSender(target.connection_string, target.entity)
+        return sender
 
     def _amqp_sender(self, connection_string: str, entity: str) -> AmqpSender:
         key = (connection_string, entity.lower())
@@ -183,6 +199,10 @@ class SenderPool:
                 await client.close()
 
     async def close(self) -> None:
+        for hub in self._event_hubs.values():
+            with contextlib.suppress(Exception):
+                await hub.close()
+        self._event_hubs.clear()
         for amqp_sender in self._amqp_senders.values():
             await amqp_sender.close()
         for namespace in self._namespaces.values():

@@ -72,8 +72,13 @@ class ReplicationTask:
     loop_guard: bool = False
     """Drop outputs whose target namespace the message already came through (merge)."""
     policy: SendPolicy = field(default_factory=SendPolicy)
+    session_id_from_key: bool = False
+    """An event hub source's ``session_id_from: partition_key``: an event without a session
+    id gets its partition key as one (before the steps, so they see it)."""
 
     def plan(self, message: Message, now: datetime | None = None) -> Outcome:
+        if self.session_id_from_key and message.session_id is None and message.partition_key:
+            message = message.copy(session_id=message.partition_key)
         outcome = run_chain(message, self.steps)
         outputs = []
         for output in outcome.outputs:

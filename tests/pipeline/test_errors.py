@@ -148,9 +148,10 @@ def test_sources_and_targets_must_be_well_formed() -> None:
         "pipelines.yaml:5:5: pipelines[0].routes: give 'target' or 'routes', not both",
         "pipelines.yaml:7:61: pipelines[0].routes[0].target.subscription: a route target is a "
         "queue or a topic: messages cannot be sent to a subscription",
-        "pipelines.yaml:9:55: pipelines[1].source.topic: give 'queue' or 'topic', not both",
+        "pipelines.yaml:9:55: pipelines[1].source.topic: give one of 'queue', 'topic' and "
+        "'eventhub', not 'queue' and 'topic'",
         "pipelines.yaml:10:5: pipelines[1].default: 'default' goes with 'routes'",
-        "pipelines.yaml:11:5: pipelines[1].target: the target needs 'queue' or 'topic'",
+        "pipelines.yaml:11:5: pipelines[1].target: the target needs 'queue', 'topic' or 'eventhub'",
         # a pipeline with a structural problem gets its other checks once that is fixed
         "pipelines.yaml:13:5: pipelines[2].sources: must not be empty",
     ]
