@@ -22,6 +22,7 @@ import dns.name
 import dns.rdatatype
 import dns.resolver
 
+from ..clock import SYSTEM, Clock
 from .base import FailoverError, Resolution
 
 SRV_PREFIX = "_azure_servicebus._amqp."
@@ -101,6 +102,7 @@ class DnsResolver:
         backoff: float = 0.2,
         rng: random.Random | None = None,
         min_ttl: float = 0.0,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.alias = alias.strip().rstrip(".").lower()
         if not self.alias:
@@ -115,6 +117,8 @@ class DnsResolver:
         self.backoff = backoff
         self.rng = rng or random.Random()
         self.min_ttl = min_ttl
+        self.clock = clock
+        """Measures how long an answer is cached (its TTL)."""
         self._cached: tuple[Resolution, float] | None = None
         self._resolver: dns.resolver.Resolver | None = None
 
@@ -133,11 +137,11 @@ class DnsResolver:
         self._cached = None
 
     def resolve(self) -> Resolution:
-        if self._cached is not None and time.monotonic() < self._cached[1]:
+        if self._cached is not None and self.clock.monotonic() < self._cached[1]:
             return self._cached[0]
         resolution = self._resolve()
         ttl = max(resolution.ttl or 0.0, self.min_ttl)
-        self._cached = (resolution, time.monotonic() + ttl)
+        self._cached = (resolution, self.clock.monotonic() + ttl)
         return resolution
 
     # ------------------------------------------------------------------ the lookup

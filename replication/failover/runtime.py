@@ -27,10 +27,10 @@ import contextlib
 import errno
 import logging
 import socket
-import time
 from collections.abc import Awaitable, Callable, Mapping
 
 from .. import metrics
+from ..clock import SYSTEM, Clock, wait_event
 from ..servicebus.connection_string import ConnectionString, with_endpoint
 from .base import FailoverError, Resolution, Resolver
 
@@ -159,7 +159,7 @@ class Failover:
         host_map: Mapping[str, str] | None = None,
         failures: int = DEFAULT_FAILURES,
         recheck_interval: float = DEFAULT_RECHECK_INTERVAL,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.name = name
         self.resolver = resolver
@@ -199,7 +199,7 @@ class Failover:
         ``RECHECK_WAIT`` seconds."""
         if self.resolution is None:
             await self.recheck(force=True, raise_errors=True)
-        elif self.clock() - self._checked >= self.recheck_interval:
+        elif self.clock.monotonic() - self._checked >= self.recheck_interval:
             if self._background is None or self._background.done():
                 self._background = asyncio.get_running_loop().create_task(self.recheck())
             # usually answered at once (a cached DNS answer, a stat): then this very send
@@ -225,7 +225,7 @@ class Failover:
     async def report_failure(self, error: BaseException) -> bool:
         """Counts a failed operation; re-resolves when the failures look persistent.
         True when that switched to another namespace (the caller should retry there)."""
-        version, failed_at = self.version, self.clock()
+        version, failed_at = self.version, self.clock.monotonic()
         self._consecutive += 1
         if not points_elsewhere(error) and self._consecutive < self.failures:
             return False
@@ -247,20 +247,20 @@ class Failover:
             return await self._recheck(force, raise_errors)
 
     async def _recheck(self, force: bool, raise_errors: bool) -> bool:
-        if not force and self.clock() - self._checked < self.recheck_interval:
+        if not force and self.clock.monotonic() - self._checked < self.recheck_interval:
             return False
         if force:
             self.resolver.invalidate()
         try:
             resolution = await asyncio.to_thread(self.resolver.resolve)
         except FailoverError as exc:
-            self._checked = self.clock()
+            self._checked = self.clock.monotonic()
             if raise_errors and self.resolution is None:
                 raise
             log.warning("%s: cannot resolve (%s); staying on %s", self.name, exc,
                         self.host or "nothing yet")  # fmt: skip
             return False
-        self._checked = self.clock()
+        self._checked = self.clock.monotonic()
         old = self.resolution
         self.resolution = resolution
         if old is not None and old.host == resolution.host:
@@ -323,7 +323,7 @@ async def run_switching(
             connection = await failover.connection_string()
         except FailoverError as exc:
             log.warning("%s: cannot resolve (%s); retrying in %.0fs", failover.name, exc, pause)
-            await _pause(stop, pause)
+            await wait_event(stop, pause, failover.clock)
             continue
         version = failover.version
         inner = asyncio.Event()
@@ -331,7 +331,7 @@ async def run_switching(
         try:
             await run(connection, inner)
             if not stop.is_set() and failover.version == version:
-                await _pause(stop, pause)  # returned on its own: do not spin
+                await wait_event(stop, pause, failover.clock)  # returned on its own: no spin
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -339,7 +339,7 @@ async def run_switching(
                 continue  # already on another namespace: go there now
             log.warning("%s: %s failed (%s); retrying in %.0fs", failover.name,
                         endpoint_host(connection), _short(exc), pause)  # fmt: skip
-            await _pause(stop, pause)
+            await wait_event(stop, pause, failover.clock)
         finally:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -348,21 +348,20 @@ async def run_switching(
 
 async def _watch(failover: Failover, version: int, stop: asyncio.Event,
                  inner: asyncio.Event) -> None:  # fmt: skip
-    """Sets ``inner`` on stop or on a switch; re-checks every ``recheck_interval``."""
+    """Sets ``inner`` on stop or on a switch; re-checks every ``recheck_interval`` (on the
+    failover's clock)."""
     switch = asyncio.ensure_future(failover.wait_switch(version))
     halt = asyncio.ensure_future(stop.wait())
     try:
         while not (switch.done() or halt.done()):
-            await asyncio.wait({switch, halt}, timeout=failover.recheck_interval,
-                               return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+            tick = asyncio.ensure_future(failover.clock.sleep(failover.recheck_interval))
+            try:
+                await asyncio.wait({switch, halt, tick}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                tick.cancel()
             if not (switch.done() or halt.done()):
                 await failover.recheck()
     finally:
         inner.set()
         switch.cancel()
         halt.cancel()
-
-
-async def _pause(stop: asyncio.Event, seconds: float) -> None:
-    with contextlib.suppress(asyncio.TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)

@@ -14,12 +14,12 @@ function), stopped by the host's ``stop``, counted in the same metrics.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
 from .. import metrics
+from ..clock import SYSTEM, Clock, wait_event
 from ..pipeline.model import Pipeline
 from ..servicebus.client import SourceError
 from ..tasks.pump import PumpStats, Source, pump
@@ -42,6 +42,8 @@ class PumpRunner:
     task: ReplicationTask
     transaction_targets: dict[str | None, str]
     options: HostOptions
+    clock: Clock = SYSTEM
+    """What retry pauses and lock renewals wait on (tests pass a ``ManualClock``)."""
     stats: PumpStats = field(default_factory=PumpStats)
     _seen: PumpStats = field(default_factory=PumpStats)
 
@@ -85,14 +87,13 @@ class PumpRunner:
                     session_workers=options.max_concurrent_sessions, stats=self.stats,
                     on_batch=self._count, backend="amqp", prefetch=options.prefetch_count,
                     max_lock_renewal=options.max_auto_lock_renewal_duration,
-                    transaction_targets=self.transaction_targets,
+                    transaction_targets=self.transaction_targets, clock=self.clock,
                 )  # fmt: skip
                 return
             except SourceError as exc:
                 log.warning("%s: the transactional pump failed: %s; retrying in %g s",
                             self.name, exc, BROKEN_PAUSE)  # fmt: skip
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(stop.wait(), BROKEN_PAUSE)
+                await wait_event(stop, BROKEN_PAUSE, self.clock)
 
     def _count(self, stats: PumpStats) -> None:
         """After each batch (its settlement and the counts are done together): what changed,

@@ -21,6 +21,12 @@ starts at that message). Functions run on the worker's loop (``worker.py``). Sto
 every batch in flight finish and settle; one that is cancelled instead (the host gave up
 waiting) has its unsettled messages released, which costs them no delivery.
 
+Receiving is the receive loop the task pump runs too (``tasks.receiving.ReceiveLoop``:
+workers, sessions, lock renewal, retries, stop); what is the trigger's own is its hooks
+(``_TriggerHooks``): the function called with the batch, settlement as the Functions host
+settles, a session held for the settlement service. Retry pauses and lock renewals wait on
+the runner's ``clock``.
+
 Two receive backends, one loop: a pipeline's ``backend`` (``HostOptions.backend``) picks
 ``servicebus.client.AmqpSource`` (``amqp``, the default) or ``servicebus.sdk_source.SdkSource``
 (``sdk``: azure-servicebus), which has the same interface. Both settle the same way and keep
@@ -41,20 +47,19 @@ import asyncio
 import contextlib
 import copy
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal, cast
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Literal
 
-import azure.functions as func
-from azure.functions.servicebus import ServiceBusMessage as FunctionsMessage
-
-from ..messages import Message, body_bytes, properties_from_amqp
+from ..adapters.functions import to_functions_message
+from ..clock import SYSTEM, Clock, wait_event
+from ..messages import Message
 from ..servicebus import sdk_source
-from ..servicebus.client import AmqpSource, NoSessionAvailable, SourceError
+from ..servicebus.client import AmqpSource, SourceError
 from ..servicebus.endpoint import Endpoint
 from ..servicebus.management import lock_token
 from ..servicebus.sdk_source import SdkReceiver, SdkSource, SourceReceiver
-from ..tasks.locks import LockKeeper
+from ..tasks.receiving import ReceiveLoop
 from ..tasks.targets import BACKENDS, FAILOVER_CLIENT_OPTIONS
 from . import bindings
 from .discovery import ServiceBusTrigger
@@ -62,8 +67,6 @@ from .settlement import Held, HeldSession, SettlementService
 from .worker import Worker
 
 if TYPE_CHECKING:
-    from azure.servicebus import ServiceBusReceivedMessage
-
     from ..failover import Failover
 
 log = logging.getLogger("replication.host")
@@ -150,35 +153,6 @@ class TriggerStats:
     failed_calls: int = 0
 
 
-def to_functions_message(message: ServiceBusReceivedMessage) -> func.ServiceBusMessage:
-    """What the Python worker builds from the trigger's metadata, built from the SDK's message."""
-    props = properties_from_amqp(message.application_properties or {})
-
-    def text(value: Any) -> str | None:
-        return value.decode() if isinstance(value, bytes) else value
-
-    return FunctionsMessage(
-        body=body_bytes(message), trigger_metadata=None, application_properties=props,
-        content_type=text(message.content_type), correlation_id=text(message.correlation_id),
-        dead_letter_error_description=message.dead_letter_error_description,
-        dead_letter_reason=message.dead_letter_reason,
-        dead_letter_source=message.dead_letter_source, delivery_count=message.delivery_count,
-        enqueued_sequence_number=message.enqueued_sequence_number,
-        enqueued_time_utc=message.enqueued_time_utc, expires_at_utc=message.expires_at_utc,
-        label=text(message.subject), locked_until=message.locked_until_utc,
-        lock_token=str(message.lock_token) if message.lock_token else None,
-        message_id=str(text(message.message_id) or ""),
-        partition_key=text(message.partition_key), reply_to=text(message.reply_to),
-        reply_to_session_id=text(message.reply_to_session_id),
-        scheduled_enqueue_time_utc=message.scheduled_enqueue_time_utc,
-        sequence_number=message.sequence_number, session_id=text(message.session_id),
-        state=int(message.state) if message.state is not None else None,
-        subject=text(message.subject), time_to_live=message.time_to_live,
-        to=text(message.to), transaction_partition_key=None,
-        user_properties=cast(dict[str, object], props),
-    )  # fmt: skip
-
-
 class TriggerRunner:
     """Receives for one trigger and calls its function until ``stop`` is set."""
 
@@ -191,6 +165,7 @@ class TriggerRunner:
         failover: Failover | None = None,
         worker: Worker | None = None,
         settlement: SettlementService | None = None,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.trigger = trigger
         self.connection_string = connection_string
@@ -202,6 +177,8 @@ class TriggerRunner:
         self.settlement = settlement or SettlementService.shared()
         self.sdk_types = bindings.is_sdk_type(trigger.annotation)
         self.stats = TriggerStats()
+        self.clock = clock
+        """What retry pauses and lock renewals wait on (tests pass a ``ManualClock``)."""
         self._actions: Any = None
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -216,13 +193,16 @@ class TriggerRunner:
 
     async def _run_on(self, connection_string: str, stop: asyncio.Event) -> None:
         self.connection_string = connection_string
-        workers = (
-            self.options.max_concurrent_sessions
-            if self.trigger.sessions
-            else self.options.max_concurrent_calls
-        )
+        options, sessions = self.options, self.trigger.sessions
+        workers = options.max_concurrent_sessions if sessions else options.max_concurrent_calls
         async with self._source(connection_string) as namespace:
-            await asyncio.gather(*(self._worker(namespace, stop) for _ in range(workers)))
+            await ReceiveLoop(
+                namespace, self.trigger.entity, _TriggerHooks(self, stop), stop,
+                sessions=sessions, workers=workers, prefetch=options.prefetch_count,
+                max_batch=options.max_message_batch_size if self.trigger.many else 1,
+                max_wait=options.session_idle_timeout,
+                max_lock_renewal=options.max_auto_lock_renewal_duration, clock=self.clock,
+            ).run()  # fmt: skip
 
     def _source(self, connection_string: str) -> AmqpSource | SdkSource:
         """The namespace through the pipeline's backend. The SDK's own retries (3, with
@@ -232,75 +212,14 @@ class TriggerRunner:
             return SdkSource.from_connection_string(connection_string, **options)
         return AmqpSource(Endpoint.from_connection_string(connection_string))
 
-    async def _worker(self, namespace: AmqpSource | SdkSource, stop: asyncio.Event) -> None:
-        path = self.trigger.entity
-        while not stop.is_set():
-            try:
-                if self.trigger.sessions:
-                    receiver = await namespace.receiver(
-                        path, prefetch=self.options.prefetch_count, session=True,
-                        wait=self.options.session_idle_timeout,
-                    )  # fmt: skip
-                else:
-                    receiver = await namespace.receiver(path, prefetch=self.options.prefetch_count)
-            except NoSessionAvailable:
-                continue  # no session free right now
-            except SourceError as exc:
-                if await self._failed(exc, stop):
-                    return
-                continue
-            if self.failover is not None:
-                self.failover.report_success()
-            renewal = self.options.max_auto_lock_renewal_duration
-            keeper = LockKeeper(receiver, max_duration=renewal)
-            try:
-                async with keeper:
-                    await self._drain(receiver, keeper, stop)
-            except SourceError as exc:
-                if await self._failed(exc, stop):
-                    return
-            finally:
-                await receiver.close()
-
     async def _failed(self, error: SourceError, stop: asyncio.Event) -> bool:
         """Reports a receive failure; True when failover moved the trigger elsewhere."""
         if self.failover is not None and await self.failover.report_failure(error):
             return True
         pause = RETRY_PAUSE if error.retryable else BROKEN_PAUSE
         log.warning("%s: receiver failed: %s; retrying in %g s", self.trigger.name, error, pause)
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(stop.wait(), pause)
+        await wait_event(stop, pause, self.clock)
         return False
-
-    async def _drain(
-        self, receiver: SourceReceiver, keeper: LockKeeper, stop: asyncio.Event
-    ) -> None:
-        size = self.options.max_message_batch_size if self.trigger.many else 1
-        wait = self.options.session_idle_timeout
-        session: HeldSession | None = None
-        if receiver.session_id is not None:
-            session = HeldSession(receiver, asyncio.get_running_loop())
-            self.settlement.hold_session(receiver.session_id, session)
-        try:
-            while not stop.is_set():
-                batch = await receiver.receive(size, wait)
-                if not batch:
-                    if self.trigger.sessions:
-                        return  # the session went idle: let it go
-                    continue
-                self.stats.received += len(batch)
-                keeper.hold(batch)
-                try:
-                    ok = await self._invoke(receiver, batch, session)
-                finally:
-                    keeper.settled(batch)
-                if self.on_batch is not None:
-                    self.on_batch(self.trigger, len(batch), ok)
-                if session is not None and (not ok or session.released or session.abandoned):
-                    return  # give the session back; an abandoned message comes first again
-        finally:
-            if session is not None and receiver.session_id is not None:
-                self.settlement.let_go_session(receiver.session_id, session)
 
     async def _invoke(
         self, receiver: SourceReceiver, batch: list[Message], session: HeldSession | None
@@ -385,3 +304,44 @@ class TriggerRunner:
             log.warning("%s: the function returned without settling %d message(s) and "
                         "autoCompleteMessages is off: they come again when their locks expire",
                         self.trigger.name, len(rest))  # fmt: skip
+
+
+@dataclass(slots=True)
+class _TriggerHooks:
+    """What a trigger does with what the receive loop hands it (``receiving.Hooks``): the
+    function called with the batch (the Functions host's semantics: ``_invoke``), a session
+    held for the settlement service while its receiver is open."""
+
+    runner: TriggerRunner
+    stop: asyncio.Event
+    sessions: dict[SourceReceiver, HeldSession] = field(default_factory=dict)
+
+    @contextlib.asynccontextmanager
+    async def opened(self, receiver: SourceReceiver) -> AsyncIterator[None]:
+        runner = self.runner
+        if runner.failover is not None:
+            runner.failover.report_success()
+        session_id = receiver.session_id
+        if session_id is None:
+            yield
+            return
+        session = self.sessions[receiver] = HeldSession(receiver, asyncio.get_running_loop())
+        runner.settlement.hold_session(session_id, session)
+        try:
+            yield
+        finally:
+            runner.settlement.let_go_session(session_id, session)
+            del self.sessions[receiver]
+
+    async def handle(self, receiver: SourceReceiver, batch: list[Message]) -> bool:
+        runner = self.runner
+        runner.stats.received += len(batch)
+        session = self.sessions.get(receiver)
+        ok = await runner._invoke(receiver, batch, session)
+        if runner.on_batch is not None:
+            runner.on_batch(runner.trigger, len(batch), ok)
+        # give the session back; an abandoned message comes first again
+        return session is not None and (not ok or session.released or bool(session.abandoned))
+
+    async def failed(self, error: SourceError, draining: bool) -> bool:
+        return await self.runner._failed(error, self.stop)

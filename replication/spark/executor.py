@@ -17,6 +17,15 @@ Nothing is settled before its copies were accepted, and nothing waits for Spark'
 If the worker dies, its connection drops and Service Bus gives the locked messages back at
 once without counting a delivery: what was sent and not completed comes again, a duplicate
 the target's duplicate detection removes (the copy keeps the message-id).
+
+Why this is not ``tasks.receiving.ReceiveLoop`` (the loop of the pump and the host's
+triggers): a task receives a bounded share once and ends when it is taken or the source runs
+dry (``FOLLOW_UP_WAIT``), not when told to stop; it caps the link's credit to what the share
+still wants (what arrives beyond it would be released and received again by the next task);
+it releases messages enqueued after an ``AvailableNow`` cutoff; and it does not retry a
+receiver that failed: it counts it, and Spark plans the next task (or retries this one). The
+parts that are the same are shared: ``worker.next_sessions``, ``LockKeeper``,
+``process_batch`` and ``settle_amqp``.
 """
 
 from __future__ import annotations

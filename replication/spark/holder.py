@@ -24,6 +24,10 @@ If the task stops taking rows (it failed, or was cancelled), the read gives its 
 back at once and unregisters. A session is held until the commit, so no other task reads
 it before the messages in hand are settled, and what comes back comes first, in order.
 ``Trigger.AvailableNow``: messages enqueued after the cutoff are released untouched.
+
+Why this is not ``tasks.receiving.ReceiveLoop``: that loop hands each batch to a handler that
+settles it before the next receive; a read here receives its share once and *holds* every
+message, unsettled, past the end of the Spark task, until the driver's verdict.
 """
 
 from __future__ import annotations

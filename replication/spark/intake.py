@@ -12,6 +12,10 @@ Service Bus delivers the messages again (at-least-once).
 Sessions: up to ``max_concurrent_sessions`` session receivers are held; a session with
 nothing in flight that stayed empty through one ``take`` is let go, so other sessions get
 their turn. A session's messages are received in order by its one receiver.
+
+Why this is not ``tasks.receiving.ReceiveLoop``: the driver pulls (``take``) when Spark plans a
+micro-batch and settles (``complete``) when Spark commits one, calls apart in time; nothing
+is handled or settled inside a receive loop.
 """
 
 from __future__ import annotations

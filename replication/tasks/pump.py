@@ -1,7 +1,9 @@
 """Runs a task against a live source: receive, process, settle, repeat.
 
-This is the trigger loop of the local host (and of tests and benchmarks): what the Functions
-Service Bus trigger does for a function, minus the function. Plain sources are read by one
+This is the loop of the local host's transactional pipelines (``host/pumped.py``), and of
+tests and benchmarks: what the Functions Service Bus trigger does for a function, minus the
+function. The AMQP backend runs the receive loop the host's triggers run too
+(``receiving.ReceiveLoop``), with the pump's hooks. Plain sources are read by one
 peek-lock receiver with prefetch; session sources by ``session_workers`` receivers that each
 take the next available session and keep it until it runs dry, so a session's messages are
 processed by one worker, in order. Settlement follows ``process_batch``'s decisions: complete
@@ -55,7 +57,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
@@ -63,14 +65,16 @@ from azure.servicebus import NEXT_AVAILABLE_SESSION
 from azure.servicebus.aio import AutoLockRenewer, ServiceBusClient, ServiceBusReceiver
 from azure.servicebus.exceptions import OperationTimeoutError, ServiceBusError
 
-from ..messages import Message, from_received
-from ..servicebus.client import AmqpReceiver, AmqpSource, NoSessionAvailable, SourceError
+from ..adapters.sdk import from_received
+from ..clock import SYSTEM, Clock, wait_event
+from ..messages import Message
+from ..servicebus.client import AmqpReceiver, AmqpSource, SourceError
 from ..servicebus.endpoint import Endpoint
-from ..servicebus.sdk_source import sdk_receiver, without_retries
+from ..servicebus.sdk_source import SourceReceiver, sdk_receiver, without_retries
 from ..servicebus.transactions import Transaction, TransactionError, declare
 from .breaker import Breakers, TargetUnavailable
 from .error_target import ERROR_TARGET, divert_to_error_target
-from .locks import LockKeeper
+from .receiving import ReceiveLoop
 from .sender import SenderFor
 from .targets import ViaSenders
 from .task import Decision, ReplicationTask, Settlement, process_batch
@@ -173,6 +177,7 @@ async def pump(
     max_lock_renewal: float | None = None,
     breakers: Breakers | None = None,
     transaction_targets: Mapping[str | None, str] | None = None,
+    clock: Clock = SYSTEM,
 ) -> PumpStats:
     """Moves messages until ``stop`` is set; returns the counts.
 
@@ -190,6 +195,8 @@ async def pump(
     ``transaction_targets`` (target name -> entity of the source's namespace;
     ``BuiltPipeline.transaction_targets()``): each batch is one transaction (see the
     module); ``sender_for`` is then not used. Needs the AMQP backend and a queue source.
+
+    ``clock``: what retry pauses and lock renewals wait on (tests pass a ``ManualClock``).
     """
     breakers = Breakers() if breakers is None else breakers
     if transaction_targets is not None:
@@ -202,7 +209,8 @@ async def pump(
             )
     loop = _Loop(task, source, sender_for, stop, max_batch, max_wait, session_workers,
                  stats or PumpStats(), on_batch, prefetch, max_lock_renewal=max_lock_renewal,
-                 breakers=breakers, transaction_targets=transaction_targets)  # fmt: skip
+                 breakers=breakers, transaction_targets=transaction_targets,
+                 clock=clock)  # fmt: skip
     watcher = asyncio.create_task(_stop_breakers(stop, breakers), name="pump breakers")
     try:
         if isinstance(client, ServiceBusClient | str):
@@ -266,6 +274,7 @@ class _Loop:
     max_lock_renewal: float | None = None
     breakers: Breakers | None = None
     transaction_targets: Mapping[str | None, str] | None = None
+    clock: Clock = SYSTEM
 
     async def on(self, client: ServiceBusClient | str, backend: Backend) -> None:
         """Runs on one namespace until ``stop`` (or, with failover, a switch)."""
@@ -361,100 +370,31 @@ class _Loop:
                 if await self.switched(exc):
                     return
                 log.warning("session receiver on %s failed: %r", self.source, exc)
-                await _pause(self.stop, RETRY_PAUSE)
+                await wait_event(self.stop, RETRY_PAUSE, self.clock)
 
     # ------------------------------------------------------------------ the AMQP backend
 
     async def amqp(self, endpoint: Endpoint) -> None:
-        """One connection for the pump (session workers share it); a lost connection or
-        link is reopened after a pause; a source that cannot work (wrong key, no such
-        entity) raises. With failover every failure is reported, and a switch ends this."""
+        """One connection for the pump (session workers share it), read by the receive loop
+        (``receiving.ReceiveLoop``); a lost connection or link is reopened after a pause; a
+        source that cannot work (wrong key, no such entity) raises. With failover every
+        failure is reported, and a switch ends this."""
         prefetch = self.prefetch or 2 * self.max_batch
         async with AmqpSource(endpoint) as namespace:
             via = None
             if self.transaction_targets is not None:
                 via = ViaSenders(namespace, str(self.source), self.transaction_targets)
             try:
-                await self.amqp_on(namespace, prefetch, via)
+                sessions = self.source.sessions
+                await ReceiveLoop(
+                    namespace, str(self.source), _AmqpHooks(self, via), self.stop,
+                    sessions=sessions, workers=self.session_workers if sessions else 1,
+                    prefetch=prefetch, max_batch=self.max_batch, max_wait=self.max_wait,
+                    max_lock_renewal=self.max_lock_renewal, clock=self.clock,
+                ).run()  # fmt: skip
             finally:
                 if via is not None:
                     await via.close()
-
-    async def amqp_on(self, namespace: AmqpSource, prefetch: int,
-                      via: ViaSenders | None) -> None:  # fmt: skip
-        if self.source.sessions:
-            async with asyncio.TaskGroup() as workers:
-                for _ in range(self.session_workers):
-                    workers.create_task(self.amqp_session_worker(namespace, prefetch, via))
-            return
-        while not self.stop.is_set():
-            try:
-                receiver = await namespace.receiver(str(self.source), prefetch=prefetch)
-                self.received_fine()
-                try:
-                    async with self.keeper(receiver) as keeper:
-                        await self.amqp_drain(receiver, keeper, until_empty=False, via=via)
-                finally:
-                    await receiver.close()
-            except SourceError as exc:
-                if not exc.retryable:
-                    raise
-                if await self.switched(exc):
-                    return
-                log.warning("receiver on %s failed (reconnecting): %s", self.source, exc)
-                await _pause(self.stop, RETRY_PAUSE)
-
-    async def amqp_session_worker(
-        self, namespace: AmqpSource, prefetch: int, via: ViaSenders | None = None
-    ) -> None:
-        path = str(self.source)
-        while not self.stop.is_set():
-            try:
-                receiver = await namespace.receiver(
-                    path, prefetch=prefetch, session=True, wait=self.max_wait
-                )
-            except NoSessionAvailable:
-                continue  # no session free right now
-            except SourceError as exc:
-                if not exc.retryable:
-                    raise
-                if await self.switched(exc):
-                    return
-                log.warning("session receiver on %s failed: %s", path, exc)
-                await _pause(self.stop, RETRY_PAUSE)
-                continue
-            self.received_fine()
-            try:
-                async with self.keeper(receiver) as keeper:
-                    await self.amqp_drain(receiver, keeper, until_empty=True, via=via)
-            except SourceError as exc:  # e.g. the session lock was lost: another worker takes it
-                log.warning("session %r of %s failed: %s", receiver.session_id, path, exc)
-            finally:
-                await receiver.close()
-
-    def keeper(self, receiver: AmqpReceiver) -> LockKeeper:
-        """Keeps the receiver's locks (batch and prefetch buffer) while it is open."""
-        return LockKeeper(receiver, max_duration=self.max_lock_renewal)
-
-    async def amqp_drain(self, receiver: AmqpReceiver, keeper: LockKeeper, until_empty: bool,
-                         via: ViaSenders | None = None) -> None:  # fmt: skip
-        while not self.stop.is_set():
-            batch = await receiver.receive(self.max_batch, self.max_wait)
-            if not batch:
-                if until_empty:
-                    return
-                continue
-            keeper.hold(batch)
-            try:
-                if via is not None:
-                    settlements = await self.transactional(receiver, via, batch)
-                else:
-                    settlements = await self.processed(batch)
-                    settle_amqp(receiver, settlements, self.stats)
-            finally:
-                keeper.settled(batch)
-            if self.batch_done(settlements, until_empty):
-                return
 
     async def transactional(
         self, receiver: AmqpReceiver, via: ViaSenders, batch: list[Message]
@@ -491,6 +431,45 @@ class _Loop:
         self.stats.to_error_target += counts.to_error_target
         self.stats.dead_lettered += counts.dead_lettered
         return settlements
+
+
+@dataclass(slots=True)
+class _AmqpHooks:
+    """What the pump does with what the receive loop hands it (``receiving.Hooks``)."""
+
+    loop: _Loop
+    via: ViaSenders | None
+
+    @contextlib.asynccontextmanager
+    async def opened(self, receiver: SourceReceiver) -> AsyncIterator[None]:
+        self.loop.received_fine()
+        yield
+
+    async def handle(self, receiver: SourceReceiver, batch: list[Message]) -> bool:
+        assert isinstance(receiver, AmqpReceiver)
+        loop = self.loop
+        if self.via is not None:
+            settlements = await loop.transactional(receiver, self.via, batch)
+        else:
+            settlements = await loop.processed(batch)
+            settle_amqp(receiver, settlements, loop.stats)
+        return loop.batch_done(settlements, until_empty=receiver.session_id is not None)
+
+    async def failed(self, error: SourceError, draining: bool) -> bool:
+        """A session that failed in use (e.g. its lock was lost) is left for another worker
+        at once; otherwise: a source that cannot work raises, a failover switch ends the
+        worker, anything else is retried after ``RETRY_PAUSE``."""
+        loop = self.loop
+        if draining and loop.source.sessions:
+            log.warning("a session of %s failed: %s", loop.source, error)
+            return False
+        if not error.retryable:
+            raise error
+        if await loop.switched(error):
+            return True
+        log.warning("receiver on %s failed (reconnecting): %s", loop.source, error)
+        await wait_event(loop.stop, RETRY_PAUSE, loop.clock)
+        return False
 
 
 def settle_amqp(
@@ -537,8 +516,3 @@ async def _rolled_back(txn: Transaction) -> None:
         await txn.rollback()
     except (SourceError, asyncio.CancelledError) as exc:
         log.warning("rolling back transaction %s failed: %s", txn.txn_id.hex(), exc)
-
-
-async def _pause(stop: asyncio.Event, seconds: float) -> None:
-    with contextlib.suppress(asyncio.TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from replication.clock import ManualClock
 from replication.failover import FailoverError
 from replication.failover.dns import DnsResolver, SrvRecord, choose_srv, parse_nameserver
 from replication.failover.file import FileResolver
@@ -56,13 +57,16 @@ def test_the_guidance_zone_resolves_to_sb1_and_follows_a_flip(dns_server: DnsSer
 
 def test_answers_are_cached_for_their_ttl(dns_server: DnsServer) -> None:
     dns_server.set_cname(ALIAS, "sb1.test.example.com", ttl=1)
-    dns = resolver(dns_server)
-    floor = resolver(dns_server, min_ttl=60)  # a TTL below the floor counts as the floor
+    clock = ManualClock()
+    dns = resolver(dns_server, clock=clock)
+    floor = resolver(dns_server, min_ttl=60, clock=clock)  # a TTL below the floor: the floor
     assert dns.resolve().ttl == floor.resolve().ttl == 1
     dns_server.set_cname(ALIAS, "sb2.test.example.com", ttl=1)
     assert dns.resolve().host == floor.resolve().host == SB1
     assert dns_server.asked(ALIAS, "CNAME") == 2  # once per resolver
-    time.sleep(1.1)
+    clock.advance(0.999)
+    assert dns.resolve().host == SB1
+    clock.advance(0.001)
     assert dns.resolve().host == SB2
     assert floor.resolve().host == SB1
     assert dns_server.asked(ALIAS, "CNAME") == 3

@@ -17,6 +17,7 @@ from azure.servicebus.exceptions import (
 )
 
 from replication import metrics
+from replication.clock import ManualClock
 from replication.failover import (
     Failover,
     FailoverError,
@@ -149,15 +150,15 @@ async def test_a_success_resets_the_count_and_refused_re_resolves_at_once() -> N
 
 
 async def test_periodic_recheck_notices_a_flip_without_errors() -> None:
-    now = [0.0]
+    clock = ManualClock()
     resolver = Flip("sb1")
-    failover = Failover("t", resolver, BASE, recheck_interval=30, clock=lambda: now[0])
+    failover = Failover("t", resolver, BASE, recheck_interval=30, clock=clock)
     await failover.connection_string()
     resolver.host = "sb2"
-    now[0] = 10.0
+    clock.advance(29.999)
     assert "sb1" in await failover.connection_string()
     assert resolver.asked == 1
-    now[0] = 31.0
+    clock.advance(0.001)
     assert "sb2" in await failover.connection_string()  # a quick re-check is waited for
     assert failover.host == "sb2" and resolver.asked == 2
 
@@ -174,11 +175,14 @@ async def test_many_senders_failing_together_resolve_once_and_all_move() -> None
 
 
 async def test_a_slow_resolver_does_not_hold_sends_up() -> None:
-    now = [0.0]
+    """Real time: the resolver takes 1.5 s in its thread (a slow DNS server), and a send
+    waits for it at most ``RECHECK_WAIT`` on the loop's clock."""
+    clock = ManualClock()
     resolver = Flip("sb1")
-    failover = Failover("t", resolver, BASE, recheck_interval=30, clock=lambda: now[0])
+    failover = Failover("t", resolver, BASE, recheck_interval=30, clock=clock)
     await failover.connection_string()
-    resolver.host, resolver.delay, now[0] = "sb2", 1.5, 31.0
+    resolver.host, resolver.delay = "sb2", 1.5
+    clock.advance(31.0)
     started = time.monotonic()
     assert "sb1" in await failover.connection_string()
     assert time.monotonic() - started < 1.0
@@ -199,9 +203,20 @@ async def test_resolution_failures_keep_the_current_namespace() -> None:
     assert failover.host == "sb1"
 
 
+async def until_sleeping(clock: ManualClock) -> None:
+    """Lets the tasks (and the resolver's thread) run until one sleeps on ``clock``: a poll,
+    not a measured wait (a loaded machine takes longer, nothing fails)."""
+    for _ in range(10_000):
+        if clock.sleeping:
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError("nobody sleeps on the clock")
+
+
 async def test_run_switching_restarts_the_loop_on_the_new_namespace() -> None:
+    clock = ManualClock()
     resolver = Flip("sb1")
-    failover = Failover("t", resolver, BASE, recheck_interval=0.05)
+    failover = Failover("t", resolver, BASE, recheck_interval=30, clock=clock)
     stop = asyncio.Event()
     runs: list[str] = []
 
@@ -209,6 +224,11 @@ async def test_run_switching_restarts_the_loop_on_the_new_namespace() -> None:
         runs.append(connection_string)
         if len(runs) == 1:
             resolver.host = "sb2"  # flipped while the loop works: the re-check stops it
+            await until_sleeping(clock)  # the watcher waits for its re-check
+            clock.advance(29.9)
+            await asyncio.sleep(0)
+            assert resolver.asked == 1 and not inner.is_set()
+            clock.advance(0.1)
             await inner.wait()
         else:
             stop.set()
@@ -218,9 +238,12 @@ async def test_run_switching_restarts_the_loop_on_the_new_namespace() -> None:
 
 
 async def test_run_switching_survives_errors_and_an_unresolvable_start() -> None:
+    """An unresolvable start waits one ``pause`` (on the clock), then resolves; an error
+    that switched the namespace goes on there at once, without a pause."""
+    clock = ManualClock()
     resolver = Flip("sb1")
     resolver.error = "no answer"
-    failover = Failover("t", resolver, BASE, failures=1, recheck_interval=3600)
+    failover = Failover("t", resolver, BASE, failures=1, recheck_interval=3600, clock=clock)
     stop = asyncio.Event()
     calls: list[str] = []
 
@@ -231,11 +254,12 @@ async def test_run_switching_survives_errors_and_an_unresolvable_start() -> None
             raise ConnectionRefusedError(errno.ECONNREFUSED, "refused")
         stop.set()
 
-    async def heal() -> None:
-        await asyncio.sleep(0.05)
-        resolver.error = None
-
-    healing = asyncio.create_task(heal())
-    await asyncio.wait_for(run_switching(failover, stop, run, pause=0.02), 5)
-    await healing
+    switching = asyncio.create_task(run_switching(failover, stop, run, pause=10.0))
+    await until_sleeping(clock)  # the pause after "no answer"
+    assert calls == [] and clock.next_wake() == 10.0
+    resolver.error = None
+    started = clock.monotonic()
+    clock.advance(10.0)
+    await asyncio.wait_for(switching, 5)
     assert len(calls) == 2 and "sb://sb2/" in calls[1]
+    assert clock.monotonic() - started == 10.0  # the switch itself did not pause
