@@ -37,6 +37,17 @@ While the batch waits the function does not return, so the host hands it nothing
 lost after the copies were accepted (lock lost, host killed): the message comes again and is
 sent again; the target removes it by message-id (RequiresDuplicateDetection or ``dedupe``).
 
+An event hub source (``eventhub:``) registers an ``event_hub_message_trigger`` instead, with
+``cardinality=many``, the source's consumer group and connection: the host hands the
+function one partition's batch (``azure.functions.EventHubEvent``, metadata per event) and
+checkpoints the partition after the function returned. So the function returns only once
+every copy was accepted; if one was refused it raises, and (with the retry policy the
+function is registered with, as Microsoft's replication sample does: exponential backoff,
+unlimited) the host runs the batch again, checkpointing nothing before: at-least-once,
+duplicates only from a batch that is run again. An event hub has no dead-letter queue: a
+step's dead-letter decision goes to the ``error_target`` when there is one, else the event
+is logged and left behind (counted as dead-lettered).
+
 A ``transactional: true`` pipeline is not registered: its copies and its source's completes
 must be one Service Bus transaction, and a function's messages are received and settled by
 the Functions host on its own connection, which that transaction cannot include. Replicating
@@ -63,6 +74,7 @@ import azure.functions as func
 import azurefunctions.extensions.bindings.servicebus as servicebus
 
 from . import metrics
+from .adapters.eventhubs import from_event_hub_event
 from .adapters.sdk import from_received
 from .messages import Message
 from .tasks.breaker import Breakers
@@ -115,6 +127,26 @@ class PipelineRuntime:
             raise SettlementsFailed(failures)
         return settlements
 
+    async def handle_events(self, events: list[Any], source: int = 0) -> list[Settlement]:
+        """Processes one partition's batch of an event hub source; raises ``EventsFailed``
+        when a copy was refused, so the batch is not checkpointed (see the module)."""
+        messages = [from_event_hub_event(event, i) for i, event in enumerate(events)]
+        metrics.RECEIVED.labels(self.name).inc(len(messages))
+        settlements = await process_batch(self.tasks[source], messages, self._pool, self.breakers)
+        dead = [s for s in settlements if s.decision is Decision.DEAD_LETTER]
+        if dead and ERROR_TARGET in self.targets:
+            await divert_to_error_target(dead, self.task, self._pool, self.breakers)
+        elif dead:
+            log.warning("%s: %d event(s) a step dead-lettered are left behind (an event hub "
+                        "has no dead-letter queue; set error_target to keep them), first: %s %s",
+                        self.name, len(dead), dead[0].reason, dead[0].description)  # fmt: skip
+        self._count(settlements)
+        failed = [s for s in settlements if s.decision in (Decision.ABANDON, Decision.RELEASE)]
+        if failed:
+            raise EventsFailed(f"{self.name}: {len(failed)} of {len(settlements)} events not "
+                               f"sent, first: {failed[0].description}")  # fmt: skip
+        return settlements
+
     def _count(self, settlements: list[Settlement]) -> None:
         complete = [s for s in settlements if s.decision is Decision.COMPLETE]
         filtered = sum(1 for s in complete if s.outputs == 0)
@@ -157,6 +189,11 @@ async def _keep_locks(
         await sleep(interval)
         if breakers.open():
             await asyncio.to_thread(_renew_all, actions, messages, sessions)
+
+
+class EventsFailed(Exception):
+    """Raised by an event hub function when a target refused a copy: the host must not
+    checkpoint the batch (it runs it again)."""
 
 
 class SettlementsFailed(Exception):
@@ -263,6 +300,16 @@ def register_pipelines(
         for index, (source, name) in enumerate(
             zip(pipeline.sources, pipeline.function_names(), strict=True)
         ):
+            if source.is_event_hub:
+                handler = _event_handler(pipeline, runtime, settings, name, index)
+                trigger = app.event_hub_message_trigger(
+                    arg_name="events", connection=source.connection,
+                    event_hub_name=str(source.eventhub), cardinality=func.Cardinality.MANY,
+                    consumer_group=source.group,
+                )  # fmt: skip
+                app.function_name(name)(app.retry(**EVENT_RETRY)(trigger(handler)))
+                names.append(name)
+                continue
             handler = _handler(pipeline, runtime, settings, name, index, source.sessions)
             if source.is_subscription:
                 trigger = app.service_bus_topic_trigger(
@@ -280,6 +327,40 @@ def register_pipelines(
             app.function_name(name)(trigger(handler))
             names.append(name)
     return names
+
+
+EVENT_RETRY: dict[str, Any] = {
+    "strategy": "exponential_backoff", "max_retry_count": "-1",
+    "minimum_interval": "00:00:05", "maximum_interval": "00:05:00",
+}  # fmt: skip
+"""An event hub function's retry policy: the replication sample's
+``[ExponentialBackoffRetry(-1, "00:00:05", "00:05:00")]``. Without one the Event Hubs trigger
+checkpoints a failed batch as done; with it, the batch is run again until it goes through."""
+
+
+def _event_handler(
+    pipeline: Any, runtime: list[PipelineRuntime], settings: Mapping[str, str], name: str,
+    source: int,
+) -> Any:  # fmt: skip
+    lock = asyncio.Lock()
+
+    async def handler(events: list[func.EventHubEvent]) -> None:
+        async with lock:
+            if not runtime:
+                runtime.append(PipelineRuntime(pipeline, settings))
+        await runtime[0].handle_events(events, source)
+
+    handler.__name__ = handler.__qualname__ = name
+    handler.pipeline_name = pipeline.name  # type: ignore[attr-defined]  # the host's metrics
+    handler.source_index = source  # type: ignore[attr-defined]
+    handler.runtime = runtime  # type: ignore[attr-defined]  # the dashboard: its targets now
+    handler.batch_size = pipeline.batch_size  # type: ignore[attr-defined]
+    handler.concurrency = pipeline.concurrency  # type: ignore[attr-defined]
+    handler.__annotations__ = {
+        "events": typing.List[func.EventHubEvent],  # noqa: UP006
+        "return": None,
+    }
+    return handler
 
 
 def _handler(

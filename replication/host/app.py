@@ -36,6 +36,7 @@ from .. import metrics
 from ..dashboard.threaded import serve
 from .discovery import ServiceBusTrigger, load_app, service_bus_triggers
 from .embedded import plan_brokers, start_brokers
+from .eventhubs import EventHubOptions, EventHubTriggerRunner, event_hub_triggers
 from .pumped import PumpRunner
 from .settings import load_settings
 from .trigger import HostOptions, TriggerRunner
@@ -73,8 +74,10 @@ class Host:
         data = json.loads(host_json.read_text()) if host_json.is_file() else {}
         self.options = HostOptions.from_host_json(data)
         self.triggers: list[ServiceBusTrigger] = []
-        self.runners: list[TriggerRunner | PumpRunner] = []
-        """The triggers' runners, then the transactional pipelines' pumps."""
+        self.event_hub_options = EventHubOptions.from_host_json(data)
+        self.runners: list[TriggerRunner | PumpRunner | EventHubTriggerRunner] = []
+        """The triggers' runners, then the transactional pipelines' pumps, then the Event
+        Hubs triggers' runners."""
         self.brokers: list[Any] = []
         self.pipeline_set: list[Any] = []
         """The pipelines file's pipelines (the dashboard shows their targets)."""
@@ -109,8 +112,10 @@ class Host:
         with pumped_by_host() as transactional:
             app = load_app(self.config.directory / "function_app.py")
         self.triggers = service_bus_triggers(app, self.settings)
-        if not self.triggers and not transactional:
-            log.warning("function_app.py has no Service Bus triggers: nothing to run")
+        hub_triggers = event_hub_triggers(app, self.settings)
+        if not self.triggers and not transactional and not hub_triggers:
+            log.warning("function_app.py has no Service Bus or Event Hubs triggers: nothing "
+                        "to run")  # fmt: skip
         worker = Worker()
         self.runners = [
             TriggerRunner(
@@ -123,6 +128,17 @@ class Host:
             log.info("%s is transactional: its sources run with the task pump, not as "
                      "functions", pipeline.name)  # fmt: skip
             self.runners += PumpRunner.for_pipeline(pipeline, self.settings, self.options)
+        checkpoints = None
+        if hub_triggers:
+            from .checkpoints import SqliteCheckpointStore
+
+            checkpoints = SqliteCheckpointStore.in_directory(data_dir)
+        for hub in hub_triggers:
+            assert checkpoints is not None
+            self.runners.append(EventHubTriggerRunner(
+                hub, self.settings[hub.connection], checkpoints, worker,
+                self.event_hub_options.for_function(hub.function),
+            ))  # fmt: skip
         server = self._serve_metrics()
         self._install_signals()
         self.healthy = True
@@ -140,6 +156,8 @@ class Host:
                     job.cancel()
             results = await asyncio.gather(*jobs, return_exceptions=True)
             worker.stop()
+            if checkpoints is not None:
+                checkpoints.close()
             log.info("triggers stopped")
             for result in results:
                 if isinstance(result, BaseException) and not isinstance(
@@ -291,12 +309,12 @@ def _port(connection_string: str) -> int | None:
     return emulator_port(connection_string)
 
 
-def _pipeline(trigger: ServiceBusTrigger) -> str:
+def _pipeline(trigger: ServiceBusTrigger | Any) -> str:
     """The pipeline a generated function belongs to (its name without the source suffix)."""
     return getattr(trigger.function, "pipeline_name", trigger.name)
 
 
-def _runs(runner: TriggerRunner | PumpRunner) -> tuple[str, str]:
+def _runs(runner: TriggerRunner | PumpRunner | EventHubTriggerRunner) -> tuple[str, str]:
     """The pipeline (metrics label) and the source entity a runner reads."""
     if isinstance(runner, PumpRunner):
         return runner.pipeline, runner.entity

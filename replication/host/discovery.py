@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import sys
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,11 +62,23 @@ def load_app(path: Path) -> func.FunctionApp:
     return apps[0]
 
 
+_FUNCTIONS: weakref.WeakKeyDictionary[func.FunctionApp, list[Any]] = weakref.WeakKeyDictionary()
+
+
+def functions_of(app: func.FunctionApp) -> list[Any]:
+    """The app's functions, built once: ``get_functions()`` refuses to run twice (it takes
+    the names it saw before for duplicates), and each kind of trigger is found in them."""
+    functions = _FUNCTIONS.get(app)
+    if functions is None:
+        functions = _FUNCTIONS[app] = app.get_functions()
+    return functions
+
+
 def service_bus_triggers(
     app: func.FunctionApp, settings: Mapping[str, str]
 ) -> list[ServiceBusTrigger]:
     triggers = []
-    for function in app.get_functions():
+    for function in functions_of(app):
         trigger = function.get_trigger()
         if trigger is None:
             continue

@@ -3,7 +3,8 @@
 A connection string with ``UseDevelopmentEmulator=true`` and an Endpoint on ``localhost``
 (or 127.0.0.1) names a namespace we can run ourselves: one broker per distinct port, its
 entities made from what the pipelines read and write there (queues, topics, subscriptions,
-sessions), its data under ``<project>/.replication/broker-<port>`` so it survives restarts.
+sessions; event hubs with their consumer groups, on the same listener), its data under
+``<project>/.replication/broker-<port>`` so it survives restarts.
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ from ..servicebus.connection_string import ConnectionString
 
 log = logging.getLogger("replication.host")
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}
+EVENT_HUB_PARTITIONS = 4
+"""Partitions of an event hub the host makes for a pipeline (the Azure portal's default)."""
+EVENT_HUBS_NAMESPACE = "emulatorNs1"
+"""The Event Hubs emulator's namespace name."""
 
 
 def emulator_port(connection_string: str) -> int | None:
@@ -40,9 +45,16 @@ class Entities:
 
     queues: dict[str, bool] = field(default_factory=dict)
     topics: dict[str, dict[str, bool]] = field(default_factory=dict)
+    event_hubs: dict[str, set[str]] = field(default_factory=dict)
+    """Event hub -> its consumer groups besides ``$Default``."""
 
     def add(self, endpoint: Any, sessions: bool) -> None:
-        if getattr(endpoint, "queue", None):
+        if getattr(endpoint, "eventhub", None):
+            groups = self.event_hubs.setdefault(endpoint.eventhub, set())
+            group = getattr(endpoint, "consumer_group", None)
+            if group and group != "$Default":
+                groups.add(group)
+        elif getattr(endpoint, "queue", None):
             self.queues[endpoint.queue] = self.queues.get(endpoint.queue, False) or sessions
         elif getattr(endpoint, "topic", None):
             subs = self.topics.setdefault(endpoint.topic, {})
@@ -68,7 +80,20 @@ class Entities:
                 ]}
                 for t, subs in sorted(self.topics.items())
             ],
-        }], "Logging": {"Type": "File"}}}  # fmt: skip
+        }], **self._event_hubs_config(), "Logging": {"Type": "File"}}}  # fmt: skip
+
+    def _event_hubs_config(self) -> dict[str, Any]:
+        """The Event Hubs emulator's part of the file (``NamespaceConfig``), if any."""
+        if not self.event_hubs:
+            return {}
+        return {"NamespaceConfig": [{
+            "Type": "EventHub", "Name": EVENT_HUBS_NAMESPACE,
+            "Entities": [
+                {"Name": hub, "PartitionCount": EVENT_HUB_PARTITIONS,
+                 "ConsumerGroups": [{"Name": g} for g in sorted(groups)]}
+                for hub, groups in sorted(self.event_hubs.items())
+            ],
+        }]}  # fmt: skip
 
 
 def plan_brokers(pipelines: Iterable[Any], settings: Mapping[str, str]) -> dict[int, Entities]:

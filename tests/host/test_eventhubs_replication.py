@@ -1,0 +1,209 @@
+"""Replication with event hubs through the local host's triggers, over the real embedded
+broker and the unmodified SDKs: Service Bus -> Event Hubs, Event Hubs -> Service Bus and
+Event Hubs -> Event Hubs, and a loop guard in an active/active pair of event hubs."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from azure.eventhub import EventData
+from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusMessage
+from azure.servicebus.aio import ServiceBusClient
+
+from tests.broker.eventhubs_support import eventhub_config
+
+from .eventhubs_host import events_done, read_hub, run_host, send_events, text
+from .support import pipeline_app, settled
+
+pytestmark = [pytest.mark.timeout(180), pytest.mark.asyncio]
+
+PARTITIONS = "4"
+
+
+def hubs(*names: str, groups: tuple[str, ...] = ()) -> dict[str, dict[str, Any]]:
+    return {
+        name: {"PartitionCount": PARTITIONS, "ConsumerGroups": [{"Name": g} for g in groups]}
+        for name in names
+    }
+
+
+async def test_service_bus_to_event_hubs_keeps_identity_stamps_and_sessions(
+    broker_factory: Any, tmp_path: Path
+) -> None:
+    """Each session's messages land in one partition, in order, with identity and stamps."""
+    broker = broker_factory(eventhub_config(
+        hubs("orders-hub"), queues={"orders": {"RequiresSession": True}}
+    ))  # fmt: skip
+    settings = {"ServiceBus": broker.connection_string, "EventHubs": broker.connection_string}
+    app = pipeline_app("""\
+pipelines:
+  - name: sb-to-eh
+    source: {connection: ServiceBus, queue: orders, sessions: true}
+    target: {connection: EventHubs, eventhub: orders-hub}
+""", settings)  # fmt: skip
+    sessions, per_session = 5, 12
+    async with (
+        ServiceBusClient.from_connection_string(broker.connection_string) as client,
+        client.get_queue_sender("orders") as sender,
+    ):
+        await sender.send_messages([
+            ServiceBusMessage(
+                json.dumps({"n": i}), session_id=f"s{s}", message_id=f"s{s}-{i}",
+                content_type="application/json", subject="order", correlation_id=f"c{i}",
+                application_properties={"region": "eu", "n": i},
+            )
+            for i in range(per_session) for s in range(sessions)
+        ])  # fmt: skip
+    total = sessions * per_session
+    await run_host(app, settings, tmp_path, settled(total))
+    found = await read_hub(broker.connection_string, "orders-hub", total)
+    by_session: dict[str, list[tuple[str, EventData]]] = defaultdict(list)
+    for partition, events in found.items():
+        for event in events:
+            by_session[text(event.partition_key) or ""].append((partition, event))
+    assert sorted(by_session) == [f"s{s}" for s in range(sessions)]
+    for session, placed in by_session.items():
+        assert len({partition for partition, _ in placed}) == 1, session  # one partition
+        ids = [text(event.message_id) for _, event in placed]
+        assert ids == [f"{session}-{i}" for i in range(per_session)]  # in order, once each
+    _, first = by_session["s0"][0]
+    assert first.body_as_json() == {"n": 0}
+    assert first.content_type == "application/json" and first.correlation_id == "c0"
+    assert text(first.raw_amqp_message.properties.subject) == "order"
+    assert text(first.raw_amqp_message.properties.group_id) == "s0"  # the session id kept
+    props = {text(k): text(v) for k, v in first.properties.items()}
+    assert props["region"] == "eu" and props["n"] == 0
+    assert props["repl-sequence"].isdigit() and props["repl-enqueue-time"].endswith("Z")
+    assert "repl-offset" not in props  # a Service Bus source has no offset
+    assert props["repl-path"] == f"localhost:{broker.port}"
+
+
+async def test_event_hubs_to_service_bus_keeps_key_order_as_sessions(
+    broker_factory: Any, tmp_path: Path
+) -> None:
+    """``session_id_from: partition_key``: each key's events become one session, in order,
+    stamped with the event's enqueued time, offset and sequence number."""
+    broker = broker_factory(eventhub_config(
+        hubs("telemetry", groups=("replication",)),
+        queues={"telemetry-sessions": {"RequiresSession": True}},
+    ))  # fmt: skip
+    settings = {"ServiceBus": broker.connection_string, "EventHubs": broker.connection_string}
+    app = pipeline_app("""\
+pipelines:
+  - name: eh-to-sb
+    source: {connection: EventHubs, eventhub: telemetry, consumer_group: replication,
+             session_id_from: partition_key}
+    target: {connection: ServiceBus, queue: telemetry-sessions}
+""", settings)  # fmt: skip
+    keys, per_key = ["device-1", "device-2", "device-3"], 15
+    sent = []
+    for i in range(per_key):
+        for key in keys:
+            event = EventData(json.dumps({"key": key, "i": i}))
+            event.message_id = f"{key}-{i}"
+            event.properties = {"i": i}
+            sent.append((key, None, event))
+    await send_events(broker.connection_string, "telemetry", sent)
+    await run_host(app, settings, tmp_path, events_done(len(sent)))
+    got: dict[str, list[Any]] = {}
+    async with ServiceBusClient.from_connection_string(broker.connection_string) as client:
+        for _ in keys:
+            async with client.get_queue_receiver(
+                "telemetry-sessions", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=5
+            ) as receiver:
+                messages = await receiver.receive_messages(per_key, max_wait_time=5)
+                for message in messages:
+                    await receiver.complete_message(message)
+                got[str(receiver.session.session_id)] = messages
+    assert sorted(got) == keys
+    for key, messages in got.items():
+        assert [str(m.message_id) for m in messages] == [f"{key}-{i}" for i in range(per_key)]
+        assert all(m.session_id == key for m in messages)
+    props = {text(k): text(v) for k, v in got["device-1"][0].application_properties.items()}
+    assert props["i"] == 0
+    assert props["repl-offset"].lstrip("-").isdigit()
+    assert props["repl-sequence"].isdigit() and props["repl-enqueue-time"].endswith("Z")
+
+
+async def test_event_hubs_to_event_hubs_keeps_partition_affinity(
+    broker_factory: Any, tmp_path: Path
+) -> None:
+    """A keyed event lands where its key maps in the target (same count: same partition),
+    a keyless one in the partition of the same id; each key's order, and each source
+    partition's order of its keyless events, holds (keys sharing a partition interleave
+    as their batches were sent, as with the replication sample)."""
+    broker = broker_factory(eventhub_config(hubs("source-hub", "target-hub")))
+    settings = {"EventHubs": broker.connection_string}
+    app = pipeline_app("""\
+pipelines:
+  - name: eh-to-eh
+    source: {connection: EventHubs, eventhub: source-hub}
+    target: {connection: EventHubs, eventhub: target-hub}
+""", settings)  # fmt: skip
+    sent = []
+    for i in range(10):
+        for key in ("a", "b", "c"):
+            event = EventData(f"{key}{i}")
+            event.message_id = f"{key}-{i}"
+            sent.append((key, None, event))
+        for partition in ("0", "1", "2", "3"):
+            event = EventData(f"p{partition}-{i}")
+            event.message_id = f"p{partition}-{i}"
+            sent.append((None, partition, event))
+    await send_events(broker.connection_string, "source-hub", sent)
+    await run_host(app, settings, tmp_path, events_done(len(sent)))
+    source = await read_hub(broker.connection_string, "source-hub", len(sent))
+    target = await read_hub(broker.connection_string, "target-hub", len(sent))
+
+    def placement(found: dict[str, list[EventData]]) -> dict[str, dict[str, list[str]]]:
+        """Partition -> stream (key, or p<n> for keyless) -> its ids in partition order."""
+        placed: dict[str, dict[str, list[str]]] = {}
+        for partition, events in found.items():
+            for e in events:
+                name = str(text(e.message_id))
+                placed.setdefault(partition, {}).setdefault(name.split("-")[0], []).append(name)
+        return placed
+
+    assert placement(target) == placement(source)  # same partitions, each stream in order
+    assert sum(len(v) for v in target.values()) == len(sent)
+    event = target["0"][0]
+    props = {text(k): text(v) for k, v in event.properties.items()}
+    assert props["repl-offset"] == source["0"][0].offset
+
+
+async def test_an_active_active_pair_of_event_hubs_does_not_loop(
+    broker_factory: Any, tmp_path: Path
+) -> None:
+    """Two namespaces, each hub merged into the other's: an event crosses once, its copy
+    is dropped by the loop guard on the way back."""
+    east = broker_factory(eventhub_config(hubs("mirror", groups=("replicate",))))
+    west = broker_factory(eventhub_config(hubs("mirror", groups=("replicate",))))
+    settings = {"East": east.connection_string, "West": west.connection_string}
+    app = pipeline_app("""\
+pipelines:
+  - name: east-to-west
+    source: {connection: East, eventhub: mirror, consumer_group: replicate}
+    target: {connection: West, eventhub: mirror}
+    loop_guard: true
+  - name: west-to-east
+    source: {connection: West, eventhub: mirror, consumer_group: replicate}
+    target: {connection: East, eventhub: mirror}
+    loop_guard: true
+""", settings)  # fmt: skip
+    for side, connection in (("east", east.connection_string), ("west", west.connection_string)):
+        events = []
+        for i in range(5):
+            event = EventData(f"{side} {i}")
+            event.message_id = f"{side}-{i}"
+            events.append((f"k{i}", None, event))
+        await send_events(connection, "mirror", events)
+    # each side reads its 5 own events and the other side's 5 copies (dropped)
+    await run_host(app, settings, tmp_path, events_done(20))
+    for connection in (east.connection_string, west.connection_string):
+        found = await read_hub(connection, "mirror", 10)
+        ids = sorted(str(text(e.message_id)) for events in found.values() for e in events)
+        assert ids == sorted([f"east-{i}" for i in range(5)] + [f"west-{i}" for i in range(5)])
