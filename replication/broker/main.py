@@ -197,6 +197,7 @@ def run(args: argparse.Namespace) -> int:
             tls_port=args.tls_port, http_port=http_port(args), tls_cert=args.tls_cert,
             tls_key=args.tls_key, http_optional=args.http_port is None,
         )  # fmt: skip
+        broker.open()  # the store and the entities, before the loop
     except OSError as exc:
         print(f"error: cannot open data dir {args.data_dir}: {exc}", file=sys.stderr)
         return 2
