@@ -13,6 +13,10 @@ three deliberate differences:
 * a namespace may list ``AuthorizationRules``; without them the emulator's well-known
   ``RootManageSharedAccessKey`` / ``SAS_KEY_VALUE`` rule applies.
 
+Event hubs come in the same file in the Event Hubs emulator's schema
+(``UserConfig.NamespaceConfig``, ``LoggingConfig``: ``eventhubs/config.py``), so either
+emulator's file, or one with both parts, works; ``Namespaces`` may then be left out.
+
 Every mistake is reported as a ``ConfigError`` (``replication.configproblems``, shared with
 the pipeline files) naming the file, the line and column, the property path and what is
 wrong, with a "did you mean" for misspelt names.
@@ -58,6 +62,8 @@ from ..configproblems import (
     validation_problems,
 )
 from .auth import EMULATOR_RULE, SharedAccessRule
+from .eventhubs.config import EventHubNamespace, duplicate_names
+from .eventhubs.hub import EventHubSpec
 from .queue import DEFAULT_MAX_SIZE_MB
 
 # Azure Service Bus limits and defaults (the emulator's are narrower; we accept Azure's).
@@ -506,8 +512,46 @@ class Logging(_Model):
 
 
 class UserConfig(_Model):
-    namespaces: Annotated[list[Namespace], AfterValidator(_exactly_one_namespace)]
-    logging: Logging
+    namespaces: Annotated[list[Namespace], AfterValidator(_exactly_one_namespace)] | None = None
+    """Service Bus (the Service Bus emulator's part); may be left out for event hubs only."""
+    namespace_config: (
+        Annotated[list[EventHubNamespace], AfterValidator(_exactly_one_namespace)] | None
+    ) = None
+    """Event hubs (the Event Hubs emulator's part)."""
+    logging: Logging | None = None
+    logging_config: Logging | None = None
+    """The Event Hubs emulator's name for ``Logging``."""
+
+    @model_validator(mode="after")
+    def _check_parts(self) -> UserConfig:
+        problems: list[tuple[Loc, str]] = []
+        if self.namespaces is None and self.namespace_config is None:
+            problems.append((("Namespaces",), (
+                "required property 'Namespaces' is missing (Service Bus), or NamespaceConfig "
+                "(Event Hubs)"
+            )))  # fmt: skip
+        if self.logging is None and self.logging_config is None:
+            problems.append((("Logging",), (
+                "required property 'Logging' is missing (or LoggingConfig, the Event Hubs "
+                "emulator's name for it)"
+            )))  # fmt: skip
+        if self.logging is not None and self.logging_config is not None:
+            problems.append((("LoggingConfig",), "set Logging or LoggingConfig, not both"))
+        hubs = self.namespace_config or []
+        problems += [(("NamespaceConfig", *loc), why) for loc, why in duplicate_names(hubs)]
+        taken = {queue.name.lower() for ns in self.namespaces or [] for queue in ns.queues}
+        taken |= {topic.name.lower() for ns in self.namespaces or [] for topic in ns.topics}
+        for n, namespace in enumerate(hubs):
+            for e, hub in enumerate(namespace.entities):
+                if hub.name.lower() in taken:
+                    problems.append((
+                        ("NamespaceConfig", n, "Entities", e, "Name"),
+                        f"event hub {hub.name!r} is also the name of a queue or topic: the "
+                        "broker serves both on one listener, so names must differ",
+                    ))  # fmt: skip
+        if problems:
+            raise located_problems(problems)
+        return self
 
 
 class BrokerConfig(_Model):
@@ -517,12 +561,25 @@ class BrokerConfig(_Model):
 
     @property
     def namespace(self) -> Namespace:
-        """The namespace (the emulator, and so this broker, serves exactly one)."""
-        return self.user_config.namespaces[0]
+        """The namespace (the emulator, and so this broker, serves exactly one); a file with
+        event hubs only gets an empty one of the Event Hubs namespace's name."""
+        config = self.user_config
+        if config.namespaces is not None:
+            return config.namespaces[0]
+        assert config.namespace_config is not None
+        return Namespace.model_validate({"Name": config.namespace_config[0].name})
 
     @property
     def logging(self) -> Logging:
-        return self.user_config.logging
+        logging = self.user_config.logging or self.user_config.logging_config
+        assert logging is not None
+        return logging
+
+    @property
+    def event_hubs(self) -> list[EventHubSpec]:
+        """The event hubs the file defines (``NamespaceConfig``), in order."""
+        namespaces = self.user_config.namespace_config or []
+        return [hub.spec() for namespace in namespaces for hub in namespace.entities]
 
     def queue(self, name: str) -> Queue | None:
         """Case-insensitive queue lookup; the result keeps the configured spelling."""

@@ -116,7 +116,7 @@ def build_broker(
     broker = Broker(
         queue_settings(config), data_dir, Authorizer(config.rules()),
         topics=topic_specs(config), host=host, port=port, synchronous=synchronous,
-        namespace=config.namespace.name, **options,
+        namespace=config.namespace.name, event_hubs=config.event_hubs, **options,
     )  # fmt: skip
     broker.http_app = AdminApi(broker, namespace=config.namespace.name).handle
     return broker

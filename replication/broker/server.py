@@ -37,6 +37,8 @@ from .commit import GroupCommit
 from .dispatch import Consumer, Dispatcher
 from .entitynode import EntityNode
 from .errors import error
+from .eventhubs.face import EventHubsNode
+from .eventhubs.hub import EventHubSpec
 from .httpapi import HttpApp, not_found
 from .limits import LINK_CREDIT, MAX_LINKS_PER_CONNECTION, Intake
 from .listener import AMQP_PORT, HTTP_PORT, TLS_PORT, Listener
@@ -80,6 +82,7 @@ class Broker:
         namespace: str = "sbemulatorns",
         clock: Clock = SYSTEM,
         http_optional: bool = False,
+        event_hubs: list[EventHubSpec] | None = None,
     ) -> None:
         self.clock = clock
         """Every time the broker reads (``clock.py``); tests give a ``ManualClock``."""
@@ -112,6 +115,8 @@ class Broker:
         self.configured_queues = queues
         self.configured_topics = topics or {}
         """The entities Config.json defines (``open`` builds them, then replays API changes)."""
+        self.configured_event_hubs = event_hubs or []
+        """The event hubs the config file defines (``NamespaceConfig``: the Event Hubs face)."""
         self.peers: dict[ConnectionDriver, Peer] = {}
         self.listener: Listener | None = None
         self._sweeper: asyncio.Task[None] | None = None
@@ -128,6 +133,8 @@ class Broker:
         self.transactions: TransactionCoordinator
         self.nodes: Nodes
         """Where links attach (``nodes.py``); a new kind of node is added with ``add``."""
+        self.event_hubs: EventHubsNode
+        """The Event Hubs face: event hubs' links and the namespace's ``$management``."""
 
     def open(self) -> None:
         """Opens the store and builds the entities from it (``start`` calls it first)."""
@@ -150,6 +157,11 @@ class Broker:
             requests = RequestNode(self.cbs, functools.partial(handle_request, self))
             self.nodes = Nodes(self.transactions, requests, fallback=entities)
             self.registry.load(self.configured_queues, self.configured_topics)
+            self.event_hubs = EventHubsNode.open(
+                self.configured_event_hubs, self.store, self.cbs, self.commits, self.clock
+            )
+            self.nodes.add(self.event_hubs)
+            self.store.commit()
         except BaseException:
             self.store.close()
             raise
@@ -191,6 +203,12 @@ class Broker:
             ) or "none",
             ", ".join(topics) or "none",
         )  # fmt: skip
+        if self.event_hubs.hubs:
+            log.info("event hubs: %s", ", ".join(
+                f"{hub.name} ({len(hub.partitions)} partitions, consumer groups "
+                f"{', '.join(hub.consumer_groups.values())})"
+                for hub in self.event_hubs.hubs.values()
+            ))  # fmt: skip
         assert self.tls_files is not None
         log.info(
             "TLS (AMQPS, HTTPS, WSS) on port %d%s with %s%s%s", self.port,
@@ -353,8 +371,9 @@ class Broker:
 
     def sweep(self, *, everything: bool = False) -> None:
         """What time did: expired locks and session locks, scheduled messages due, waits
-        and transactions timed out; once a second TTL, token grace and idle entities, and
-        once a minute the duplicate-detection history (``everything``: all of them now).
+        and transactions timed out; once a second TTL, event hub retention, token grace and
+        idle entities, and once a minute the duplicate-detection history (``everything``: all
+        of them now).
         Runs every ``SWEEP_INTERVAL`` on the loop; a test with a ``ManualClock`` calls it
         after ``advance`` to see the effects at once."""
         now = self.now_ms()
@@ -384,6 +403,7 @@ class Broker:
                     entity.expire(seq)
                     changed = True
             self.cbs.check_tokens(list(self.peers.values()))
+            changed |= self.event_hubs.sweep(now)  # retention
             changed |= bool(self.delete_idle(now))
         monotonic = self.clock.monotonic()
         if everything or monotonic - self._last_dedupe_cleanup > DEDUPE_CLEANUP_SECONDS:

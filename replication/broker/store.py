@@ -189,6 +189,16 @@ class MessageStore:
         self.commit()
         self._db.close()
 
+    @property
+    def connection(self) -> sqlite3.Connection:
+        """The database, for tables kept beside the messages (the Event Hubs logs): their
+        writes go in after ``begin`` and are made durable by the same group commit."""
+        return self._db
+
+    def begin(self) -> None:
+        """Opens the write transaction ``commit`` ends, if none is open."""
+        self._begin()
+
     # ------------------------------------------------------------------ entities, sequence
 
     def entity_id(self, name: str) -> int:

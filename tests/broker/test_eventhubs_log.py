@@ -86,8 +86,8 @@ def test_uncommitted_appends_are_lost_with_the_process(db: Db) -> None:
     _append(partition, db, [b"kept"], 10)
     partition.append([(None, None, b"lost")], 11)  # never committed
     db.conn.close()  # a crash: the open transaction goes
-    again = sqlite3.connect(db.path, isolation_level=None)
-    reopened = EventLog(again, lambda: again.execute("BEGIN")).partition("hub/Partitions/0", 1)
+    again = Db(db.path)
+    reopened = EventLog(again.conn, again.begin).partition("hub/Partitions/0", 1)
     assert [e.bare for e in reopened.read(0, 10)] == [b"kept"]
     assert reopened.next == 1
 

@@ -14,10 +14,9 @@ unsettled but never settles, and the .NET SDK asks for settled). An owner level
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
 
 from ...amqp.errors import AMQPError
 from ...amqp.link import Delivery, Link
@@ -26,15 +25,18 @@ from ...amqp.outcomes import Accepted, Rejected, TransactionalState
 from ...amqp.performatives import SND_SETTLED
 from ...amqp.types import symbol
 from .. import wire
+from ..cbs import Cbs
+from ..clock import Clock, now_ms
+from ..commit import GroupCommit
 from ..errors import error, tracked
+from ..nodes import Node
+from ..peer import Peer
+from ..store import MessageStore
 from . import management
 from .hub import EventHub, EventHubSpec, parse_address
 from .log import EventLog, PartitionLog
 from .selector import SELECTOR_FILTER, SelectorError, parse_selector
 from .wire import delivery_payload, partition_key_of, stored_event
-
-if TYPE_CHECKING:
-    from ..server import Broker, Peer
 
 log = logging.getLogger("replication.broker.eventhubs")
 
@@ -46,6 +48,7 @@ LINK_CREDIT = 10_000
 PUMP_BATCH = 100
 PUMP_BYTES = 1024 * 1024
 EPOCH = symbol("com.microsoft:epoch")
+RUNTIME_METRIC = symbol("com.microsoft:enable-receiver-runtime-metric")
 MANAGEMENT_NODE = "$management"
 ARGUMENT_ERROR = "com.microsoft:argument-error"
 LINK_STOLEN = "amqp:link:stolen"
@@ -57,11 +60,12 @@ class EventConsumer:
 
     link: Link
     peer: Peer
-    hub: EventHub
     group: str
     partition: PartitionLog
     next_seq: int
     epoch: int | None
+    runtime_metric: bool = False
+    """Each delivery says where the partition ends (``track_last_enqueued_event_properties``)."""
 
 
 @dataclass(slots=True, eq=False)
@@ -73,49 +77,51 @@ class EventProducer:
     path: str
 
 
-@dataclass(slots=True)
-class _PeerLinks:
-    consumers: dict[int, EventConsumer] = field(default_factory=dict)
-    producers: dict[int, EventProducer] = field(default_factory=dict)
+class EventHubsNode(Node):
+    """Links to the event hubs (``<hub>...``) and to the namespace's ``$management``."""
 
-
-class EventHubsFace:
-    """Event hubs of one broker; the broker hands it the links and requests that are ours."""
-
-    def __init__(self, broker: Broker, specs: list[EventHubSpec], event_log: EventLog) -> None:
-        self.broker = broker
-        now = broker.now_ms()
-        self.hubs: dict[str, EventHub] = {
-            spec.name.lower(): EventHub(spec, event_log, now) for spec in specs
-        }
-        self._peers: dict[int, _PeerLinks] = {}  # id(peer) -> its links to us
-        self._readers: dict[int, list[EventConsumer]] = {}  # id(partition) -> consumers
+    def __init__(
+        self, hubs: dict[str, EventHub], cbs: Cbs, commits: GroupCommit, clock: Clock
+    ) -> None:
+        self.hubs = hubs
+        """Every event hub by lower-case name."""
+        self.cbs = cbs
+        self.commits = commits
+        self.clock = clock
+        self._producers: dict[Link, EventProducer] = {}
+        self._consumers: dict[Link, EventConsumer] = {}
+        self._readers: dict[PartitionLog, list[EventConsumer]] = {}
         self._appended: set[PartitionLog] = set()
         self._publish_pending = False
 
-    # ------------------------------------------------------------------ routing
+    @classmethod
+    def open(
+        cls, specs: list[EventHubSpec], store: MessageStore, cbs: Cbs, commits: GroupCommit,
+        clock: Clock,
+    ) -> EventHubsNode:  # fmt: skip
+        """The node for ``specs``, their logs in ``store``'s database (made on first use)."""
+        event_log = EventLog(store.connection, store.begin)
+        now = now_ms(clock)
+        hubs = {spec.name.lower(): EventHub(spec, event_log, now) for spec in specs}
+        return cls(hubs, cbs, commits, clock)
 
-    def owns(self, path: str) -> bool:
-        """Whether a link address (an entity path) names one of our event hubs."""
-        return path.partition("/")[0].lower() in self.hubs
-
-    def owns_link(self, peer: Peer, link: Link) -> bool:
-        links = self._peers.get(id(peer))
-        return links is not None and (id(link) in links.consumers or id(link) in links.producers)
-
-    def _links(self, peer: Peer) -> _PeerLinks:
-        links = self._peers.get(id(peer))
-        if links is None:
-            links = self._peers[id(peer)] = _PeerLinks()
-        return links
+    def accepts(self, link: Link, path: str) -> bool:
+        return (
+            path.lower() == MANAGEMENT_NODE.lower() or path.partition("/")[0].lower() in self.hubs
+        )
 
     # ------------------------------------------------------------------ attach
 
     def attach(self, peer: Peer, link: Link, path: str) -> None:
-        """Answers an attach to one of our hubs (``owns(path)``)."""
+        if path.lower() == MANAGEMENT_NODE.lower():
+            link.accept()
+            if link.is_receiver:
+                link.flow(LINK_CREDIT)
+            else:
+                peer.reply_links[MANAGEMENT_NODE.lower()] = link
+            return
+        hub = self.hubs[path.partition("/")[0].lower()]
         address = parse_address(path)
-        hub = self.hubs.get(path.partition("/")[0].lower())
-        assert hub is not None
         if address is None:
             link.refuse(error("amqp:not-found", (
                 f"The messaging entity '{path}' could not be found: send to '{hub.name}' or "
@@ -141,7 +147,7 @@ class EventHubsFace:
                 return
             if self._refused(peer, link, path, "Send"):
                 return
-            self._links(peer).producers[id(link)] = EventProducer(hub, partition, path)
+            self._producers[link] = EventProducer(hub, partition, path)
             link.accept(max_message_size=MAX_MESSAGE_SIZE)
             link.receive_limit = RECEIVE_LIMIT
             link.flow(LINK_CREDIT)
@@ -161,17 +167,17 @@ class EventHubsFace:
             return
         if self._refused(peer, link, path, "Listen"):
             return
-        self._attach_consumer(peer, link, hub, group, partition)
+        self._attach_consumer(peer, link, group, partition)
 
     def _refused(self, peer: Peer, link: Link, path: str, right: str) -> bool:
-        problem = self.broker._authorization_problem(peer, path, right)
+        problem = self.cbs.problem(peer, path, right)
         if problem is not None:
             link.refuse(error("amqp:unauthorized-access", problem))
-        return problem is not None
+            return True
+        peer.entity_links[link] = path  # its token's expiry detaches it (Cbs.check_tokens)
+        return False
 
-    def _attach_consumer(
-        self, peer: Peer, link: Link, hub: EventHub, group: str, partition: PartitionLog
-    ) -> None:
+    def _attach_consumer(self, peer: Peer, link: Link, group: str, partition: PartitionLog) -> None:
         filters = getattr(link.remote_source, "filter", None) or {}
         selector = filters.get(SELECTOR_FILTER)
         text = getattr(selector, "value", selector)
@@ -182,7 +188,7 @@ class EventHubsFace:
             return
         raw_epoch = (link.remote_properties or {}).get(EPOCH)
         epoch = None if raw_epoch is None else int(raw_epoch)
-        rivals = [c for c in self._readers.get(id(partition), []) if c.group == group]
+        rivals = [c for c in self._readers.get(partition, []) if c.group == group]
         stronger = [c for c in rivals if c.epoch is not None and (epoch is None or c.epoch > epoch)]
         if stronger:
             link.refuse(error(LINK_STOLEN, (
@@ -191,9 +197,6 @@ class EventHubsFace:
                 f"consumer group '{group}'."
             )))  # fmt: skip
             return
-        consumer = EventConsumer(
-            link, peer, hub, group, partition, partition.start(position), epoch
-        )
         if epoch is not None:
             for rival in rivals:
                 if rival.link.is_open:
@@ -202,20 +205,26 @@ class EventHubsFace:
                         f"current receiver with epoch '{rival.epoch}' is getting disconnected."
                     )))  # fmt: skip
                 self._forget_consumer(rival)
-                self.broker._touched.add(rival.peer.driver)
-        self._links(peer).consumers[id(link)] = consumer
-        self._readers.setdefault(id(partition), []).append(consumer)
-        link.accept(snd_settle_mode=SND_SETTLED)
+                self.commits.wake(rival.peer.driver)
+        wanted = (link.remote.desired_capabilities if link.remote else None) or ()
+        metric = RUNTIME_METRIC in (wanted if isinstance(wanted, (list, tuple)) else (wanted,))
+        start = partition.start(position)
+        consumer = EventConsumer(link, peer, group, partition, start, epoch, metric)
+        self._consumers[link] = consumer
+        self._readers.setdefault(partition, []).append(consumer)
+        link.accept(
+            snd_settle_mode=SND_SETTLED, offered_capabilities=(RUNTIME_METRIC,) if metric else None
+        )
         self._pump(consumer)
 
     # ------------------------------------------------------------------ sends
 
-    def on_transfer(self, peer: Peer, link: Link, delivery: Delivery) -> None:
-        """One event or batch from a producer link (``owns_link``)."""
-        if link.link_credit < LINK_CREDIT // 2:
-            link.flow(LINK_CREDIT)
-        producer = self._links(peer).producers[id(link)]
-        problem = self.broker._authorization_problem(peer, producer.path, "Send")
+    def transfer(self, peer: Peer, link: Link, delivery: Delivery) -> None:
+        producer = self._producers.get(link)
+        if producer is None:  # a request to $management
+            self._management(peer, delivery)
+            return
+        problem = self.cbs.problem(peer, producer.path, "Send")
         if problem is not None:
             delivery.update(Rejected(error=error("amqp:unauthorized-access", problem)))
             return
@@ -240,19 +249,14 @@ class EventHubsFace:
             delivery.update(Rejected(error=error("amqp:decode-error", exc.description)))
             return
         partition = producer.partition or producer.hub.route(key)
-        partition.append([stored_event(m, key) for m in messages], self.broker.now_ms())
+        partition.append([stored_event(m, key) for m in messages], now_ms(self.clock))
         self._appended.add(partition)
-        then: Callable[[], None] | None = None if delivery.settled else (
-            lambda: delivery.update(Accepted())
-        )  # fmt: skip
-        self._publish_after_commit(then)
-
-    def _publish_after_commit(self, then: Callable[[], None] | None) -> None:
         if not self._publish_pending:
             self._publish_pending = True
-            self.broker._commit_soon(self._publish)
-        if then is not None:
-            self.broker._commit_soon(then)
+            self.commits.soon(self._publish)
+        if not delivery.settled:
+            self.commits.soon(lambda: delivery.update(Accepted()))
+        self.commits.wake(peer.driver)
 
     def _publish(self) -> None:
         """After the commit: appended events become readable and go to their readers."""
@@ -260,7 +264,7 @@ class EventHubsFace:
         appended, self._appended = self._appended, set()
         for partition in appended:
             if partition.publish():
-                for consumer in list(self._readers.get(id(partition), [])):
+                for consumer in list(self._readers.get(partition, [])):
                     self._pump(consumer)
 
     # ------------------------------------------------------------------ deliveries
@@ -269,82 +273,71 @@ class EventHubsFace:
         link = consumer.link
         want = link.link_credit - link.queued
         if want <= 0 or not link.is_open or consumer.peer.driver.paused:
-            return
+            return  # a slow reader holds back only itself (a drained socket flows again)
         events = consumer.partition.read(consumer.next_seq, min(want, PUMP_BATCH), PUMP_BYTES)
         if not events:
             return
+        last = consumer.partition.state if consumer.runtime_metric else None
+        now = now_ms(self.clock)
         for event in events:
-            link.send(delivery_payload(event), settled=True)
+            link.send(delivery_payload(event, last, now), settled=True)
         consumer.next_seq = events[-1].sequence_number + 1
-        self.broker._touched.add(consumer.peer.driver)
+        self.commits.wake(consumer.peer.driver)
+        if want > len(events) and consumer.next_seq < consumer.partition.visible:
+            consumer.peer.driver.wake()  # the next batch once this one is written
+            asyncio.get_running_loop().call_soon(self._pump_more, consumer)
 
-    def on_flow(self, peer: Peer, link: Link) -> None:
-        consumer = self._links(peer).consumers.get(id(link))
+    def _pump_more(self, consumer: EventConsumer) -> None:
+        if self._consumers.get(consumer.link) is consumer:
+            self._pump(consumer)
+
+    def flow(self, peer: Peer, link: Link) -> None:
+        consumer = self._consumers.get(link)
         if consumer is not None:
             self._pump(consumer)
 
-    def resume(self, peer: Peer) -> None:
-        """The peer's socket drained: the next batch for each of its readers."""
-        links = self._peers.get(id(peer))
-        if links is not None:
-            for consumer in list(links.consumers.values()):
-                self._pump(consumer)
+    # ------------------------------------------------------------------ detach
 
-    # ------------------------------------------------------------------ detach, close
-
-    def forget_link(self, peer: Peer, link: Link) -> None:
-        links = self._peers.get(id(peer))
-        if links is None:
-            return
-        links.producers.pop(id(link), None)
-        consumer = links.consumers.get(id(link))
+    def detach(self, peer: Peer, link: Link) -> None:
+        self._producers.pop(link, None)
+        consumer = self._consumers.get(link)
         if consumer is not None:
             self._forget_consumer(consumer)
+        if peer.reply_links.get(MANAGEMENT_NODE.lower()) is link:
+            del peer.reply_links[MANAGEMENT_NODE.lower()]
 
     def _forget_consumer(self, consumer: EventConsumer) -> None:
-        links = self._peers.get(id(consumer.peer))
-        if links is not None:
-            links.consumers.pop(id(consumer.link), None)
-        readers = self._readers.get(id(consumer.partition), [])
+        self._consumers.pop(consumer.link, None)
+        readers = self._readers.get(consumer.partition, [])
         if consumer in readers:
             readers.remove(consumer)
 
-    def forget_peer(self, peer: Peer) -> None:
-        links = self._peers.pop(id(peer), None)
-        if links is None:
-            return
-        for consumer in list(links.consumers.values()):
-            readers = self._readers.get(id(consumer.partition), [])
-            if consumer in readers:
-                readers.remove(consumer)
-
     # ------------------------------------------------------------------ $management, retention
 
-    def is_management_request(self, path: str, request: Any) -> bool:
-        """A request on the namespace's ``$management`` node that reads hub or partition
-        properties."""
-        props = request.application_properties or {}
-        return path.lower() == MANAGEMENT_NODE.lower() and management.is_event_hubs_request(props)
-
-    def on_management(self, peer: Peer, delivery: Delivery) -> None:
+    def _management(self, peer: Peer, delivery: Delivery) -> None:
         request = decode_message(delivery.payload)
         if not delivery.settled:
             delivery.update(Accepted())
         props = request.application_properties or {}
         name = str(props.get("name", ""))
         try:
-            problem = self.broker._authorization_problem(peer, name, "Listen")
+            problem = self.cbs.problem(peer, name, "Listen")
             if problem is not None:
-                problem = self.broker._authorization_problem(peer, name, "Send")
+                problem = self.cbs.problem(peer, name, "Send")
             if problem is not None:
                 raise management.ManagementError(401, problem)
             body = management.read(self.hubs, props)
             status, description = 200, "OK"
         except management.ManagementError as exc:
             body, status, description = None, exc.status, tracked(exc.description)
-        answer = {"status-code": status, "status-description": description}
-        self.broker._reply(peer, MANAGEMENT_NODE, request, answer, body)
+        # the SDK reads the description as ``statusDescription`` (it passes the name
+        # ``status-description`` under a keyword its management link ignores): both go
+        answer = {
+            "status-code": status, "status-description": description,
+            "statusDescription": description,
+        }  # fmt: skip
+        peer.reply(MANAGEMENT_NODE, request, answer, body)
 
-    def sweep(self, now_ms: int) -> int:
-        """Retention: drops expired events of every hub; returns how many."""
-        return sum(hub.trim(now_ms) for hub in self.hubs.values())
+    def sweep(self, now: int) -> bool:
+        """Retention: drops expired events of every hub; True when any went."""
+        return sum(hub.trim(now) for hub in self.hubs.values()) > 0

@@ -82,7 +82,10 @@ class EventLog:
         self._db = db
         self._begin = begin
         """Opens the broker's write transaction if none is open (joined, never committed here)."""
-        db.executescript(_SCHEMA)
+        begin()  # not executescript: it would commit the broker's open transaction
+        for statement in _SCHEMA.split(";"):
+            if statement.strip():
+                db.execute(statement)
 
     def partition(self, name: str, now_ms: int) -> PartitionLog:
         """The log of ``<hub>/Partitions/<n>``, made (empty, created ``now_ms``) on first use."""

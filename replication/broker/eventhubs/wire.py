@@ -14,15 +14,20 @@ import struct
 from typing import Any
 
 from ...amqp import codec, scan
-from ...amqp.types import symbol
+from ...amqp.types import symbol, timestamp
 from ...servicebus.symbols import ENQUEUED_TIME, PARTITION_KEY, SEQUENCE_NUMBER
 from .. import wire
-from .log import Event
+from .log import Event, PartitionState
 
 OFFSET = symbol("x-opt-offset")
 _SERVICE_KEYS = frozenset({SEQUENCE_NUMBER, ENQUEUED_TIME, OFFSET})
 """What the service stamps on delivery: a sender's own values are dropped."""
 _ANNOTATIONS_SECTION = b"\x00\x53\x72"
+_DELIVERY_ANNOTATIONS_SECTION = b"\x00\x53\x71"
+_LAST_SEQUENCE_NUMBER = symbol("last_enqueued_sequence_number")
+_LAST_OFFSET = symbol("last_enqueued_offset")
+_LAST_ENQUEUED_TIME = symbol("last_enqueued_time_utc")
+_RETRIEVAL_TIME = symbol("runtime_info_retrieval_time_utc")
 
 
 def partition_key_of(annotations: dict[Any, Any]) -> str | None:
@@ -60,8 +65,19 @@ _ENQUEUED_TIME_KEY = _symbol(ENQUEUED_TIME)
 _pack_int64 = struct.Struct(">Bq").pack
 
 
-def delivery_payload(event: Event) -> bytes:
-    """The bytes a consumer receives for ``event``."""
+def delivery_payload(event: Event, last: PartitionState | None = None, now_ms: int = 0) -> bytes:
+    """The bytes a consumer receives for ``event``; with ``last`` (a consumer that asked for
+    ``com.microsoft:enable-receiver-runtime-metric``) delivery annotations say where the
+    partition ends, as of ``now_ms``."""
+    out = bytearray()
+    if last is not None:
+        out += _DELIVERY_ANNOTATIONS_SECTION
+        codec.encode_into(out, {
+            _LAST_SEQUENCE_NUMBER: last.last_sequence_number,
+            _LAST_OFFSET: str(last.last_offset),
+            _LAST_ENQUEUED_TIME: timestamp(last.last_enqueued_ms),
+            _RETRIEVAL_TIME: timestamp(now_ms),
+        })  # fmt: skip
     count, pairs = 0, bytearray()
     if event.annotations:
         count, entries = scan.map_items(event.annotations, len(_ANNOTATIONS_SECTION))
@@ -72,7 +88,7 @@ def delivery_payload(event: Event) -> bytes:
     codec.encode_into(pairs, str(event.offset))
     pairs += _ENQUEUED_TIME_KEY
     pairs += _pack_int64(0x83, event.enqueued_ms)
-    out = bytearray(_ANNOTATIONS_SECTION)
+    out += _ANNOTATIONS_SECTION
     codec.write_compound(out, pairs, count + 6, 0xC1)
     out += event.bare
     return bytes(out)
