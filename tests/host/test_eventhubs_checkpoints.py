@@ -1,0 +1,146 @@
+"""The local host's Event Hubs checkpointing: the SQLite store keeps what the SDK's
+``CheckpointStore`` contract asks (optimistic ownership claims, checkpoints that survive a
+reopen), and a batch whose function fails is run again, not checkpointed, under a retry
+policy; without one it is checkpointed anyway, as Azure does."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import azure.functions as func
+import pytest
+from azure.eventhub import EventData
+
+from replication.functions import EventsFailed
+from replication.host.checkpoints import SqliteCheckpointStore
+from replication.host.eventhubs import EventHubOptions, EventHubTriggerRunner, event_hub_triggers
+from replication.host.worker import Worker
+from tests.broker.eventhubs_support import eventhub_config
+
+from .eventhubs_host import send_events
+from .support import pipeline_app
+
+pytestmark = [pytest.mark.timeout(120), pytest.mark.asyncio]
+
+NS, HUB, GROUP = "localhost:5672", "orders", "$Default"
+
+
+def claim(partition: str, owner: str, etag: str | None = None) -> dict[str, Any]:
+    return {
+        "fully_qualified_namespace": NS, "eventhub_name": HUB, "consumer_group": GROUP,
+        "partition_id": partition, "owner_id": owner, "etag": etag,
+    }  # fmt: skip
+
+
+async def test_ownership_is_claimed_with_the_etag_last_seen(tmp_path: Path) -> None:
+    store = SqliteCheckpointStore.in_directory(tmp_path)
+    (first,) = await store.claim_ownership([claim("0", "a")])
+    assert first["owner_id"] == "a" and first["etag"]
+    # b saw no owner (etag None) but a claimed it since: b's claim loses
+    assert list(await store.claim_ownership([claim("0", "b")])) == []
+    (taken,) = await store.claim_ownership([claim("0", "b", first["etag"])])
+    assert taken["etag"] != first["etag"]
+    assert list(await store.claim_ownership([claim("0", "a", first["etag"])])) == []
+    owners = {o["partition_id"]: o["owner_id"] for o in await store.list_ownership(NS, HUB, GROUP)}
+    assert owners == {"0": "b"}
+    store.close()
+
+
+async def test_checkpoints_survive_a_reopen_and_names_ignore_case(tmp_path: Path) -> None:
+    store = SqliteCheckpointStore.in_directory(tmp_path)
+    checkpoint = {**claim("1", ""), "offset": "4096", "sequence_number": 41}
+    await store.update_checkpoint(checkpoint)
+    await store.update_checkpoint({**checkpoint, "offset": "8192", "sequence_number": 83})
+    store.close()
+    again = SqliteCheckpointStore.in_directory(tmp_path)
+    (found,) = await again.list_checkpoints(NS, "ORDERS", "$default")
+    assert (found["partition_id"], found["offset"], found["sequence_number"]) == ("1", "8192", 83)
+    again.close()
+
+
+def failing_app(failures: int, retry: bool) -> tuple[func.FunctionApp, list[list[str]]]:
+    """An app whose event hub function fails its first ``failures`` calls."""
+    app = func.FunctionApp()
+    calls: list[list[str]] = []
+
+    async def copy(events: list[func.EventHubEvent]) -> None:
+        calls.append([e.get_body().decode() for e in events])
+        if len(calls) <= failures:
+            raise RuntimeError(f"failure {len(calls)}")
+
+    trigger = app.event_hub_message_trigger(
+        arg_name="events", connection="EventHubs", event_hub_name="eh1",
+        cardinality=func.Cardinality.MANY,
+    )  # fmt: skip
+    decorated = trigger(copy)
+    if retry:
+        decorated = app.retry("exponential_backoff", "-1", minimum_interval="00:00:01",
+                              maximum_interval="00:00:04")(decorated)  # fmt: skip
+    app.function_name("copy")(decorated)
+    return app, calls
+
+
+@pytest.mark.parametrize("retry", [True, False], ids=["retry-policy", "no-retry-policy"])
+async def test_a_failing_batch_is_run_again_before_any_checkpoint(
+    broker_factory: Any, tmp_path: Path, retry: bool
+) -> None:
+    broker = broker_factory(eventhub_config({"eh1": {"PartitionCount": "1"}}))
+    settings = {"EventHubs": broker.connection_string}
+    await send_events(broker.connection_string, "eh1", [
+        (None, "0", EventData(f"e{i}")) for i in range(5)
+    ])  # fmt: skip
+    app, calls = failing_app(2, retry)
+    (trigger,) = event_hub_triggers(app, settings)
+    store = SqliteCheckpointStore.in_directory(tmp_path)
+    waits: list[float] = []
+    checkpointed_while_failing: list[object] = []
+
+    async def sleep(seconds: float) -> None:  # the retry's wait: look at the store meanwhile
+        waits.append(seconds)
+        checkpointed_while_failing.extend(await store.list_checkpoints(
+            f"localhost:{broker.port}", "eh1", "$Default"
+        ))  # fmt: skip
+
+    worker, stop = Worker(), asyncio.Event()
+    runner = EventHubTriggerRunner(
+        trigger, broker.connection_string, store, worker, EventHubOptions(10), sleep=sleep
+    )  # fmt: skip
+    job = asyncio.create_task(runner.run(stop))
+    try:
+        async with asyncio.timeout(30):
+            while runner.stats.checkpoints < 1:
+                await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        await job
+        worker.stop()
+    (checkpoint,) = await store.list_checkpoints(f"localhost:{broker.port}", "eh1", "$Default")
+    store.close()
+    assert checkpoint["sequence_number"] == 4
+    assert checkpointed_while_failing == []
+    if retry:  # the same batch three times: two failures, then through
+        assert calls == [[f"e{i}" for i in range(5)]] * 3
+        assert len(waits) == 2 and 1.0 <= waits[0] <= 1.0 and 1.0 <= waits[1] <= 2.0
+        assert runner.stats.events == 5
+    else:  # Azure's behaviour without a retry policy: logged, checkpointed past it
+        assert calls == [[f"e{i}" for i in range(5)]]
+        assert waits == [] and runner.stats.events == 0
+
+
+async def test_a_refused_copy_makes_the_pipeline_function_raise(broker_factory: Any) -> None:
+    """The generated function raises when a target refused a copy, so its batch is not
+    checkpointed (the host runs it again)."""
+    broker = broker_factory(eventhub_config())
+    settings = {"EventHubs": broker.connection_string, "ServiceBus": broker.connection_string}
+    app = pipeline_app("""\
+pipelines:
+  - name: eh-to-missing
+    source: {connection: EventHubs, eventhub: eh1}
+    target: {connection: ServiceBus, queue: no-such-queue}
+""", settings)  # fmt: skip
+    (trigger,) = event_hub_triggers(app, settings)
+    event = func.EventHubEvent(body=b"x", sequence_number=0, offset="0")
+    with pytest.raises(EventsFailed, match="eh-to-missing: 1 of 1 events not sent"):
+        await trigger.function(events=[event])
