@@ -205,7 +205,7 @@ class EventHubsNode(Node):
                         f"current receiver with epoch '{rival.epoch}' is getting disconnected."
                     )))  # fmt: skip
                 self._forget_consumer(rival)
-                self.commits.wake(rival.peer.driver)
+                rival.peer.driver.wake()
         wanted = (link.remote.desired_capabilities if link.remote else None) or ()
         metric = RUNTIME_METRIC in (wanted if isinstance(wanted, (list, tuple)) else (wanted,))
         start = partition.start(position)
@@ -282,10 +282,11 @@ class EventHubsNode(Node):
         for event in events:
             link.send(delivery_payload(event, last, now), settled=True)
         consumer.next_seq = events[-1].sequence_number + 1
-        self.commits.wake(consumer.peer.driver)
+        # written now: they are durable already (``commits.wake`` would wait for a commit
+        # that a flow or a drained socket does not ask for)
+        consumer.peer.driver.wake()
         if want > len(events) and consumer.next_seq < consumer.partition.visible:
-            consumer.peer.driver.wake()  # the next batch once this one is written
-            asyncio.get_running_loop().call_soon(self._pump_more, consumer)
+            asyncio.get_running_loop().call_soon(self._pump_more, consumer)  # after this batch
 
     def _pump_more(self, consumer: EventConsumer) -> None:
         if self._consumers.get(consumer.link) is consumer:
@@ -337,6 +338,7 @@ class EventHubsNode(Node):
             "statusDescription": description,
         }  # fmt: skip
         peer.reply(MANAGEMENT_NODE, request, answer, body)
+        peer.driver.wake()  # a read changes nothing: no commit to wait for
 
     def sweep(self, now: int) -> bool:
         """Retention: drops expired events of every hub; True when any went."""
