@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from azure.eventhub import EventData
+from azure.eventhub import EventData, EventHubConsumerClient, EventHubProducerClient
 from azure.eventhub.exceptions import EventHubError
 
 from replication.broker.clock import ManualClock
@@ -275,3 +275,38 @@ def test_a_consumer_can_track_where_the_partition_ends(hub: BrokerHandle) -> Non
     assert len(seen) == 3
     assert (seen[0]["sequence_number"], seen[0]["offset"]) == (2, last_offset)
     assert seen[0]["enqueued_time"] is not None and seen[0]["retrieval_time"] is not None
+
+
+def test_sas_rules_grant_send_and_listen_as_for_service_bus(broker_factory: StartBroker) -> None:
+    config = eventhub_config()
+    config["UserConfig"]["Namespaces"][0]["AuthorizationRules"] = [
+        {"Name": "sender", "Key": "send-key", "Rights": ["Send"]},
+        {"Name": "listener", "Key": "listen-key", "Rights": ["Listen"]},
+    ]
+    handle = broker_factory(config)
+
+    def conn(rule: str, key: str) -> str:
+        return handle.connection_string_for(rule, key) + f"EntityPath={HUB}"
+
+    with EventHubProducerClient.from_connection_string(conn("sender", "send-key")) as client:
+        client.send_event(EventData("allowed"), partition_id="0")
+    refused = EventHubProducerClient.from_connection_string(
+        conn("listener", "listen-key"), retry_total=0
+    )
+    with refused, pytest.raises(EventHubError, match="Send claim required"):
+        refused.send_event(EventData("refused"), partition_id="0")
+    errors: list[Exception] = []
+    reader = EventHubConsumerClient.from_connection_string(
+        conn("sender", "send-key"), consumer_group="$Default", retry_total=0
+    )
+    worker = threading.Thread(target=reader.receive, kwargs={
+        "on_event": lambda *_: None, "on_error": lambda _c, e: errors.append(e),
+        "partition_id": "0", "starting_position": "-1",
+    }, daemon=True)  # fmt: skip
+    worker.start()
+    deadline = time.monotonic() + 10
+    while not errors and time.monotonic() < deadline:
+        time.sleep(0.05)
+    reader.close()
+    worker.join(10)
+    assert errors and "Listen claim required" in str(errors[0])
