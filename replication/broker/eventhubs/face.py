@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from ...amqp.errors import AMQPError
 from ...amqp.link import Delivery, Link
@@ -75,6 +76,20 @@ class EventProducer:
     hub: EventHub
     partition: PartitionLog | None
     path: str
+
+
+_SELECTOR_DESCRIPTORS = (SELECTOR_FILTER, 0x0000468C00000004)
+"""The filter's descriptor by name and by code (the AMQP filters registry)."""
+
+
+def _selector(filters: Any) -> str | None:
+    """The selector-filter's text: the SDKs key it by its descriptor's name, other clients
+    (proton's ``Selector``) by ``selector``; the descriptor says what it is."""
+    for key, value in (filters or {}).items():
+        descriptor = getattr(value, "descriptor", None)
+        if descriptor in _SELECTOR_DESCRIPTORS or (descriptor is None and key == SELECTOR_FILTER):
+            return str(getattr(value, "value", value))
+    return None
 
 
 class EventHubsNode(Node):
@@ -178,11 +193,8 @@ class EventHubsNode(Node):
         return False
 
     def _attach_consumer(self, peer: Peer, link: Link, group: str, partition: PartitionLog) -> None:
-        filters = getattr(link.remote_source, "filter", None) or {}
-        selector = filters.get(SELECTOR_FILTER)
-        text = getattr(selector, "value", selector)
         try:
-            position = parse_selector(None if text is None else str(text))
+            position = parse_selector(_selector(getattr(link.remote_source, "filter", None)))
         except SelectorError as exc:
             link.refuse(error(ARGUMENT_ERROR, str(exc)))
             return

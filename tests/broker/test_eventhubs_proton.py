@@ -1,0 +1,65 @@
+"""The Event Hubs face with a plain AMQP 1.0 client (python-qpid-proton): what the SDK
+checks itself before it reaches the broker (partition ids), proton's own selector filter,
+and the refusals an address of the wrong shape gets."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from proton import Message, symbol
+from proton.reactor import Selector
+from proton.utils import LinkDetached
+
+from .conftest import BrokerHandle, proton_connection
+from .eventhubs_support import HUB, eventhub_config
+
+pytestmark = pytest.mark.timeout(60)
+StartBroker = Callable[..., BrokerHandle]
+
+
+@pytest.fixture
+def conn(broker_factory: StartBroker) -> Any:
+    connection = proton_connection(broker_factory(eventhub_config()).port)
+    yield connection
+    connection.close()
+
+
+def test_send_and_read_from_a_sequence_number_with_protons_selector(conn: Any) -> None:
+    sender = conn.create_sender(f"{HUB}/Partitions/1")
+    for n in range(3):
+        sender.send(Message(body=f"p{n}"))
+    receiver = conn.create_receiver(
+        f"{HUB}/ConsumerGroups/$Default/Partitions/1", credit=10,
+        options=Selector("amqp.annotation.x-opt-sequence-number > '0'"),
+    )  # fmt: skip
+    got = [receiver.receive(timeout=5) for _ in range(2)]
+    assert [m.body for m in got] == ["p1", "p2"]
+    assert [m.annotations[symbol("x-opt-sequence-number")] for m in got] == [1, 2]
+    assert all(isinstance(m.annotations[symbol("x-opt-offset")], str) for m in got)
+
+
+@pytest.mark.parametrize(
+    ("make", "condition", "words"),
+    [
+        (lambda c: c.create_receiver(f"{HUB}/ConsumerGroups/$Default/Partitions/9"),
+         "amqp:not-found", "has partitions 0, 1"),
+        (lambda c: c.create_sender(f"{HUB}/ConsumerGroups/$Default/Partitions/0"),
+         "amqp:not-allowed", f"send to '{HUB}'"),
+        (lambda c: c.create_receiver(HUB), "amqp:not-allowed",
+         "ConsumerGroups/<group>/Partitions/<id>"),
+        (lambda c: c.create_receiver(f"{HUB}/Subscriptions/x"), "amqp:not-found",
+         "could not be found"),
+        (lambda c: c.create_receiver(f"{HUB}/ConsumerGroups/$Default/Partitions/0",
+                                     options=Selector("sys.label = 'x'")),
+         "com.microsoft:argument-error", "cannot read the selector filter"),
+    ],
+    ids=["unknown-partition", "send-to-group", "receive-from-hub", "other-shape", "selector"],
+)  # fmt: skip
+def test_addresses_of_the_wrong_shape_are_refused_saying_what_is_right(
+    conn: Any, make: Callable[[Any], Any], condition: str, words: str
+) -> None:
+    with pytest.raises(LinkDetached, match=condition) as caught:
+        make(conn)
+    assert words in str(caught.value)
