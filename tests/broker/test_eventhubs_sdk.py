@@ -11,9 +11,16 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from azure.eventhub import EventData, EventHubConsumerClient, EventHubProducerClient
+from azure.core.credentials import AzureNamedKeyCredential
+from azure.eventhub import (
+    EventData,
+    EventHubConsumerClient,
+    EventHubProducerClient,
+    TransportType,
+)
 from azure.eventhub.exceptions import EventHubError
 
+from replication.broker.auth import EMULATOR_KEY, EMULATOR_RULE_NAME
 from replication.broker.clock import ManualClock
 from replication.broker.eventhubs.partitioning import partition_for_key
 
@@ -310,3 +317,35 @@ def test_sas_rules_grant_send_and_listen_as_for_service_bus(broker_factory: Star
     reader.close()
     worker.join(10)
     assert errors and "Listen claim required" in str(errors[0])
+
+
+@pytest.mark.parametrize("transport", [TransportType.Amqp, TransportType.AmqpOverWebsocket],
+                         ids=lambda t: t.name)  # fmt: skip
+def test_over_tls_and_websockets(hub: BrokerHandle, transport: TransportType) -> None:
+    """As a client reaches a namespace: TLS (the broker's local CA) on the same port."""
+    options: dict[str, Any] = {
+        "fully_qualified_namespace": "localhost", "eventhub_name": HUB,
+        "credential": AzureNamedKeyCredential(EMULATOR_RULE_NAME, EMULATOR_KEY),
+        "custom_endpoint_address": f"sb://localhost:{hub.port}",
+        "connection_verify": str(hub.data_dir / "tls" / "ca.pem"), "transport_type": transport,
+    }  # fmt: skip
+    with EventHubProducerClient(**options) as client:
+        client.send_event(EventData(f"over {transport.name}"), partition_id="0")
+        assert client.get_partition_properties("0")["last_enqueued_sequence_number"] == 0
+    events: list[EventData] = []
+    reader = EventHubConsumerClient(consumer_group="$Default", **options)
+
+    def on_event(_context: Any, event: EventData | None) -> None:
+        if event is not None:
+            events.append(event)
+
+    worker = threading.Thread(target=reader.receive, kwargs={
+        "on_event": on_event, "partition_id": "0", "starting_position": "-1",
+    }, daemon=True)  # fmt: skip
+    worker.start()
+    deadline = time.monotonic() + 10
+    while not events and time.monotonic() < deadline:
+        time.sleep(0.05)
+    reader.close()
+    worker.join(10)
+    assert [e.body_as_str() for e in events] == [f"over {transport.name}"]
