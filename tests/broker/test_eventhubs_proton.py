@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from proton import Message, symbol
-from proton.reactor import Selector
+from proton.reactor import LinkOption, Selector
 from proton.utils import LinkDetached
 
 from .conftest import BrokerHandle, proton_connection
@@ -63,3 +63,21 @@ def test_addresses_of_the_wrong_shape_are_refused_saying_what_is_right(
     with pytest.raises(LinkDetached, match=condition) as caught:
         make(conn)
     assert words in str(caught.value)
+
+
+class MaxMessageSize(LinkOption):
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def apply(self, link: Any) -> None:
+        link.max_message_size = self.size
+
+
+def test_an_event_larger_than_the_readers_max_message_size_ends_its_link(conn: Any) -> None:
+    conn.create_sender(f"{HUB}/Partitions/0").send(Message(body="x" * 500))
+    with pytest.raises(LinkDetached, match="event 0 of eh1/Partitions/0 does not fit"):
+        receiver = conn.create_receiver(
+            f"{HUB}/ConsumerGroups/$Default/Partitions/0", credit=10,
+            options=[Selector("amqp.annotation.x-opt-offset > '-1'"), MaxMessageSize(300)],
+        )  # fmt: skip
+        receiver.receive(timeout=5)  # the detach comes with the attach or just after it

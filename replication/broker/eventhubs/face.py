@@ -19,7 +19,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from ...amqp.errors import AMQPError
+from ...amqp.errors import AMQPError, MessageSizeExceededError
 from ...amqp.link import Delivery, Link
 from ...amqp.message import decode_message
 from ...amqp.outcomes import Accepted, Rejected, TransactionalState
@@ -292,7 +292,16 @@ class EventHubsNode(Node):
         last = consumer.partition.state if consumer.runtime_metric else None
         now = now_ms(self.clock)
         for event in events:
-            link.send(delivery_payload(event, last, now), settled=True)
+            try:
+                link.send(delivery_payload(event, last, now), settled=True)
+            except MessageSizeExceededError as exc:  # the reader's max-message-size
+                link.detach(error(exc.condition, (
+                    f"event {event.sequence_number} of {consumer.partition.name} does not fit "
+                    f"the link: {exc.description}"
+                )))  # fmt: skip
+                self._forget_consumer(consumer)
+                consumer.peer.driver.wake()
+                return
         consumer.next_seq = events[-1].sequence_number + 1
         # written now: they are durable already (``commits.wake`` would wait for a commit
         # that a flow or a drained socket does not ask for)
