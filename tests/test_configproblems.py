@@ -85,7 +85,7 @@ class _Doc(BaseModel):
 
 def test_pydantic_errors_in_plain_words_at_their_own_places() -> None:
     data = {"pairs": [{"low": 2, "high": 1}, {"low": "x", "hihg": 3}]}
-    with pytest.raises(ValidationError) as caught:
+    with pytest.raises(ValidationError, match=r"must be at least low \(2\)") as caught:
         _Doc.model_validate(data)
     assert sorted(validation_problems(caught.value, ("doc",), data, _Doc, JSON)) == [
         (("doc", "pairs", 0, "high"), "must be at least low (2)"),

@@ -103,7 +103,7 @@ def test_queue_create_get_update_list_delete(client: Any, broker: BrokerHandle) 
 
     assert "orders" in [q.name for q in client.list_queues()]
     client.delete_queue("orders")
-    with pytest.raises(ResourceNotFoundError):
+    with pytest.raises(ResourceNotFoundError, match="Queue 'orders' does not exist"):
         client.get_queue("orders")
     assert "orders" not in [q.name for q in client.list_queues()]
 
@@ -196,7 +196,9 @@ def test_deleting_a_queue_detaches_its_receivers(client: Any, broker: BrokerHand
     assert errors and isinstance(errors[0], ServiceBusError), errors
     assert broker.call(lambda: "doomed" not in broker.broker.entities)  # type: ignore[union-attr]
     with (
-        pytest.raises(MessagingEntityNotFoundError),
+        pytest.raises(
+            MessagingEntityNotFoundError, match="The messaging entity 'doomed' could not be found"
+        ),
         broker.client() as sb,
         sb.get_queue_sender("doomed") as sender,
     ):
@@ -269,7 +271,9 @@ def test_topic_subscription_rules_lifecycle(client: Any, broker: BrokerHandle) -
     assert [s.name for s in client.list_subscriptions("events")] == ["all"]
     client.delete_topic("events")
     assert [t.name for t in client.list_topics()] == []
-    with pytest.raises(ResourceNotFoundError):
+    with pytest.raises(
+        ResourceNotFoundError, match="The messaging entity 'events' could not be found"
+    ):
         client.get_subscription("events", "all")
 
 
@@ -284,23 +288,38 @@ def test_namespace_properties(client: Any) -> None:
 
 def test_conflicts_and_missing_entities(client: Any) -> None:
     client.create_queue("dup")
-    with pytest.raises(ResourceExistsError):
+    with pytest.raises(ResourceExistsError, match="The messaging entity 'dup' already exists"):
         client.create_queue("dup")
-    with pytest.raises(ResourceExistsError):
+    with pytest.raises(ResourceExistsError, match="The messaging entity 'DUP' already exists"):
         client.create_topic("DUP")  # queues and topics share names, case-insensitively
-    with pytest.raises(ResourceNotFoundError):
+    with pytest.raises(
+        ResourceNotFoundError, match="The messaging entity 'nope' could not be found"
+    ):
         client.delete_queue("nope")
-    with pytest.raises(ResourceNotFoundError):
+    with pytest.raises(
+        ResourceNotFoundError, match="The messaging entity 'nope' could not be found"
+    ):
         client.get_subscription("nope", "s")
     client.create_topic("t")
     client.create_subscription("t", "s")
-    with pytest.raises(ResourceExistsError):
+    with pytest.raises(
+        ResourceExistsError, match="The messaging entity 't/Subscriptions/s' already exists"
+    ):
         client.create_subscription("t", "s")
-    with pytest.raises(ResourceExistsError):
+    with pytest.raises(
+        ResourceExistsError,
+        match=r"The messaging entity 't/Subscriptions/s/Rules/\$Default' already exists",
+    ):
         client.create_rule("t", "s", "$Default")
-    with pytest.raises(ResourceNotFoundError):
+    with pytest.raises(
+        ResourceNotFoundError,
+        match="The messaging entity 't/Subscriptions/s/Rules/nope' could not be found",
+    ):
         client.get_rule("t", "s", "nope")
-    with pytest.raises(ResourceNotFoundError):
+    with pytest.raises(
+        ResourceNotFoundError,
+        match="The messaging entity 't/Subscriptions/s/Rules/nope' could not be found",
+    ):
         client.delete_rule("t", "s", "nope")
 
 
@@ -352,7 +371,9 @@ def test_bad_names_and_rules_are_400(client: Any) -> None:
     with pytest.raises(HttpResponseError, match="Invalid subscription name"):
         client.create_subscription("t", "x" * 51)
     client.create_subscription("t", "s")
-    with pytest.raises(HttpResponseError) as info:
+    with pytest.raises(
+        HttpResponseError, match="rule 'broken': line 1, column 9: expected an expression"
+    ) as info:
         client.create_rule("t", "s", "broken", filter=SqlRuleFilter("color = = 1"))
     assert info.value.status_code == 400 and "broken" in str(info.value)
     with pytest.raises(HttpResponseError, match="parameter") as info:  # @a has no value
@@ -388,7 +409,7 @@ def test_authorization(broker_factory: Any) -> None:
     assert call(broker, api, "GET", "/$Resources/Queues", auth=scoped).status == 401
 
     client, _ = admin_client(broker, api, broker.connection_string_for("sender", "send-key"))
-    with pytest.raises(ClientAuthenticationError):
+    with pytest.raises(ClientAuthenticationError, match="Manage claim required for 'nope'"):
         client.create_queue("nope")
     admin, _ = admin_client(
         broker, api, broker.connection_string_for("RootManageSharedAccessKey", "admin-key")
@@ -522,7 +543,7 @@ def test_parameters_are_checked_and_sent_as_service_bus_writes_them(
     client.create_topic("t")
     client.create_subscription("t", "s")
     # a parameter name Service Bus refuses is 400 when the rule is made
-    with pytest.raises(HttpResponseError) as info:
+    with pytest.raises(HttpResponseError, match="'@a b' is not a parameter name") as info:
         client.create_rule("t", "s", "bad", filter=SqlRuleFilter("a = 1", {"@a b": 1}))
     assert info.value.status_code == 400
     client.create_rule("t", "s", "p", filter=SqlRuleFilter("a = @a", {"@a": 1}),
@@ -625,7 +646,7 @@ def test_api_changes_survive_a_restart(client: Any, broker: BrokerHandle) -> Non
     assert client.get_subscription("news", "s").lock_duration == timedelta(seconds=20)
     assert {r.name for r in client.list_rules("news", "s")} == {"$Default", "only-a"}
     assert client.get_queue("q").max_delivery_count == 9
-    with pytest.raises(ResourceNotFoundError):
+    with pytest.raises(ResourceNotFoundError, match="Queue 'short-lock' does not exist"):
         client.get_queue("short-lock")
     assert client.get_queue_runtime_properties("kept").created_at_utc == created
     with broker.client() as sb, sb.get_queue_receiver("kept") as receiver:
@@ -646,5 +667,5 @@ def test_config_changes_win_over_older_api_changes(client: Any, broker: BrokerHa
     client.delete_queue("short-lock")
     broker.restart(config)  # unchanged file: the deletion stands
     client, _ = admin_client(broker, AdminApi(broker.broker))  # type: ignore[arg-type]
-    with pytest.raises(ResourceNotFoundError):
+    with pytest.raises(ResourceNotFoundError, match="Queue 'short-lock' does not exist"):
         client.get_queue("short-lock")

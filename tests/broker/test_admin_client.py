@@ -43,7 +43,9 @@ def test_sync_client_every_operation(admin_broker: BrokerHandle) -> None:
     ) as client:
         assert client.get_namespace_properties().name == "sbemulatorns"
         queue = client.create_queue("https-q", max_delivery_count=4)
-        with pytest.raises(ResourceExistsError):
+        with pytest.raises(
+            ResourceExistsError, match="The messaging entity 'https-q' already exists"
+        ):
             client.create_queue("https-q")
         queue.lock_duration = timedelta(seconds=45)
         client.update_queue(queue)
@@ -82,7 +84,7 @@ def test_sync_client_every_operation(admin_broker: BrokerHandle) -> None:
         with broker.client() as sb, sb.get_queue_receiver("https-q") as receiver:
             receiver.complete_message(receive_n(receiver, 1)[0])
         client.delete_queue("https-q")
-        with pytest.raises(ResourceNotFoundError):
+        with pytest.raises(ResourceNotFoundError, match="Queue 'https-q' does not exist"):
             client.get_queue("https-q")
 
 
@@ -125,7 +127,7 @@ async def test_async_client_every_operation(admin_broker: BrokerHandle) -> None:
         await client.delete_subscription("aio-t", "s")
         await client.delete_topic("aio-t")
         await client.delete_queue("aio-q")
-        with pytest.raises(ResourceNotFoundError):
+        with pytest.raises(ResourceNotFoundError, match="Topic 'aio-t' does not exist"):
             await client.get_topic("aio-t")
 
 

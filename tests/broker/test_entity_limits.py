@@ -158,14 +158,19 @@ def test_an_idle_entity_is_deleted_after_its_auto_delete_on_idle(broker_factory:
         ]
 
     with admin(broker) as client:
-        with pytest.raises(ResourceNotFoundError):
+        with pytest.raises(ResourceNotFoundError, match="Queue 'temp' does not exist"):
             client.get_queue("temp")
-        with pytest.raises(ResourceNotFoundError):
+        with pytest.raises(
+            ResourceNotFoundError,
+            match="The messaging entity 't/Subscriptions/temp-sub' could not be found",
+        ):
             client.get_subscription("t", "temp-sub")
         assert {q.name for q in client.list_queues()} == {"linked", "scheduled", "forever"}
     with (
         broker.client(retry_total=0) as sb,
-        pytest.raises(MessagingEntityNotFoundError),
+        pytest.raises(
+            MessagingEntityNotFoundError, match="The messaging entity 'temp' could not be found"
+        ),
         sb.get_queue_sender("temp") as sender,
     ):
         sender.send_messages(ServiceBusMessage(b"gone"))

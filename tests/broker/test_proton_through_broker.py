@@ -202,15 +202,12 @@ def test_proton_connection_close_releases_its_locks(broker: BrokerHandle) -> Non
 def test_proton_unknown_queue_and_dead_letter_sends_are_refused(broker: BrokerHandle) -> None:
     conn = connect(broker)
     try:
-        with pytest.raises(LinkDetached) as info:
+        with pytest.raises(LinkDetached, match="amqp:not-found"):
             conn.create_sender("no-such-queue")
-        assert "amqp:not-found" in str(info.value)
-        with pytest.raises(LinkDetached) as info:
+        with pytest.raises(LinkDetached, match="amqp:not-found"):
             conn.create_receiver("no-such-queue")
-        assert "amqp:not-found" in str(info.value)
-        with pytest.raises(LinkDetached) as info:
+        with pytest.raises(LinkDetached, match="amqp:not-allowed"):
             conn.create_sender("q/$DeadLetterQueue")
-        assert "amqp:not-allowed" in str(info.value)
     finally:
         conn.close()
 
@@ -218,9 +215,8 @@ def test_proton_unknown_queue_and_dead_letter_sends_are_refused(broker: BrokerHa
 def test_anonymous_without_a_token_is_refused(broker: BrokerHandle) -> None:
     conn = connect(broker, user=None)
     try:
-        with pytest.raises(LinkDetached) as info:
+        with pytest.raises(LinkDetached, match="amqp:unauthorized-access"):
             conn.create_sender("q")
-        assert "amqp:unauthorized-access" in str(info.value)
     finally:
         conn.close()
     assert broker.count("q") == 0

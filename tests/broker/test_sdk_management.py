@@ -20,6 +20,8 @@ from .conftest import BrokerHandle, dead_letters, nothing_more, receive_n, send
 
 pytestmark = pytest.mark.timeout(60)
 
+NOT_DEFERRED = "some of the sequence numbers are not deferred messages of this entity"
+
 
 def now() -> datetime:
     return datetime.now(UTC)
@@ -125,7 +127,7 @@ def test_deferred_complete_via_update_disposition(broker: BrokerHandle) -> None:
         assert message.message_id == "to-complete"
         assert message.delivery_count == 0
         receiver.complete_message(message)
-        with pytest.raises(MessageNotFoundError):
+        with pytest.raises(MessageNotFoundError, match=NOT_DEFERRED):
             receiver.receive_deferred_messages([seq])
     assert broker.count("q") == 0
 
@@ -150,7 +152,7 @@ def test_deferred_dead_letter_via_update_disposition(broker: BrokerHandle) -> No
         seq = defer_one(broker, receiver, "to-dead-letter")
         (message,) = receiver.receive_deferred_messages([seq])
         receiver.dead_letter_message(message, reason="late", error_description="too late now")
-        with pytest.raises(MessageNotFoundError):
+        with pytest.raises(MessageNotFoundError, match=NOT_DEFERRED):
             receiver.receive_deferred_messages([seq])
     (dead,) = dead_letters(broker, "q", 1)
     assert dead.message_id == "to-dead-letter"
@@ -187,9 +189,9 @@ def test_receive_deferred_several_and_unknown(broker: BrokerHandle) -> None:
         assert sorted(m.sequence_number for m in deferred) == [seqs[0], seqs[2]]
         for m in deferred:
             receiver.complete_message(m)
-        with pytest.raises(MessageNotFoundError):
+        with pytest.raises(MessageNotFoundError, match=NOT_DEFERRED):
             receiver.receive_deferred_messages([seqs[1] + 1000])
-        with pytest.raises(MessageNotFoundError):  # active, not deferred
+        with pytest.raises(MessageNotFoundError, match=NOT_DEFERRED):  # active, not deferred
             receiver.receive_deferred_messages([seqs[0]])
         (last,) = receiver.receive_deferred_messages([seqs[1]])
         receiver.complete_message(last)

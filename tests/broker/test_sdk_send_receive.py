@@ -316,7 +316,10 @@ def test_wrong_entity_raises_not_found(broker: BrokerHandle) -> None:
 
     with (
         broker.client(retry_total=0) as client,
-        pytest.raises(MessagingEntityNotFoundError),
+        pytest.raises(
+            MessagingEntityNotFoundError,
+            match="The messaging entity 'no-such-queue' could not be found",
+        ),
         client.get_queue_sender("no-such-queue") as sender,
     ):
         sender.send_messages(ServiceBusMessage("x"))

@@ -71,12 +71,16 @@ def test_next_available_sessions_and_exclusive_lock(broker: BrokerHandle) -> Non
             assert first.session.session_id == "x"
             assert second.session.session_id == "y"
             with (
-                pytest.raises(SessionCannotBeLockedError),
+                pytest.raises(
+                    SessionCannotBeLockedError, match="The requested session 'x' cannot be accepted"
+                ),
                 client.get_queue_receiver("s", session_id="x") as third,
             ):
                 third.receive_messages(max_wait_time=1)
             with (
-                pytest.raises(OperationTimeoutError),
+                pytest.raises(
+                    OperationTimeoutError, match="no session of 's' became available in time"
+                ),
                 client.get_queue_receiver(
                     "s", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=1
                 ) as fourth,
@@ -186,7 +190,7 @@ def test_lock_expiry_loses_the_session_and_counts_a_delivery(broker: BrokerHandl
         with client.get_queue_receiver("short", session_id="e") as r:
             (message,) = receive_n(r, 1)
             time.sleep(6)
-            with pytest.raises(SessionLockLostError):
+            with pytest.raises(SessionLockLostError, match="The lock on the session has expired"):
                 r.complete_message(message)
         with client.get_queue_receiver("short", session_id="e") as r:
             (again,) = receive_n(r, 1)

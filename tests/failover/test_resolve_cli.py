@@ -59,7 +59,7 @@ def test_resolve_a_file_and_argument_errors(
         ([ALIAS, "--file", str(share)], "argument --file: not allowed with argument alias"),
         (["--file", str(share), ALIAS], "argument alias: not allowed with argument --file"),
     ]:
-        with pytest.raises(SystemExit) as exited:
+        with pytest.raises(SystemExit, match=r"^2$") as exited:
             main(["resolve", *wrong])
         assert exited.value.code == 2
         assert message in capsys.readouterr().err

@@ -205,7 +205,7 @@ def test_bad_test_files_are_configuration_errors(tmp_path: Path) -> None:
             expect_nothing: true
     """,
     )
-    with pytest.raises(PipelineConfigError) as caught:
+    with pytest.raises(PipelineConfigError, match="no pipeline named 'routr'") as caught:
         run_test_file(path)
     file = str(path)
     assert str(caught.value).splitlines() == [
@@ -220,7 +220,9 @@ def test_bad_test_files_are_configuration_errors(tmp_path: Path) -> None:
         f"{file}:14:5: tests[2].expect_nothing: goes alone, not with 'expect'",
     ]
     path.write_text("tests:\n  - name: x\n    pipelin: router\n")
-    with pytest.raises(PipelineConfigError) as caught:
+    with pytest.raises(
+        PipelineConfigError, match="required property 'pipeline' is missing"
+    ) as caught:
         run_test_file(path)
     assert str(caught.value).splitlines() == [
         f"{file}:2:5: tests[0].pipeline: required property 'pipeline' is missing",

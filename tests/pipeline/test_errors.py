@@ -352,7 +352,7 @@ def test_schema_files_are_relative_to_the_pipeline_file(tmp_path) -> None:
             target: {connection: SecondaryServiceBus, queue: orders}
     """)
     )
-    with pytest.raises(PipelineConfigError) as caught:
+    with pytest.raises(PipelineConfigError, match="cannot read Avro schema file") as caught:
         load_pipelines(path)
     (problem,) = caught.value.problems
     assert (problem.file, problem.line, problem.column) == (str(path), 6, 9)
@@ -425,7 +425,7 @@ def test_json_files_report_lines_too() -> None:
 
 
 def test_problems_carry_their_parts() -> None:
-    with pytest.raises(PipelineConfigError) as caught:
+    with pytest.raises(PipelineConfigError, match="unknown property 'queu'") as caught:
         parse_pipelines("pipelines:\n  - {name: a, source: {connection: P, queu: q}}\n", "f.yaml")
     (problem,) = caught.value.problems
     assert isinstance(caught.value, ValueError)

@@ -67,7 +67,7 @@ def test_an_apps_own_step_is_checked_and_built_like_a_built_in(suffix_step: str)
     (out,) = built.task.plan(Message(body=b"hi")).outputs
     assert out.body == b"hi!"
     bad = text.replace('{suffix: "!"}', "{sufix: x}")
-    with pytest.raises(PipelineConfigError) as caught:
+    with pytest.raises(PipelineConfigError, match="unknown property 'sufix'") as caught:
         parse_pipelines(bad, "pipelines.yaml")
     assert str(caught.value).splitlines() == [
         "pipelines.yaml:5:9: pipelines[0].steps[0].test-suffix.suffix: required property "
