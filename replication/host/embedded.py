@@ -104,7 +104,8 @@ def plan_brokers(pipelines: Iterable[Any], settings: Mapping[str, str]) -> dict[
     hosts = parse_host_map(settings.get(HOST_MAP_SETTING))
     plan: dict[int, Entities] = {}
     for pipeline in pipelines:
-        sessions = any(source.sessions for source in pipeline.sources)
+        # sources in sessions, or event hubs whose keys become sessions
+        sessions = any(s.sessions or getattr(s, "session_id_from", None) for s in pipeline.sources)
         targets = [e for e in (pipeline.target, pipeline.default) if e]
         targets += [route.target for route in pipeline.routes or ()]
         endpoints = [(e, e.sessions) for e in pipeline.sources]
