@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,7 +21,7 @@ def problems(
     text: str, source: str = "pipelines.yaml", settings: Mapping[str, str] | None = None
 ) -> list[str]:
     """The problem lines a pipeline text gives (fails the test if it loads)."""
-    with pytest.raises(PipelineConfigError) as caught:
+    with pytest.raises(PipelineConfigError, match=f"^{re.escape(source)}") as caught:
         parse_pipelines(textwrap.dedent(text), source, settings=settings)
     lines = str(caught.value).splitlines()
     assert len(lines) == len(caught.value.problems)

@@ -231,7 +231,7 @@ def test_build_names_missing_settings() -> None:
             target: {connection: SecondaryServiceBus, queue: out}
     """
     (pipeline,) = load(text).pipelines
-    with pytest.raises(PipelineConfigError) as caught:
+    with pytest.raises(PipelineConfigError, match="'PrimaryServiceBus' is not set") as caught:
         pipeline.build({"SecondaryServiceBus": "no endpoint here"})
     assert str(caught.value).splitlines() == [
         "pipelines.yaml:3:14: pipelines[0].source.connection: setting 'PrimaryServiceBus' is not "
