@@ -2,8 +2,8 @@
 
 This is the loop of the local host's transactional pipelines (``host/pumped.py``), and of
 tests and benchmarks: what the Functions Service Bus trigger does for a function, minus the
-function. The AMQP backend runs the receive loop the host's triggers run too
-(``receiving.ReceiveLoop``), with the pump's hooks. Plain sources are read by one
+function. Both backends run the receive loop the host's triggers run too
+(``receiving.ReceiveLoop``), with the pump's hooks (``_PumpHooks``). Plain sources are read by one
 peek-lock receiver with prefetch; session sources by ``session_workers`` receivers that each
 take the next available session and keep it until it runs dry, so a session's messages are
 processed by one worker, in order. Settlement follows ``process_batch``'s decisions: complete
@@ -11,19 +11,19 @@ only after the target accepted, abandon on failure, dead-letter when a step says
 
 Two receive backends, the same semantics: ``"amqp"`` reads over our own AMQP stack
 (``servicebus.client``: a message decoded once, a batch's completes in one ranged disposition),
-``"sdk"`` with the asyncio azure-servicebus receiver. ``"auto"`` (the default) takes
-``"amqp"`` whenever the client's endpoint and credential allow it (plain AMQP or TLS, a SAS
-key or token, or an Entra ID credential), else the SDK. Sending is the ``sender_for``'s
-(``SenderPool``: our AMQP sender by default, or the SDK's).
+``"sdk"`` with the asyncio azure-servicebus receiver behind the same interface
+(``servicebus.sdk_source.SdkSource``, as the host's ``backend: sdk``). ``"auto"`` (the
+default) takes ``"amqp"`` whenever the client's endpoint and credential allow it (plain AMQP
+or TLS, a SAS key or token, or an Entra ID credential), else the SDK. Sending is the
+``sender_for``'s (``SenderPool``: our AMQP sender by default, or the SDK's).
 
 Locks: a batch in flight keeps its peek-locks however long it takes (a slow step, a target
-that is down), so it is not delivered again and costs no delivery attempt. The AMQP backend
-runs a ``LockKeeper`` per receiver: it renews the batch being processed and what waits in
-the prefetch buffer (a session receiver renews its session lock). The SDK backend registers
-each batch's messages with the SDK's ``AutoLockRenewer`` (a session receiver gets it as
-``auto_lock_renewer``, which renews the session); the SDK does not show what waits in its
-prefetch buffer, so those locks are not renewed: a batch that outlives the lock duration
-costs the prefetched messages behind it one delivery (they come again, nothing is lost).
+that is down), so it is not delivered again and costs no delivery attempt. The loop runs a
+``LockKeeper`` per receiver: it renews the batch being processed and what waits in the
+prefetch buffer (a session receiver renews its session lock). The SDK does not show what
+waits in its prefetch buffer, so with ``"sdk"`` a plain receiver's prefetched messages are
+not renewed: a batch that outlives the lock duration costs the prefetched messages behind
+it one delivery (they come again, nothing is lost).
 ``max_lock_renewal`` bounds how long a batch's locks are renewed (host.json
 ``maxAutoLockRenewalDuration``); None renews as long as the pump holds the batch.
 
@@ -61,16 +61,13 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
-from azure.servicebus import NEXT_AVAILABLE_SESSION
-from azure.servicebus.aio import AutoLockRenewer, ServiceBusClient, ServiceBusReceiver
-from azure.servicebus.exceptions import OperationTimeoutError, ServiceBusError
+from azure.servicebus.aio import ServiceBusClient
 
-from ..adapters.sdk import from_received
 from ..clock import SYSTEM, Clock, wait_event
 from ..messages import Message
 from ..servicebus.client import AmqpReceiver, AmqpSource, SourceError
 from ..servicebus.endpoint import Endpoint
-from ..servicebus.sdk_source import SourceReceiver, sdk_receiver, without_retries
+from ..servicebus.sdk_source import SdkSource, SourceReceiver
 from ..servicebus.transactions import Transaction, TransactionError, declare
 from .breaker import Breakers, TargetUnavailable
 from .error_target import ERROR_TARGET, divert_to_error_target
@@ -87,8 +84,6 @@ log = logging.getLogger("replication.tasks.pump")
 Backend = Literal["auto", "amqp", "sdk"]
 RETRY_PAUSE = 1.0
 """Seconds before a source that failed (connection lost, no session) is tried again."""
-UNLIMITED_RENEWAL = 10.0 * 365 * 24 * 3600
-"""The SDK's ``AutoLockRenewer`` wants a number of seconds: "as long as held" is ten years."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -118,38 +113,6 @@ class PumpStats:
     released: int = 0
     """Given back without counting a delivery: held back behind a failed message of their
     session, or still waiting for an unreachable target when the pump stopped."""
-
-
-def _receiver(client: ServiceBusClient, source: Source, **kwargs: object) -> ServiceBusReceiver:
-    return sdk_receiver(client, source.entity, source.subscription, **kwargs)
-
-
-async def settle(
-    receiver: ServiceBusReceiver, settlements: list[Settlement], stats: PumpStats
-) -> None:
-    for item in settlements:
-        await _settle_one(receiver, item, stats)
-
-
-async def _settle_one(receiver: ServiceBusReceiver, item: Settlement, stats: PumpStats) -> None:
-    received = item.message.source
-    try:
-        if item.decision is Decision.COMPLETE:
-            await receiver.complete_message(received)
-            stats.completed += 1
-            stats.filtered += item.outputs == 0
-        elif item.decision is Decision.DEAD_LETTER:
-            await receiver.dead_letter_message(
-                received, reason=item.reason[:256], error_description=item.description[:1024]
-            )
-            stats.dead_lettered += 1
-        elif _let_go(item) and receiver.session is not None:
-            stats.released += 1  # left to go back with the session, given back after this
-        else:  # the SDK cannot release a plain receiver's message: abandoned
-            await receiver.abandon_message(received)
-            stats.abandoned += 1
-    except ServiceBusError as exc:  # lock lost: the message comes again (at-least-once)
-        log.warning("settling %s failed: %r", item.message.message_id, exc)
 
 
 def _let_go(item: Settlement) -> bool:
@@ -287,10 +250,10 @@ class _Loop:
         if endpoint is not None:
             await self.amqp(endpoint)
         elif isinstance(client, str):
-            async with ServiceBusClient.from_connection_string(client) as own:
-                await self.sdk(own)
-        else:
-            await self.sdk(client)
+            async with SdkSource.from_connection_string(client) as own:
+                await self.receive(own, self.prefetch or self.max_batch)
+        else:  # the caller's client: theirs to close
+            await self.receive(SdkSource(client), self.prefetch or self.max_batch)
 
     async def switched(self, error: BaseException) -> bool:
         """Reports a failure to the failover; True when it moved to another namespace."""
@@ -313,65 +276,6 @@ class _Loop:
             s.decision in (Decision.ABANDON, Decision.RELEASE) for s in settlements
         )
 
-    # ------------------------------------------------------------------ the SDK backend
-
-    async def sdk(self, client: ServiceBusClient) -> None:
-        prefetch = self.prefetch or self.max_batch
-        renewal = UNLIMITED_RENEWAL if self.max_lock_renewal is None else self.max_lock_renewal
-        async with AutoLockRenewer(max_lock_renewal_duration=renewal) as renewer:
-            if self.source.sessions:
-                await asyncio.gather(*(self.sdk_session_worker(client, prefetch, renewer)
-                                       for _ in range(self.session_workers)))  # fmt: skip
-                return
-            async with _receiver(client, self.source, prefetch_count=prefetch) as receiver:
-                await self.sdk_drain(receiver, renewer, until_empty=False)
-
-    async def sdk_drain(
-        self, receiver: ServiceBusReceiver, renewer: AutoLockRenewer, until_empty: bool
-    ) -> None:
-        """A session receiver's lock (and with it its messages') is renewed by ``renewer``
-        since the session was taken; a plain receiver's batch is registered here."""
-        while not self.stop.is_set():
-            batch = await receiver.receive_messages(
-                max_message_count=self.max_batch, max_wait_time=self.max_wait
-            )
-            if not batch:
-                if until_empty:
-                    return
-                continue
-            if receiver.session is None:
-                for received in batch:  # renewed until settled (or max_lock_renewal)
-                    renewer.register(receiver, received)
-            settlements = await self.processed([from_received(m) for m in batch])
-            await settle(receiver, settlements, self.stats)
-            if self.batch_done(settlements, until_empty):
-                return
-
-    async def sdk_session_worker(
-        self, client: ServiceBusClient, prefetch: int, renewer: AutoLockRenewer
-    ) -> None:
-        while not self.stop.is_set():
-            try:
-                receiver = _receiver(
-                    client, self.source, session_id=NEXT_AVAILABLE_SESSION,
-                    max_wait_time=self.max_wait, prefetch_count=prefetch,
-                    auto_lock_renewer=renewer,
-                )  # fmt: skip
-                try:  # "no session now" at once, not after the SDK's ~20 s of retries
-                    await without_retries(receiver, receiver.__aenter__())
-                except BaseException:
-                    await receiver.close()
-                    raise
-                async with receiver:  # open already: this closes it at the end
-                    await self.sdk_drain(receiver, renewer, until_empty=True)
-            except OperationTimeoutError:
-                continue  # no session free right now
-            except ServiceBusError as exc:
-                if await self.switched(exc):
-                    return
-                log.warning("session receiver on %s failed: %r", self.source, exc)
-                await wait_event(self.stop, RETRY_PAUSE, self.clock)
-
     # ------------------------------------------------------------------ the AMQP backend
 
     async def amqp(self, endpoint: Endpoint) -> None:
@@ -385,16 +289,22 @@ class _Loop:
             if self.transaction_targets is not None:
                 via = ViaSenders(namespace, str(self.source), self.transaction_targets)
             try:
-                sessions = self.source.sessions
-                await ReceiveLoop(
-                    namespace, str(self.source), _AmqpHooks(self, via), self.stop,
-                    sessions=sessions, workers=self.session_workers if sessions else 1,
-                    prefetch=prefetch, max_batch=self.max_batch, max_wait=self.max_wait,
-                    max_lock_renewal=self.max_lock_renewal, clock=self.clock,
-                ).run()  # fmt: skip
+                await self.receive(namespace, prefetch, via)
             finally:
                 if via is not None:
                     await via.close()
+
+    async def receive(
+        self, namespace: AmqpSource | SdkSource, prefetch: int, via: ViaSenders | None = None
+    ) -> None:
+        """The receive loop on ``namespace`` (either backend), with the pump's hooks."""
+        sessions = self.source.sessions
+        await ReceiveLoop(
+            namespace, str(self.source), _PumpHooks(self, via), self.stop, sessions=sessions,
+            workers=self.session_workers if sessions else 1, prefetch=prefetch,
+            max_batch=self.max_batch, max_wait=self.max_wait,
+            max_lock_renewal=self.max_lock_renewal, clock=self.clock,
+        ).run()  # fmt: skip
 
     async def transactional(
         self, receiver: AmqpReceiver, via: ViaSenders, batch: list[Message]
@@ -434,7 +344,7 @@ class _Loop:
 
 
 @dataclass(slots=True)
-class _AmqpHooks:
+class _PumpHooks:
     """What the pump does with what the receive loop hands it (``receiving.Hooks``)."""
 
     loop: _Loop
@@ -446,9 +356,9 @@ class _AmqpHooks:
         yield
 
     async def handle(self, receiver: SourceReceiver, batch: list[Message]) -> bool:
-        assert isinstance(receiver, AmqpReceiver)
         loop = self.loop
         if self.via is not None:
+            assert isinstance(receiver, AmqpReceiver)  # a transactional pump reads with ours
             settlements = await loop.transactional(receiver, self.via, batch)
         else:
             settlements = await loop.processed(batch)
@@ -473,27 +383,40 @@ class _AmqpHooks:
 
 
 def settle_amqp(
-    receiver: AmqpReceiver, settlements: list[Settlement], stats: PumpStats, *,
+    receiver: SourceReceiver, settlements: list[Settlement], stats: PumpStats, *,
     transaction: Transaction | None = None,
 ) -> None:  # fmt: skip
     """All completes of the batch at once (ranged dispositions), then each other outcome.
     Sent settled, without waiting: a lost complete means a redelivery (at-least-once).
     Released (given back without counting a delivery): messages held back behind a failed
     one of their session, and those whose sends still waited for an unreachable target when
-    the pump stopped (a shutdown is not their fault). With ``transaction`` the completes
-    and dead-letters are part of it (applied at its commit)."""
+    the pump stopped (a shutdown is not their fault); an SDK plain receiver cannot release,
+    it abandons (counted as abandoned). With ``transaction`` (our receiver only) the
+    completes and dead-letters are part of it (applied at its commit)."""
     completes = [s for s in settlements if s.decision is Decision.COMPLETE]
-    stats.completed += receiver.complete([s.message for s in completes], transaction=transaction)
+    done = [s.message for s in completes]
+    if transaction is None:
+        stats.completed += receiver.complete(done)
+    else:
+        assert isinstance(receiver, AmqpReceiver)
+        stats.completed += receiver.complete(done, transaction=transaction)
     stats.filtered += sum(1 for s in completes if s.outputs == 0)
     stats.to_error_target += sum(1 for s in completes if s.reason)  # a diverted dead-letter
+    releases = isinstance(receiver, AmqpReceiver) or receiver.session_id is not None
     for item in settlements:
         if item.decision is Decision.DEAD_LETTER:
-            stats.dead_lettered += receiver.dead_letter(
-                item.message, item.reason, item.description, transaction=transaction
-            )
-        elif _let_go(item):
+            if transaction is None:
+                stats.dead_lettered += receiver.dead_letter(
+                    item.message, item.reason, item.description
+                )
+            else:
+                assert isinstance(receiver, AmqpReceiver)
+                stats.dead_lettered += receiver.dead_letter(
+                    item.message, item.reason, item.description, transaction=transaction
+                )
+        elif _let_go(item) and releases:
             stats.released += receiver.release([item.message])
-        elif item.decision is Decision.ABANDON:
+        elif item.decision is not Decision.COMPLETE:  # abandon, or a plain SDK receiver's let-go
             stats.abandoned += receiver.abandon([item.message])
 
 

@@ -22,8 +22,7 @@ Loops that stay apart, and why: the Spark executor's task (``spark/executor.py``
 bounded share once and ends when the source runs dry (Spark plans the next task; it retries
 a failed one), capping the link's credit to what the share still wants; the Spark data
 source (``spark/holder.py``, ``spark/intake.py``) receives and *holds* its messages until
-Spark's commit, settling nothing in the loop; the pump's ``sdk`` backend receives with the
-SDK's own receivers and ``AutoLockRenewer`` (its documented release and renewal behaviour).
+Spark's commit, settling nothing in the loop.
 """
 
 from __future__ import annotations
