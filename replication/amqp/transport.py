@@ -61,7 +61,8 @@ class ConnectionDriver(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.connection.receive_data(data)
-        self._service()
+        self._dispatch()
+        self.wake()  # written later in this loop turn: with what the group commit releases
 
     def eof_received(self) -> bool:
         self.connection.receive_data(b"")
