@@ -166,7 +166,11 @@ class MessageStore:
             raise ValueError("synchronous must be NORMAL or FULL")
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._sql = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._inserts: list[tuple[object, ...]] = []
+        self._deletes: dict[int, None] = {}
+        """Message rows written and keys deleted in the open transaction, not yet handed to
+        SQLite: one ``executemany`` each costs less than a statement per message."""
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(f"PRAGMA synchronous={synchronous}")
         self._db.execute("PRAGMA cache_size=-16000")  # 16 MB page cache: bounded memory
@@ -188,6 +192,26 @@ class MessageStore:
     def close(self) -> None:
         self.commit()
         self._db.close()
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        """The database with every buffered write in it (what each statement but the
+        buffered ones goes through, so reads see them and writes keep their order)."""
+        if self._inserts or self._deletes:
+            self._write_buffered()
+        return self._sql
+
+    def _write_buffered(self) -> None:
+        if self._inserts:
+            self._sql.executemany(
+                "INSERT INTO message VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", self._inserts
+            )
+            self._inserts = []
+        if self._deletes:
+            self._sql.executemany(
+                "DELETE FROM message WHERE id = ?", [(key,) for key in self._deletes]
+            )
+            self._deletes = {}
 
     @property
     def connection(self) -> sqlite3.Connection:
@@ -229,9 +253,10 @@ class MessageStore:
 
     def insert(self, entity: int, message: StoredMessage) -> None:
         self._begin()
-        self._db.execute(
-            "INSERT INTO message VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", message.row(entity)
-        )
+        row = message.row(entity)
+        if row[0] in self._deletes:  # put back (a restore): its delete goes first
+            self._write_buffered()
+        self._inserts.append(row)
         if entity in self._sizes:
             self._sizes[entity] += len(message.bare) + len(message.annotations or b"")
 
@@ -242,7 +267,7 @@ class MessageStore:
         if size is None:
             self._delete("DELETE FROM message WHERE id = ?", entity, (_key(entity, seq),))
             return
-        self._db.execute("DELETE FROM message WHERE id = ?", (_key(entity, seq),))
+        self._deletes[_key(entity, seq)] = None  # after the buffered inserts: see insert
         if entity in self._sizes:
             self._sizes[entity] -= size
 
