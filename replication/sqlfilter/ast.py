@@ -11,9 +11,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .lexer import is_regular_identifier
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs  # typing.TypeIs is 3.13
 
 KEYWORDS = frozenset(
     {"AND", "OR", "NOT", "IS", "NULL", "IN", "LIKE", "ESCAPE", "EXISTS", "TRUE", "FALSE"}
@@ -176,7 +179,7 @@ Statement = Set | Remove
 PREDICATE_TYPES: tuple[type, ...] = (Comparison, IsNull, In, Like, Exists, Not, And, Or)
 
 
-def is_predicate(node: Any) -> bool:
+def is_predicate(node: Node) -> TypeIs[Predicate]:
     return isinstance(node, PREDICATE_TYPES)
 
 

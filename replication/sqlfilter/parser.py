@@ -71,7 +71,7 @@ def parse_predicate(
         parser.fail(_PREDICATE_OPERATOR)
     if parser.tok.kind is not Kind.EOF:
         parser.fail("AND, OR or end of input")
-    return node  # type: ignore[return-value]
+    return node
 
 
 def parse_value(
@@ -121,6 +121,11 @@ def _found(tok: Token) -> str:
         return "end of input"
     text = tok.text if len(tok.text) <= 30 else tok.text[:27] + "..."
     return f'"{text}"' if "'" in text else f"'{text}'"
+
+
+def _constant_text(node: Value | None) -> str | None:
+    """The text of a string constant (``like_operand`` lets no other constant through)."""
+    return node.value if isinstance(node, Literal) and isinstance(node.value, str) else None
 
 
 class _Parser:
@@ -195,13 +200,13 @@ class _Parser:
         node = parse()
         if is_predicate(node):
             self.fail("a value (not a condition)", start)
-        return node  # type: ignore[return-value]
+        return node
 
     def predicate(self, parse: Callable[[], Node]) -> Predicate:
         node = parse()
         if not is_predicate(node):
             self.fail(_PREDICATE_OPERATOR)
-        return node  # type: ignore[return-value]
+        return node
 
     # -- predicates --------------------------------------------------------------------------
 
@@ -212,7 +217,7 @@ class _Parser:
             return first
         if not is_predicate(first):
             self.fail(_PREDICATE_OPERATOR)
-        operands: list[Predicate] = [first]  # type: ignore[list-item]
+        operands: list[Predicate] = [first]
         while self.is_keyword(self.tok, "OR"):
             self.advance()
             operands.append(self.predicate(self.conjunction))
@@ -225,7 +230,7 @@ class _Parser:
             return first
         if not is_predicate(first):
             self.fail(_PREDICATE_OPERATOR)
-        operands: list[Predicate] = [first]  # type: ignore[list-item]
+        operands: list[Predicate] = [first]
         while self.is_keyword(self.tok, "AND"):
             self.advance()
             operands.append(self.predicate(self.negation))
@@ -250,7 +255,7 @@ class _Parser:
         if tok.kind is Kind.OP and tok.value in _COMPARISONS:
             self.advance()
             op = "<>" if tok.value == "!=" else tok.value
-            return self.made(Comparison(op, left, self.value(self.additive)), tok)  # type: ignore[arg-type]
+            return self.made(Comparison(op, left, self.value(self.additive)), tok)
         if self.is_keyword(tok, "IS"):
             if not isinstance(left, Property | PropertyFunction):
                 self.fail("a property before IS [NOT] NULL", start)
@@ -273,23 +278,28 @@ class _Parser:
                 self.advance()
                 items.append(self.value(self.additive))
             self.expect_op(")")
-            return self.made(In(left, tuple(items), negated), tok)  # type: ignore[arg-type]
+            return self.made(In(left, tuple(items), negated), tok)
         if self.is_keyword(self.tok, "LIKE"):
             self.advance()
             pattern_tok = self.tok
             pattern = self.like_operand("a string pattern")
             escape = None
+            escape_text: str | None = None
             if self.is_keyword(self.tok, "ESCAPE"):
                 self.advance()
                 escape_tok = self.tok
                 escape = self.like_operand("a one-character escape string")
-                if isinstance(escape, Literal) and len(escape.value) != 1:  # type: ignore[arg-type]
+                escape_text = _constant_text(escape)
+                if escape_text is not None and len(escape_text) != 1:
                     self.fail("a one-character escape string", escape_tok)
-            if isinstance(pattern, Literal) and (escape is None or isinstance(escape, Literal)):
-                escape_char = None if escape is None else escape.value
-                if check_pattern(pattern.value, escape_char) is not None:  # type: ignore[arg-type]
-                    self.fail("a pattern that does not end with its escape character", pattern_tok)
-            return self.made(Like(left, pattern, escape, negated), tok)  # type: ignore[arg-type]
+            pattern_text = _constant_text(pattern)
+            if (
+                pattern_text is not None
+                and (escape is None or escape_text is not None)
+                and check_pattern(pattern_text, escape_text) is not None
+            ):
+                self.fail("a pattern that does not end with its escape character", pattern_tok)
+            return self.made(Like(left, pattern, escape, negated), tok)
         return left
 
     def like_operand(self, expected: str) -> Value:
@@ -309,7 +319,7 @@ class _Parser:
                 return left  # "(a = 1) + 2": the caller reports the '+'
             tok = self.advance()
             right = self.value(self.multiplicative)
-            left = self.made(Binary(tok.value, left, right), tok)  # type: ignore[arg-type]
+            left = self.made(Binary(tok.value, left, right), tok)
         return left
 
     def multiplicative(self) -> Node:
@@ -319,7 +329,7 @@ class _Parser:
                 return left
             tok = self.advance()
             right = self.value(self.unary)
-            left = self.made(Binary(tok.value, left, right), tok)  # type: ignore[arg-type]
+            left = self.made(Binary(tok.value, left, right), tok)
         return left
 
     def unary(self) -> Node:
