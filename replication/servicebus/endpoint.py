@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ssl
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from . import sas
@@ -25,6 +25,9 @@ from .tokens import (
     named_key_token,
     sas_credential_token,
 )
+
+if TYPE_CHECKING:
+    from azure.servicebus.aio import ServiceBusClient
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +62,7 @@ class Endpoint:
                          parsed.entity_path, ssl_context)  # fmt: skip
 
     @classmethod
-    def from_client(cls, client: Any) -> Endpoint:
+    def from_client(cls, client: ServiceBusClient) -> Endpoint:
         """The endpoint of an ``azure.servicebus.aio.ServiceBusClient``; ``ValueError`` when it
         uses something our engine does not do (web sockets, a proxy, a custom endpoint)."""
         from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential

@@ -12,11 +12,15 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..amqp.performatives import SaslInit
 from ..amqp.sasl import ANONYMOUS, MSSBCBS, SaslClient
 from . import sas
+
+if TYPE_CHECKING:
+    from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential, TokenCredential
+    from azure.core.credentials_async import AsyncTokenCredential
 
 AAD_SCOPE = "https://servicebus.azure.net/.default"
 """The scope an Entra ID (AAD) token for Service Bus is requested for."""
@@ -47,7 +51,7 @@ def fixed_token(token: str, expiry: float | None = None) -> TokenProvider:
     return provide
 
 
-def named_key_token(credential: Any) -> TokenProvider:
+def named_key_token(credential: AzureNamedKeyCredential) -> TokenProvider:
     """An ``AzureNamedKeyCredential``: its name and key are read on every put, so an
     ``update()`` of the credential takes effect at the next renewal."""
 
@@ -58,7 +62,7 @@ def named_key_token(credential: Any) -> TokenProvider:
     return provide
 
 
-def sas_credential_token(credential: Any) -> TokenProvider:
+def sas_credential_token(credential: AzureSasCredential) -> TokenProvider:
     """An ``AzureSasCredential``: its signature is read on every put (it may be updated)."""
 
     async def provide(audience: str) -> tuple[str, float]:
@@ -68,7 +72,7 @@ def sas_credential_token(credential: Any) -> TokenProvider:
     return provide
 
 
-def aad_token(credential: Any) -> TokenProvider:
+def aad_token(credential: TokenCredential | AsyncTokenCredential) -> TokenProvider:
     """A Microsoft Entra ID credential (``get_token``, sync or async): a JWT for
     ``AAD_SCOPE``, whatever the audience (put with ``JWT_TOKEN_TYPE``)."""
 
