@@ -68,7 +68,7 @@ import time
 import typing
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextvars import ContextVar
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import azure.functions as func
 import azurefunctions.extensions.bindings.servicebus as servicebus
@@ -81,18 +81,23 @@ from .tasks.breaker import Breakers
 from .tasks.error_target import ERROR_TARGET, divert_to_error_target
 from .tasks.task import Decision, Settlement, process_batch
 
+if TYPE_CHECKING:
+    from azure.servicebus import ServiceBusReceivedMessage
+
+    from .pipeline import Pipeline, PipelineFile
+
 log = logging.getLogger("replication.functions")
 
 MIN_RENEW_INTERVAL = 1.0
 SETTLE_CALLS = 8
 _SETTLERS = concurrent.futures.ThreadPoolExecutor(SETTLE_CALLS, thread_name_prefix="settle")
-_PUMPED: ContextVar[list[Any] | None] = ContextVar("replication_pumped", default=None)
+_PUMPED: ContextVar[list[Pipeline] | None] = ContextVar("replication_pumped", default=None)
 
 
 class PipelineRuntime:
     """One pipeline in a worker: its task and targets, built once, senders kept open."""
 
-    def __init__(self, pipeline: Any, settings: Mapping[str, str]) -> None:
+    def __init__(self, pipeline: Pipeline, settings: Mapping[str, str]) -> None:
         from .tasks.targets import SenderPool
 
         self.name: str = pipeline.name
@@ -105,7 +110,12 @@ class PipelineRuntime:
         self.breakers = Breakers()
 
     async def handle(
-        self, received: list[Any], actions: Any, source: int = 0, *, sessions: bool = False
+        self,
+        received: list[ServiceBusReceivedMessage],
+        actions: servicebus.ServiceBusMessageActions,
+        source: int = 0,
+        *,
+        sessions: bool = False,
     ) -> list[Settlement]:
         """Processes one trigger batch and settles each message through ``actions``."""
         messages = [from_received(m) for m in received]
@@ -127,7 +137,9 @@ class PipelineRuntime:
             raise SettlementsFailed(failures)
         return settlements
 
-    async def handle_events(self, events: list[Any], source: int = 0) -> list[Settlement]:
+    async def handle_events(
+        self, events: list[func.EventHubEvent], source: int = 0
+    ) -> list[Settlement]:
         """Processes one partition's batch of an event hub source; raises ``EventsFailed``
         when a copy was refused, so the batch is not checkpointed (see the module)."""
         messages = [from_event_hub_event(event, i) for i, event in enumerate(events)]
@@ -165,7 +177,7 @@ class PipelineRuntime:
 
     @contextlib.asynccontextmanager
     async def _locks_kept(
-        self, messages: list[Message], actions: Any, sessions: bool
+        self, messages: list[Message], actions: servicebus.ServiceBusMessageActions, sessions: bool
     ) -> AsyncIterator[None]:
         """While one of the targets is held by its breaker, renews the batch's locks (the
         host renews them only up to ``maxAutoLockRenewalDuration``)."""
@@ -177,7 +189,8 @@ class PipelineRuntime:
 
 
 async def _keep_locks(
-    messages: list[Message], actions: Any, sessions: bool, breakers: Breakers,
+    messages: list[Message], actions: servicebus.ServiceBusMessageActions, sessions: bool,
+    breakers: Breakers,
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> None:  # fmt: skip
@@ -205,7 +218,9 @@ class SettlementsFailed(Exception):
 
 
 def _settle_all(
-    actions: Any, settlements: list[Settlement], auto_complete: bool = False
+    actions: servicebus.ServiceBusMessageActions,
+    settlements: list[Settlement],
+    auto_complete: bool = False,
 ) -> list[str]:
     """Blocking gRPC calls, run off the worker's event loop, ``SETTLE_CALLS`` at a time
     (each is a round trip to the host; their order does not matter, the sessions to let go
@@ -243,7 +258,9 @@ def _settle_all(
     return failures
 
 
-def _renew_all(actions: Any, messages: list[Message], sessions: bool) -> None:
+def _renew_all(
+    actions: servicebus.ServiceBusMessageActions, messages: list[Message], sessions: bool
+) -> None:
     if sessions:
         calls = [(actions.renew_session_lock, (session_id,))
                  for session_id in {m.session_id for m in messages if m.session_id}]  # fmt: skip
@@ -264,11 +281,11 @@ def _attempt(call: tuple[Callable[..., Any], tuple[Any, ...]]) -> str | None:
 
 
 @contextlib.contextmanager
-def pumped_by_host() -> Iterator[list[Any]]:
+def pumped_by_host() -> Iterator[list[Pipeline]]:
     """The local host imports ``function_app.py`` in here: ``register_pipelines`` then adds
     the transactional pipelines it is given to the list yielded (the host runs them with the
     task pump) instead of refusing them."""
-    pumped: list[Any] = []
+    pumped: list[Pipeline] = []
     token = _PUMPED.set(pumped)
     try:
         yield pumped
@@ -277,7 +294,7 @@ def pumped_by_host() -> Iterator[list[Any]]:
 
 
 def register_pipelines(
-    app: func.FunctionApp, pipelines: Any, settings: Mapping[str, str] | None = None
+    app: func.FunctionApp, pipelines: PipelineFile, settings: Mapping[str, str] | None = None
 ) -> list[str]:
     """Adds a trigger function per pipeline source to ``app``; returns their names.
 
@@ -304,23 +321,23 @@ def register_pipelines(
                 handler = _event_handler(pipeline, runtime, settings, name, index)
                 trigger = app.event_hub_message_trigger(
                     arg_name="events", connection=source.connection,
-                    event_hub_name=str(source.eventhub), cardinality=func.Cardinality.MANY,
+                    event_hub_name=source.entity, cardinality=func.Cardinality.MANY,
                     consumer_group=source.group,
                 )  # fmt: skip
                 app.function_name(name)(app.retry(**EVENT_RETRY)(trigger(handler)))
                 names.append(name)
                 continue
             handler = _handler(pipeline, runtime, settings, name, index, source.sessions)
-            if source.is_subscription:
+            if source.subscription is not None:
                 trigger = app.service_bus_topic_trigger(
-                    arg_name="messages", topic_name=source.topic,
+                    arg_name="messages", topic_name=source.entity,
                     subscription_name=source.subscription, connection=source.connection,
                     cardinality=func.Cardinality.MANY, is_sessions_enabled=source.sessions,
                     auto_complete_messages=not source.sessions,
                 )  # fmt: skip
             else:
                 trigger = app.service_bus_queue_trigger(
-                    arg_name="messages", queue_name=source.queue, connection=source.connection,
+                    arg_name="messages", queue_name=source.entity, connection=source.connection,
                     cardinality=func.Cardinality.MANY, is_sessions_enabled=source.sessions,
                     auto_complete_messages=not source.sessions,
                 )  # fmt: skip
@@ -339,9 +356,9 @@ checkpoints a failed batch as done; with it, the batch is run again until it goe
 
 
 def _event_handler(
-    pipeline: Any, runtime: list[PipelineRuntime], settings: Mapping[str, str], name: str,
+    pipeline: Pipeline, runtime: list[PipelineRuntime], settings: Mapping[str, str], name: str,
     source: int,
-) -> Any:  # fmt: skip
+) -> Callable[..., Awaitable[None]]:  # fmt: skip
     lock = asyncio.Lock()
 
     async def handler(events: list[func.EventHubEvent]) -> None:
@@ -352,10 +369,10 @@ def _event_handler(
 
     handler.__name__ = handler.__qualname__ = name
     handler.pipeline_name = pipeline.name  # type: ignore[attr-defined]  # the host's metrics
-    handler.source_index = source  # type: ignore[attr-defined]
+    handler.source_index = source  # type: ignore[attr-defined]  # the host: source failover
     handler.runtime = runtime  # type: ignore[attr-defined]  # the dashboard: its targets now
-    handler.batch_size = pipeline.batch_size  # type: ignore[attr-defined]
-    handler.concurrency = pipeline.concurrency  # type: ignore[attr-defined]
+    handler.batch_size = pipeline.batch_size  # type: ignore[attr-defined]  # the local host
+    handler.concurrency = pipeline.concurrency  # type: ignore[attr-defined]  # the local host
     handler.__annotations__ = {
         "events": typing.List[func.EventHubEvent],  # noqa: UP006
         "return": None,
@@ -364,12 +381,15 @@ def _event_handler(
 
 
 def _handler(
-    pipeline: Any, runtime: list[PipelineRuntime], settings: Mapping[str, str], name: str,
+    pipeline: Pipeline, runtime: list[PipelineRuntime], settings: Mapping[str, str], name: str,
     source: int, sessions: bool,
-) -> Any:  # fmt: skip
+) -> Callable[..., Awaitable[None]]:  # fmt: skip
     lock = asyncio.Lock()
 
-    async def handler(messages: list[Any], message_actions: Any) -> None:
+    async def handler(
+        messages: list[ServiceBusReceivedMessage],
+        message_actions: servicebus.ServiceBusMessageActions,
+    ) -> None:
         async with lock:
             if not runtime:
                 runtime.append(PipelineRuntime(pipeline, settings))
@@ -380,8 +400,8 @@ def _handler(
     handler.source_index = source  # type: ignore[attr-defined]  # the host: source failover
     handler.runtime = runtime  # type: ignore[attr-defined]  # the dashboard: its targets now
     # per-pipeline trigger settings: host.json-wide in Azure, applied per function locally
-    handler.batch_size = pipeline.batch_size  # type: ignore[attr-defined]
-    handler.concurrency = pipeline.concurrency  # type: ignore[attr-defined]
+    handler.batch_size = pipeline.batch_size  # type: ignore[attr-defined]  # the local host
+    handler.concurrency = pipeline.concurrency  # type: ignore[attr-defined]  # the local host
     handler.backend = pipeline.backend  # type: ignore[attr-defined]  # how the host receives
     # the worker reads the annotations to pick the bindings: the SDK types, real types
     handler.__annotations__ = {

@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -41,6 +41,12 @@ from .pumped import PumpRunner
 from .settings import load_settings
 from .trigger import HostOptions, TriggerRunner
 from .worker import Worker
+
+if TYPE_CHECKING:
+    from ..broker.server import Broker
+    from ..dashboard import Dashboard
+    from ..failover.runtime import Failover
+    from ..pipeline import Pipeline, PipelineFile
 
 log = logging.getLogger("replication.host")
 
@@ -78,10 +84,10 @@ class Host:
         self.runners: list[TriggerRunner | PumpRunner | EventHubTriggerRunner] = []
         """The triggers' runners, then the transactional pipelines' pumps, then the Event
         Hubs triggers' runners."""
-        self.brokers: list[Any] = []
-        self.pipeline_set: list[Any] = []
+        self.brokers: list[Broker] = []
+        self.pipeline_set: list[Pipeline] = []
         """The pipelines file's pipelines (the dashboard shows their targets)."""
-        self.dashboard: Any = None
+        self.dashboard: Dashboard | None = None
         self.stop = asyncio.Event()
         self.started = time.monotonic()
         self.healthy = False
@@ -249,7 +255,7 @@ class Host:
             log.info("dashboard on http://127.0.0.1:%d/", self.config.metrics_port)
         return server
 
-    def _dashboard(self) -> Any:
+    def _dashboard(self) -> Dashboard | None:
         """The dashboard over the embedded brokers' namespaces and the pipelines (None with
         ``ui`` off); its sampling starts now, on the host's loop."""
         if not self.config.ui:
@@ -282,8 +288,8 @@ def _environment(settings: dict[str, str]) -> Iterator[None]:
                 os.environ[key] = value
 
 
-def source_failover(pipelines: Any, trigger: ServiceBusTrigger,
-                    settings: dict[str, str]) -> Any:  # fmt: skip
+def source_failover(pipelines: PipelineFile | None, trigger: ServiceBusTrigger,
+                    settings: dict[str, str]) -> Failover | None:  # fmt: skip
     """The ``Failover`` of the pipeline source a generated function reads, if it has one
     (what the Functions host cannot do in Azure, our host does: read where it resolves)."""
     name = getattr(trigger.function, "pipeline_name", None)

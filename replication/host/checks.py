@@ -21,14 +21,19 @@ import logging
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..tasks.pump import Source
+
+if TYPE_CHECKING:
+    from ..pipeline import Pipeline, PipelineFile
 
 EXTENSION = "azurefunctions-extensions-bindings-servicebus"
 
 
-def settlement_warnings(pipelines: Any, folder: Path, settings: dict[str, str]) -> list[str]:
+def settlement_warnings(
+    pipelines: PipelineFile, folder: Path, settings: dict[str, str]
+) -> list[str]:
     """Warnings for the app in ``folder`` (function_app.py, requirements.txt), if any."""
     risky = {p.name: why for p in pipelines.pipelines if (why := _can_dead_letter(p))}
     if not risky:
@@ -51,7 +56,7 @@ def settlement_warnings(pipelines: Any, folder: Path, settings: dict[str, str]) 
     return warnings
 
 
-def transactional_warnings(pipelines: Any) -> list[str]:
+def transactional_warnings(pipelines: PipelineFile) -> list[str]:
     """One warning per transactional pipeline: not deployable as Azure Functions."""
     from ..pipeline.model import NO_TRANSACTIONS
 
@@ -65,7 +70,7 @@ def transactional_warnings(pipelines: Any) -> list[str]:
     ]
 
 
-def _can_dead_letter(pipeline: Any) -> str | None:
+def _can_dead_letter(pipeline: Pipeline) -> str | None:
     """What in the pipeline can dead-letter a message (None: nothing, or an error target
     takes those messages)."""
     if pipeline.error_target is not None:

@@ -15,11 +15,14 @@ import io
 import json
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..messages import Message
 from ..servicebus.client import AmqpSource
 from ..servicebus.sender import AmqpSender
+
+if TYPE_CHECKING:
+    from ..pipeline import PipelineFile
 
 log = logging.getLogger("replication.host.demo")
 
@@ -39,7 +42,7 @@ def expected_receipts() -> int:
     return SESSIONS * ORDERS_PER_SESSION + TELEMETRY + EVENTS + 2 * MIRRORED * 2
 
 
-def _avro_schema(pipelines: Any) -> dict[str, Any] | None:
+def _avro_schema(pipelines: PipelineFile) -> dict[str, Any] | None:
     for pipeline in pipelines.pipelines:
         for name, options in pipeline.steps:
             if name == "transcode" and options.get("from") == "avro-binary":
@@ -56,7 +59,7 @@ def _avro(schema: dict[str, Any], record: dict[str, Any]) -> bytes:
     return out.getvalue()
 
 
-async def produce(pipelines: Any, settings: Mapping[str, str]) -> int:
+async def produce(pipelines: PipelineFile, settings: Mapping[str, str]) -> int:
     """Sends the demo messages; returns how many source messages the pipelines will see."""
     primary = settings["PrimaryServiceBus"]
     secondary = settings["SecondaryServiceBus"]

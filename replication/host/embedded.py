@@ -13,12 +13,15 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..broker.config import parse_config
 from ..broker.main import build_broker
 from ..broker.server import Broker
 from ..servicebus.connection_string import ConnectionString
+
+if TYPE_CHECKING:
+    from ..pipeline import Endpoint, Pipeline
 
 log = logging.getLogger("replication.host")
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}
@@ -48,17 +51,17 @@ class Entities:
     event_hubs: dict[str, set[str]] = field(default_factory=dict)
     """Event hub -> its consumer groups besides ``$Default``."""
 
-    def add(self, endpoint: Any, sessions: bool) -> None:
-        if getattr(endpoint, "eventhub", None):
+    def add(self, endpoint: Endpoint, sessions: bool) -> None:
+        if endpoint.eventhub:
             groups = self.event_hubs.setdefault(endpoint.eventhub, set())
-            group = getattr(endpoint, "consumer_group", None)
+            group = endpoint.consumer_group
             if group and group != "$Default":
                 groups.add(group)
-        elif getattr(endpoint, "queue", None):
+        elif endpoint.queue:
             self.queues[endpoint.queue] = self.queues.get(endpoint.queue, False) or sessions
-        elif getattr(endpoint, "topic", None):
+        elif endpoint.topic:
             subs = self.topics.setdefault(endpoint.topic, {})
-            if getattr(endpoint, "subscription", None):
+            if endpoint.subscription:
                 subs[endpoint.subscription] = sessions
 
     def config(self) -> dict[str, Any]:
@@ -96,7 +99,7 @@ class Entities:
         }]}  # fmt: skip
 
 
-def plan_brokers(pipelines: Iterable[Any], settings: Mapping[str, str]) -> dict[int, Entities]:
+def plan_brokers(pipelines: Iterable[Pipeline], settings: Mapping[str, str]) -> dict[int, Entities]:
     """Port -> entities, for every pipeline endpoint whose connection is a local emulator
     (or, with failover, may resolve to a local broker of ``REPLICATION_FAILOVER_HOSTS``)."""
     from ..failover import HOST_MAP_SETTING, parse_host_map
@@ -105,12 +108,12 @@ def plan_brokers(pipelines: Iterable[Any], settings: Mapping[str, str]) -> dict[
     plan: dict[int, Entities] = {}
     for pipeline in pipelines:
         # sources in sessions, or event hubs whose keys become sessions
-        sessions = any(s.sessions or getattr(s, "session_id_from", None) for s in pipeline.sources)
+        sessions = any(s.sessions or s.session_id_from for s in pipeline.sources)
         targets = [e for e in (pipeline.target, pipeline.default) if e]
         targets += [route.target for route in pipeline.routes or ()]
         endpoints = [(e, e.sessions) for e in pipeline.sources]
         # a replica of a session entity is a session entity (its messages keep their ids)
-        endpoints += [(e, sessions or bool(getattr(e, "sessions", False))) for e in targets]
+        endpoints += [(e, sessions or e.sessions) for e in targets]
         if pipeline.error_target:
             endpoints.append((pipeline.error_target, False))
         for endpoint, needs_sessions in endpoints:
@@ -122,12 +125,12 @@ def plan_brokers(pipelines: Iterable[Any], settings: Mapping[str, str]) -> dict[
     return plan
 
 
-def _namespaces(endpoint: Any, connection: str | None, hosts: Mapping[str, str]) -> list[str]:
+def _namespaces(endpoint: Endpoint, connection: str | None, hosts: Mapping[str, str]) -> list[str]:
     """The connection strings an endpoint may use: its own, and with failover each namespace
     of the host map (a failover set's namespaces have the same entities)."""
     if not connection:
         return []
-    if getattr(endpoint, "failover", None) is None:
+    if endpoint.failover is None:
         return [connection]
     from ..failover import connection_for
 
