@@ -256,14 +256,15 @@ _message = _written_out()
 # ---------------------------------------------------------------------- encoding
 
 
-def encode(message: Message) -> bytes:
-    """The bytes of ``message`` as a sender puts them on the wire (see the module)."""
+def encode(message: Message, *, event_hub: bool = False) -> bytes:
+    """The bytes of ``message`` as a sender puts them on the wire (see the module);
+    ``event_hub``: as an event, whose partition key goes with a session id (group-id) too."""
     out = bytearray()
     header = {key: write(value) for name, key, write in _HEADER_SENT
               if (value := getattr(message, name)) is not None}  # fmt: skip
     if header:
         Header._amqp_encode(out, Header(**header))  # type: ignore[attr-defined]
-    annotations = _annotations(message)
+    annotations = _annotations(message, event_hub)
     if annotations:
         out += b"\x00\x53\x72"
         codec.encode_symbol_keyed_map(out, annotations)
@@ -281,11 +282,13 @@ def encode(message: Message) -> bytes:
     return bytes(out)
 
 
-def _annotations(message: Message) -> dict[Any, Any]:
+def _annotations(message: Message, event_hub: bool = False) -> dict[Any, Any]:
     annotations: dict[Any, Any] = {}
     for name, key, write in _ANNOTATIONS_SENT:
         value = getattr(message, name)
-        if value is None or (name == "partition_key" and message.session_id is not None):
+        if value is None or (
+            name == "partition_key" and message.session_id is not None and not event_hub
+        ):
             continue  # Service Bus wants a session's partition key to be its session id
         annotations[key] = write(value)
     return annotations

@@ -288,7 +288,8 @@ class PipelineSpec(_Spec):
     backend: Literal["amqp", "sdk"] = Field(
         "amqp",
         description="How the app talks to Service Bus: amqp, its own AMQP client (the "
-        "default, faster), or sdk, azure-servicebus. It picks how the targets are sent to, "
+        "default, faster), or sdk, azure-servicebus (azure-eventhub for event hub targets). It "
+        "picks how the targets are sent to, "
         "and how the local host (`python -m replication start`) receives from the sources; "
         "in Azure the Functions host receives. sdk keeps the same semantics, except that "
         "each message is settled with its own call (no ranged settlement), a message given "

@@ -16,11 +16,14 @@ BATCH_FORMAT = 0x80013700
 """message-format of a Service Bus batch: each data section holds one encoded message."""
 
 
-def encode_batch(messages: list[Message], encoded: list[bytes]) -> bytes:
-    """One transfer for several messages (``encoded`` are theirs, in order)."""
+def encode_batch(
+    messages: list[Message], encoded: list[bytes], *, event_hub: bool = False
+) -> bytes:
+    """One transfer for several messages (``encoded`` are theirs, in order); ``event_hub``:
+    the envelope carries the partition key beside a session id, as for an event hub."""
     first = messages[0]
     out = bytearray()
-    if first.session_id is None and first.partition_key is not None:
+    if first.partition_key is not None and (first.session_id is None or event_hub):
         out += b"\x00\x53\x72"
         codec.encode_symbol_keyed_map(out, {PARTITION_KEY: first.partition_key})
     if first.message_id is not None or first.session_id is not None:

@@ -51,11 +51,15 @@ class AmqpSender:
     """Sends to ``path``; with ``via``, through the entity ``via`` (send-via)."""
 
     def __init__(
-        self, namespace: AmqpSource, path: str, *, timeout: float = 60.0, via: str | None = None
-    ) -> None:
+        self, namespace: AmqpSource, path: str, *, timeout: float = 60.0, via: str | None = None,
+        event_hub: bool = False,
+    ) -> None:  # fmt: skip
         self.namespace = namespace
         self.path = path
         self.via = via
+        self.event_hub = event_hub
+        """``path`` is an event hub (or one of its partitions): a partition key is sent
+        with every message, a session id or not (``adapters.amqp.encode``)."""
         self.timeout = timeout
         self._link: Sender | None = None
         self._connection: AmqpConnection | None = None
@@ -99,11 +103,13 @@ class AmqpSender:
         batch = [messages] if isinstance(messages, Message) else list(messages)
         if not batch:
             return
-        encoded = [encode(message) for message in batch]
+        hub = self.event_hub
+        encoded = [encode(message, event_hub=hub) for message in batch]
         if len(batch) == 1:
             payload, message_format = encoded[0], 0
         else:
-            payload, message_format = outgoing.encode_batch(batch, encoded), outgoing.BATCH_FORMAT
+            payload = outgoing.encode_batch(batch, encoded, event_hub=hub)
+            message_format = outgoing.BATCH_FORMAT
         link = await self._open()
         state = None
         if transaction is not None:

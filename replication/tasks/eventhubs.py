@@ -1,5 +1,5 @@
 """Sending to an event hub: the target side of Service Bus -> Event Hubs and Event Hubs ->
-Event Hubs, over ``azure-eventhub``'s async producer.
+Event Hubs.
 
 Where an event goes keeps the order that matters, as Microsoft's replication sample
 (Azure-Samples/azure-messaging-replication-dotnet) does:
@@ -13,17 +13,31 @@ Where an event goes keeps the order that matters, as Microsoft's replication sam
 * anything else goes without a key (the service spreads it round-robin).
 
 ``send_ordered`` hands a sender one group's messages (one session / partition key) in
-order; each run of messages with the same destination is one ``send_batch`` (the SDK puts
-the key on every event of the batch), and the next run goes only after it was accepted.
+order; each run of messages with the same destination is one batch, and the next run goes
+only after it was accepted.
+
+Two backends, as for Service Bus targets (the pipeline's ``backend``): ``amqp`` (the
+default) sends over our own AMQP client (``servicebus.sender.AmqpSender``: the event hub, or
+``<hub>/Partitions/<id>``, as the link's target; the key in ``x-opt-partition-key`` of each
+event and of the batch, as the SDK sends it), ``sdk`` through ``azure-eventhub``'s async
+producer (``send_batch`` with ``partition_key`` / ``partition_id``). Both find the hub's
+partition ids with the SDK (``$management``), once, when an event first needs them.
+Measured through ``EventHubSender`` on the embedded broker (one process, 20,000 messages in
+100-message batches, 200-byte bodies, 10 sessions as keys; three runs): ``amqp`` 21,600 to
+26,700 events/s, ``sdk`` 5,750 to 5,960 (most of it building ``EventData``: the SDK's own
+``send_batch`` of ready events made 6,200 with partition keys). Both put each key in the same
+partition.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Literal
 
 from ..adapters.eventhubs import to_event_data
 from ..messages import Message
+from ..servicebus.client import AmqpSource
+from ..servicebus.sender import AmqpSender
 
 Destination = tuple[str | None, str | None]
 """(partition key, partition id): at most one of them set."""
@@ -35,35 +49,58 @@ def partition_key_of(message: Message) -> str | None:
 
 
 class EventHubSender:
-    """One event hub's producer, shared by every group that sends there."""
+    """One event hub's sender, shared by every group that sends there."""
 
-    def __init__(self, connection_string: str, eventhub: str, **client_options: Any) -> None:
+    def __init__(
+        self, connection_string: str, eventhub: str, *,
+        backend: Literal["amqp", "sdk"] = "amqp", **client_options: Any,
+    ) -> None:  # fmt: skip
         from azure.eventhub.aio import EventHubProducerClient
 
         self.eventhub = eventhub
+        self.backend = backend
         self.client = EventHubProducerClient.from_connection_string(
             connection_string, eventhub_name=eventhub, **client_options
         )
+        """The SDK's producer: the ``sdk`` backend's sender, and the partition ids."""
+        self._namespace: AmqpSource | None = None
+        if backend == "amqp":
+            self._namespace = AmqpSource.from_connection_string(connection_string)
+        self._links: dict[str | None, AmqpSender] = {}
+        """``amqp``: a link to the hub (None) and to each partition sent to by id."""
         self._partitions: list[str] | None = None
         self._lock = asyncio.Lock()
 
     async def send_messages(self, messages: list[Message]) -> None:
-        for (key, partition), events in await self._runs(messages):
-            if key is not None:
-                await self.client.send_batch(events, partition_key=key)
+        for (key, partition), run in await self._runs(messages):
+            if self._namespace is not None:
+                await self._link(partition).send_messages(
+                    [m if m.partition_key == key else m.copy(partition_key=key) for m in run]
+                )
+            elif key is not None:
+                await self.client.send_batch([to_event_data(m) for m in run], partition_key=key)
             elif partition is not None:
-                await self.client.send_batch(events, partition_id=partition)
+                await self.client.send_batch(
+                    [to_event_data(m) for m in run], partition_id=partition
+                )
             else:
-                await self.client.send_batch(events)
+                await self.client.send_batch([to_event_data(m) for m in run])
 
-    async def _runs(self, messages: list[Message]) -> list[tuple[Destination, list[Any]]]:
-        runs: list[tuple[Destination, list[Any]]] = []
-        for destination, message in zip(
-            [await self.destination(m) for m in messages], messages, strict=True
-        ):
+    def _link(self, partition: str | None) -> AmqpSender:
+        link = self._links.get(partition)
+        if link is None:
+            assert self._namespace is not None
+            path = self.eventhub if partition is None else f"{self.eventhub}/Partitions/{partition}"
+            link = self._links[partition] = AmqpSender(self._namespace, path, event_hub=True)
+        return link
+
+    async def _runs(self, messages: list[Message]) -> list[tuple[Destination, list[Message]]]:
+        runs: list[tuple[Destination, list[Message]]] = []
+        for message in messages:
+            destination = await self.destination(message)
             if not runs or runs[-1][0] != destination:
                 runs.append((destination, []))
-            runs[-1][1].append(to_event_data(message))
+            runs[-1][1].append(message)
         return runs
 
     async def destination(self, message: Message) -> Destination:
@@ -87,4 +124,9 @@ class EventHubSender:
         return self._partitions
 
     async def close(self) -> None:
+        links, self._links = self._links, {}
+        for link in links.values():
+            await link.close()
+        if self._namespace is not None:
+            await self._namespace.close()
         await self.client.close()

@@ -116,12 +116,14 @@ class SenderPool:
             yield SdkSender(sender)
 
     def _event_hub_sender(self, target: Target) -> EventHubSender:
-        """One producer per event hub, whatever the backend (Service Bus's backends do not
-        apply: an event hub is sent to with ``azure-eventhub``)."""
+        """One sender per event hub, over the pool's backend (``amqp``: our client, ``sdk``:
+        ``azure-eventhub``'s producer)."""
         key = (target.connection_string, target.entity.lower())
         sender = self._event_hubs.get(key)
         if sender is None:
-            sender = self._event_hubs[key] = EventHubSender(target.connection_string, target.entity)
+            sender = self._event_hubs[key] = EventHubSender(
+                target.connection_string, target.entity, backend=self.backend
+            )
         return sender
 
     def _amqp_sender(self, connection_string: str, entity: str) -> AmqpSender:

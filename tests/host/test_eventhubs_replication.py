@@ -31,19 +31,22 @@ def hubs(*names: str, groups: tuple[str, ...] = ()) -> dict[str, dict[str, Any]]
     }
 
 
+@pytest.mark.parametrize("backend", ["amqp", "sdk"])
 async def test_service_bus_to_event_hubs_keeps_identity_stamps_and_sessions(
-    broker_factory: Any, tmp_path: Path
+    broker_factory: Any, tmp_path: Path, backend: str
 ) -> None:
-    """Each session's messages land in one partition, in order, with identity and stamps."""
+    """Each session's messages land in one partition, in order, with identity and stamps,
+    sent over our AMQP client or azure-eventhub's producer."""
     broker = broker_factory(eventhub_config(
         hubs("orders-hub"), queues={"orders": {"RequiresSession": True}}
     ))  # fmt: skip
     settings = {"ServiceBus": broker.connection_string, "EventHubs": broker.connection_string}
-    app = pipeline_app("""\
+    app = pipeline_app(f"""\
 pipelines:
   - name: sb-to-eh
-    source: {connection: ServiceBus, queue: orders, sessions: true}
-    target: {connection: EventHubs, eventhub: orders-hub}
+    source: {{connection: ServiceBus, queue: orders, sessions: true}}
+    target: {{connection: EventHubs, eventhub: orders-hub}}
+    backend: {backend}
 """, settings)  # fmt: skip
     sessions, per_session = 5, 12
     async with (
