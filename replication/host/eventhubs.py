@@ -9,7 +9,8 @@ As the Event Hubs extension does: each owned partition's events come in batches 
 ``maxEventBatchSize`` (host.json ``extensions.eventHubs``, or the pipeline's ``batch_size``),
 one batch of a partition at a time, in order; the function gets the batch
 (``cardinality=many``: a list of ``azure.functions.EventHubEvent`` with the trigger
-metadata the host builds) and the partition is checkpointed after the function returned.
+metadata the host builds) and the partition is checkpointed after the function returned
+(after every ``batchCheckpointFrequency``-th batch; 1 by default).
 A function that raises is run again with the same batch while it has a retry policy
 (``@app.retry``; the replication functions have an unlimited exponential one), so the
 checkpoint only ever moves past events that went through; without a policy the batch is
@@ -27,7 +28,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
@@ -109,6 +110,8 @@ class EventHubOptions:
 
     max_event_batch_size: int = DEFAULT_BATCH
     prefetch_count: int = DEFAULT_PREFETCH
+    batch_checkpoint_frequency: int = 1
+    """Checkpoint a partition after every n-th batch (more duplicates after a kill)."""
 
     @classmethod
     def from_host_json(cls, data: Mapping[str, Any]) -> EventHubOptions:
@@ -116,13 +119,18 @@ class EventHubOptions:
         return cls(
             max_event_batch_size=int(hubs.get("maxEventBatchSize", DEFAULT_BATCH)),
             prefetch_count=int(hubs.get("prefetchCount", DEFAULT_PREFETCH)),
+            batch_checkpoint_frequency=max(1, int(hubs.get("batchCheckpointFrequency", 1))),
         )
 
     def for_function(self, function: Any) -> EventHubOptions:
         batch = getattr(function, "batch_size", None)
         if not batch:
             return self
-        return EventHubOptions(int(batch), max(self.prefetch_count, int(batch)))
+        return replace(
+            self,
+            max_event_batch_size=int(batch),
+            prefetch_count=max(self.prefetch_count, int(batch)),
+        )
 
 
 @dataclass(slots=True)
@@ -196,6 +204,8 @@ class EventHubTriggerRunner:
     stats: EventHubStats = field(default_factory=EventHubStats)
     _stopping: bool = False
     _in_flight: int = 0
+    _batches: dict[str, int] = field(default_factory=dict)
+    """Batches run per partition (``batchCheckpointFrequency``)."""
     _idle: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -239,8 +249,12 @@ class EventHubTriggerRunner:
         self._idle.clear()
         try:
             if await self._invoke(context.partition_id, events):
-                await context.update_checkpoint(events[-1])
-                self.stats.checkpoints += 1
+                done = self._batches[context.partition_id] = (
+                    self._batches.get(context.partition_id, 0) + 1
+                )
+                if done % self.options.batch_checkpoint_frequency == 0:
+                    await context.update_checkpoint(events[-1])
+                    self.stats.checkpoints += 1
         finally:
             self._in_flight -= 1
             if not self._in_flight:

@@ -144,3 +144,35 @@ pipelines:
     event = func.EventHubEvent(body=b"x", sequence_number=0, offset="0")
     with pytest.raises(EventsFailed, match="eh-to-missing: 1 of 1 events not sent"):
         await trigger.function(events=[event])
+
+
+async def test_batch_checkpoint_frequency_checkpoints_every_nth_batch(
+    broker_factory: Any, tmp_path: Path
+) -> None:
+    """host.json ``batchCheckpointFrequency: 2``: three batches of two, one checkpoint (after
+    the second); a host killed now would run the third again."""
+    broker = broker_factory(eventhub_config({"eh1": {"PartitionCount": "1"}}))
+    await send_events(broker.connection_string, "eh1", [
+        (None, "0", EventData(f"e{i}")) for i in range(6)
+    ])  # fmt: skip
+    app, calls = failing_app(0, retry=False)
+    (trigger,) = event_hub_triggers(app, {"EventHubs": broker.connection_string})
+    store = SqliteCheckpointStore.in_directory(tmp_path)
+    options = EventHubOptions.from_host_json(
+        {"extensions": {"eventHubs": {"maxEventBatchSize": 2, "batchCheckpointFrequency": 2}}}
+    )
+    worker, stop = Worker(), asyncio.Event()
+    runner = EventHubTriggerRunner(trigger, broker.connection_string, store, worker, options)
+    job = asyncio.create_task(runner.run(stop))
+    try:
+        async with asyncio.timeout(30):
+            while runner.stats.events < 6:
+                await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        await job
+        worker.stop()
+    (checkpoint,) = await store.list_checkpoints(f"localhost:{broker.port}", "eh1", "$Default")
+    store.close()
+    assert calls == [["e0", "e1"], ["e2", "e3"], ["e4", "e5"]]
+    assert (runner.stats.checkpoints, checkpoint["sequence_number"]) == (1, 3)
