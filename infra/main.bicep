@@ -1,6 +1,9 @@
 // The replication app on Azure (infra/README.md):
 //   - two Service Bus namespaces, primary and secondary, with the queues, topics and
 //     subscriptions the pipeline file uses, and only the access its connections need;
+//   - an Event Hubs namespace on a side whose connections reach event hubs, with those
+//     event hubs, the consumer groups the pipelines read, and least-privilege rules
+//     (modules/eventhubs.bicep);
 //   - the Function App running function_app.py (Flex Consumption or Elastic Premium), its
 //     storage account, Application Insights on a Log Analytics workspace;
 //   - the DNS zone of the failover design: SRV records per namespace, a CNAME alias on the
@@ -88,6 +91,40 @@ param connections array
 @description('[{ connection, namespace, queue, topic, subscription }]: what each connection reads (from the pipeline file).')
 param receivers array
 
+@description('[{ namespace, name }]: event hubs the pipelines read or send to (from the pipeline file).')
+param eventHubs array = []
+
+@description('[{ namespace, eventHub, name }]: consumer groups event hub sources read, $Default aside (from the pipeline file).')
+param consumerGroups array = []
+
+@description('[{ name, namespace, eventHub, listen, send }]: one per connection setting of event hubs; eventHub is the one it reaches, empty when several (from the pipeline file).')
+param eventHubConnections array = []
+
+@description('[{ connection, namespace, eventHub }]: event hubs each connection reads (from the pipeline file).')
+param eventHubReceivers array = []
+
+@description('Event Hubs tier of the Event Hubs namespaces (Standard: up to 32 partitions and 7 days of retention).')
+@allowed([
+  'Standard'
+  'Premium'
+])
+param eventHubsSku string = 'Standard'
+
+@description('Partitions of each event hub (fixed once created on Standard; the same count on both sides keeps partition affinity).')
+@minValue(1)
+@maxValue(100)
+param eventHubPartitionCount int = 4
+
+@description('Days an event is kept (Standard: at most 7).')
+@minValue(1)
+@maxValue(90)
+param eventHubRetentionDays int = 1
+
+@description('Globally unique (Event Hubs and Service Bus namespaces share servicebus.windows.net).')
+param primaryEventHubsNamespaceName string = 'eh1-${replace(dnsZoneName, '.', '-')}'
+
+param secondaryEventHubsNamespaceName string = 'eh2-${replace(dnsZoneName, '.', '-')}'
+
 @description('REPLICATION_PIPELINES: the pipeline file the app loads, relative to the app root (from the pipeline file).')
 param pipelineFile string = 'pipelines.yaml'
 
@@ -139,13 +176,63 @@ var secondaryRules = [for c in filter(keyConnections, x => ((x.namespace) == 'se
   ] : []))
 }]
 
-var appConnections = [for c in connections: {
+var serviceBusConnections = [for c in connections: {
   name: c.name
+  service: 'serviceBus'
   namespaceName: namespaceNames[c.namespace]
   host: namespaceHosts[c.namespace]
+  eventHubName: ''
   ruleName: 'repl-${c.name}'
   useIdentity: contains(identityConnectionNames, c.name)
 }]
+
+var eventHubsNamespaceNames = {
+  primary: primaryEventHubsNamespaceName
+  secondary: secondaryEventHubsNamespaceName
+}
+
+var primaryEventHubs = filter(eventHubs, h => ((h.namespace) == 'primary'))
+
+var secondaryEventHubs = filter(eventHubs, h => ((h.namespace) == 'secondary'))
+
+// Event Hubs connections have no failover: identity needs only that nothing is sent with it.
+var eventHubIdentityConnectionNames = [for c in filter(eventHubConnections, x => (authMode == 'managedIdentity') && (!x.send)): c.name]
+
+var eventHubKeyConnections = filter(eventHubConnections, x => !contains(eventHubIdentityConnectionNames, x.name))
+
+// A connection's rule is on the one event hub it reaches, else on its namespace.
+var eventHubRules = [for c in eventHubKeyConnections: {
+  namespace: c.namespace
+  eventHub: c.eventHub
+  name: 'repl-${c.name}'
+  rights: concat(((c.listen) ? [
+    'Listen'
+  ] : []), ((c.send) ? [
+    'Send'
+  ] : []))
+}]
+
+var primaryEventHubRules = filter(eventHubRules, r => ((r.namespace) == 'primary'))
+
+var secondaryEventHubRules = filter(eventHubRules, r => ((r.namespace) == 'secondary'))
+
+var eventHubAppConnections = [for c in eventHubConnections: {
+  name: c.name
+  service: 'eventHubs'
+  namespaceName: eventHubsNamespaceNames[c.namespace]
+  host: '${eventHubsNamespaceNames[c.namespace]}.${serviceBusDnsSuffix}'
+  eventHubName: c.eventHub
+  ruleName: 'repl-${c.name}'
+  useIdentity: contains(eventHubIdentityConnectionNames, c.name)
+}]
+
+var appConnections = concat(serviceBusConnections, eventHubAppConnections)
+
+var eventHubIdentityReceivers = filter(eventHubReceivers, x => contains(eventHubIdentityConnectionNames, x.connection))
+
+var primaryReceiverEventHubs = [for r in filter(eventHubIdentityReceivers, x => ((x.namespace) == 'primary')): r.eventHub]
+
+var secondaryReceiverEventHubs = [for r in filter(eventHubIdentityReceivers, x => ((x.namespace) == 'secondary')): r.eventHub]
 
 var identityReceivers = filter(receivers, x => contains(identityConnectionNames, x.connection))
 
@@ -218,6 +305,40 @@ module secondary 'modules/servicebus.bicep' = {
   }
 }
 
+module primaryEventHubsNamespace 'modules/eventhubs.bicep' = if (!empty(primaryEventHubs)) {
+  name: 'eventhubs-primary'
+  params: {
+    name: primaryEventHubsNamespaceName
+    location: location
+    tags: tags
+    sku: eventHubsSku
+    eventHubs: primaryEventHubs
+    consumerGroups: filter(consumerGroups, g => ((g.namespace) == 'primary'))
+    hubRules: filter(primaryEventHubRules, r => !empty(r.eventHub))
+    namespaceRules: filter(primaryEventHubRules, r => empty(r.eventHub))
+    partitionCount: eventHubPartitionCount
+    retentionDays: eventHubRetentionDays
+    disableLocalAuth: (authMode == 'managedIdentity') && (empty(primaryEventHubRules))
+  }
+}
+
+module secondaryEventHubsNamespace 'modules/eventhubs.bicep' = if (!empty(secondaryEventHubs)) {
+  name: 'eventhubs-secondary'
+  params: {
+    name: secondaryEventHubsNamespaceName
+    location: location
+    tags: tags
+    sku: eventHubsSku
+    eventHubs: secondaryEventHubs
+    consumerGroups: filter(consumerGroups, g => ((g.namespace) == 'secondary'))
+    hubRules: filter(secondaryEventHubRules, r => !empty(r.eventHub))
+    namespaceRules: filter(secondaryEventHubRules, r => empty(r.eventHub))
+    partitionCount: eventHubPartitionCount
+    retentionDays: eventHubRetentionDays
+    disableLocalAuth: (authMode == 'managedIdentity') && (empty(secondaryEventHubRules))
+  }
+}
+
 module functionApp 'modules/functionapp.bicep' = {
   name: 'functionapp'
   params: {
@@ -238,6 +359,8 @@ module functionApp 'modules/functionapp.bicep' = {
   dependsOn: [
     primary
     secondary
+    primaryEventHubsNamespace
+    secondaryEventHubsNamespace
   ]
 }
 
@@ -261,6 +384,30 @@ module secondaryReceivers 'modules/servicebus-receivers.bicep' = if (authMode ==
   }
 }
 
+module primaryEventHubReceivers 'modules/eventhubs-receivers.bicep' = if (!empty(primaryReceiverEventHubs)) {
+  name: 'eventhub-receivers-primary'
+  params: {
+    namespaceName: primaryEventHubsNamespaceName
+    principalId: functionApp.outputs.principalId
+    eventHubs: primaryReceiverEventHubs
+  }
+  dependsOn: [
+    primaryEventHubsNamespace
+  ]
+}
+
+module secondaryEventHubReceivers 'modules/eventhubs-receivers.bicep' = if (!empty(secondaryReceiverEventHubs)) {
+  name: 'eventhub-receivers-secondary'
+  params: {
+    namespaceName: secondaryEventHubsNamespaceName
+    principalId: functionApp.outputs.principalId
+    eventHubs: secondaryReceiverEventHubs
+  }
+  dependsOn: [
+    secondaryEventHubsNamespace
+  ]
+}
+
 module dns 'modules/dns.bicep' = {
   name: 'dns'
   params: {
@@ -281,5 +428,11 @@ output primaryNamespaceHost string = namespaceHosts.primary
 output secondaryNamespaceHost string = namespaceHosts.secondary
 output activeNamespaceHost string = namespaceHosts[activeNamespace]
 output functionAppName string = functionApp.outputs.name
+// The Event Hubs namespaces made (none when no pipeline uses an event hub).
+output eventHubsNamespaceNames array = concat(((empty(primaryEventHubs)) ? [] : [
+  primaryEventHubsNamespaceName
+]), ((empty(secondaryEventHubs)) ? [] : [
+  secondaryEventHubsNamespaceName
+]))
 output aliasFqdn string = dns.outputs.aliasFqdn
 output dnsNameServers array = dns.outputs.nameServers

@@ -3,10 +3,14 @@
 // the pipeline file needs.
 //
 // App settings: one entry per setting in `settings` below, each { name, source, value,
-// namespaceName, ruleName } where source says where the value comes from at deployment:
+// namespaceName, eventHubName, ruleName } where source says where the value comes from at
+// deployment:
 //   'value'        the value as given (pipeline file path, namespace host, ...)
-//   'sas'          the primary connection string of authorization rule ruleName of namespace
-//                  namespaceName (read with listKeys: never in a parameter or an output)
+//   'sas'          the primary connection string of authorization rule ruleName of Service
+//                  Bus namespace namespaceName (read with listKeys: never in a parameter or
+//                  an output)
+//   'eventHubsSas' the same of a rule of Event Hubs namespace namespaceName
+//   'eventHubSas'  the same of a rule of event hub eventHubName there (it carries EntityPath)
 //   'storage'      a connection string of the app's storage account
 //   'appInsights'  the Application Insights connection string
 // The names are plain data so tests/infra can check them against the pipeline file.
@@ -41,7 +45,7 @@ param applicationInsightsName string
 @description('REPLICATION_PIPELINES: the pipeline file function_app.py loads, relative to the app root.')
 param pipelineFile string = 'pipelines.yaml'
 
-@description('[{ name, namespaceName, host, ruleName, useIdentity }]: one per connection setting the pipeline file names.')
+@description('[{ name, service, namespaceName, host, eventHubName, ruleName, useIdentity }]: one per connection setting the pipeline file names; service is serviceBus or eventHubs, eventHubName the event hub whose rule an Event Hubs connection uses (empty: the namespace\'s).')
 param connections array
 
 @description('Other settings the pipelines read (step keys, enrich values): name -> value.')
@@ -76,6 +80,7 @@ var baseSettings = [
     source: 'storage'
     value: ''
     namespaceName: ''
+    eventHubName: ''
     ruleName: ''
   }
   {
@@ -83,6 +88,7 @@ var baseSettings = [
     source: 'appInsights'
     value: ''
     namespaceName: ''
+    eventHubName: ''
     ruleName: ''
   }
   {
@@ -90,6 +96,7 @@ var baseSettings = [
     source: 'value'
     value: pipelineFile
     namespaceName: ''
+    eventHubName: ''
     ruleName: ''
   }
 ]
@@ -101,6 +108,7 @@ var premiumSettings = (isFlex) ? [] : [
     source: 'value'
     value: '~4'
     namespaceName: ''
+    eventHubName: ''
     ruleName: ''
   }
   {
@@ -108,6 +116,7 @@ var premiumSettings = (isFlex) ? [] : [
     source: 'value'
     value: 'python'
     namespaceName: ''
+    eventHubName: ''
     ruleName: ''
   }
   {
@@ -115,6 +124,7 @@ var premiumSettings = (isFlex) ? [] : [
     source: 'storage'
     value: ''
     namespaceName: ''
+    eventHubName: ''
     ruleName: ''
   }
   {
@@ -122,6 +132,7 @@ var premiumSettings = (isFlex) ? [] : [
     source: 'value'
     value: contentShareName
     namespaceName: ''
+    eventHubName: ''
     ruleName: ''
   }
 ]
@@ -130,9 +141,10 @@ var premiumSettings = (isFlex) ? [] : [
 // trigger with the app's identity) or a connection string of its own authorization rule.
 var connectionSettings = [for c in connections: {
   name: (c.useIdentity) ? '${c.name}__fullyQualifiedNamespace' : c.name
-  source: (c.useIdentity) ? 'value' : 'sas'
+  source: (c.useIdentity) ? 'value' : (((c.service) == 'serviceBus') ? 'sas' : ((empty(c.eventHubName)) ? 'eventHubsSas' : 'eventHubSas'))
   value: (c.useIdentity) ? c.host : ''
   namespaceName: c.namespaceName
+  eventHubName: c.eventHubName
   ruleName: c.ruleName
 }]
 
@@ -197,7 +209,7 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
   properties: {
     serverFarmId: hostingPlan.id
     httpsOnly: true
-    // checkov:skip=CKV_AZURE_17: the app has no HTTP-triggered functions (Service Bus triggers only): there is no call for client certificates to guard
+    // checkov:skip=CKV_AZURE_17: the app has no HTTP-triggered functions (Service Bus and Event Hubs triggers only): there is no call for client certificates to guard
     clientCertEnabled: false
     // checkov:skip=CKV_AZURE_222: deployment (func publish, zip deploy) reaches the app over its public endpoint; the app serves no HTTP functions and this template has no private network
     publicNetworkAccess: 'Enabled'
@@ -223,14 +235,14 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
     siteConfig: {
       linuxFxVersion: (isFlex) ? null : 'Python|3.11'
       // checkov:skip=CKV_AZURE_212: instance counts are the platform's: Flex Consumption and Elastic Premium scale out on queue length (maximumInstanceCount / maximumElasticWorkerCount)
-      // checkov:skip=CKV_AZURE_213: there is no HTTP endpoint to probe: the functions are Service Bus triggers and the platform watches the Functions host itself
+      // checkov:skip=CKV_AZURE_213: there is no HTTP endpoint to probe: the functions are Service Bus and Event Hubs triggers and the platform watches the Functions host itself
       minTlsVersion: '1.2'
       ftpsState: 'Disabled'
       http20Enabled: true
       remoteDebuggingEnabled: false
       appSettings: [for s in settings: {
         name: s.name
-        value: ((s.source) == 'sas') ? listKeys(resourceId('Microsoft.ServiceBus/namespaces/authorizationRules', s.namespaceName, s.ruleName), '2022-10-01-preview').primaryConnectionString : (((s.source) == 'storage') ? storageConnectionString : (((s.source) == 'appInsights') ? appInsights.properties.ConnectionString : s.value))
+        value: ((s.source) == 'sas') ? listKeys(resourceId('Microsoft.ServiceBus/namespaces/authorizationRules', s.namespaceName, s.ruleName), '2022-10-01-preview').primaryConnectionString : (((s.source) == 'eventHubsSas') ? listKeys(resourceId('Microsoft.EventHub/namespaces/authorizationRules', s.namespaceName, s.ruleName), '2022-10-01-preview').primaryConnectionString : (((s.source) == 'eventHubSas') ? listKeys(resourceId('Microsoft.EventHub/namespaces/eventhubs/authorizationRules', s.namespaceName, s.eventHubName, s.ruleName), '2022-10-01-preview').primaryConnectionString : (((s.source) == 'storage') ? storageConnectionString : (((s.source) == 'appInsights') ? appInsights.properties.ConnectionString : s.value))))
       }]
     }
   }

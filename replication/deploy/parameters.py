@@ -6,8 +6,11 @@ connection needs. Reading the file with the project's own loader (``load_pipelin
 the two from drifting apart: what is deployed is what ``function_app.py`` will run.
 
 Which namespace a connection setting points at is not in the pipeline file (it holds setting
-names, not connection strings), so it is an argument: ``PrimaryServiceBus`` -> primary and
-``SecondaryServiceBus`` -> secondary unless told otherwise.
+names, not connection strings), so it is an argument: ``PrimaryServiceBus`` and
+``PrimaryEventHubs`` -> primary, ``SecondaryServiceBus`` and ``SecondaryEventHubs`` ->
+secondary unless told otherwise. A connection of ``eventhub:`` endpoints is an Event Hubs
+namespace's (the template's primary or secondary Event Hubs namespace), any other a Service
+Bus namespace's: one connection string cannot reach both services in Azure.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 
 from ..failover import HOST_MAP_SETTING, NAMESERVER_SETTING
 from ..pipeline import ERROR_TARGET_KEY, Endpoint, Pipeline, PipelineConfigError, load_pipelines
+from ..pipeline.spec import DEFAULT_CONSUMER_GROUP
 
 NAMESPACES = ("primary", "secondary")
 """The template's two namespaces, in the order the parameters list them."""
@@ -28,6 +32,8 @@ NAMESPACES = ("primary", "secondary")
 DEFAULT_NAMESPACES: Mapping[str, str] = {
     "PrimaryServiceBus": "primary",
     "SecondaryServiceBus": "secondary",
+    "PrimaryEventHubs": "primary",
+    "SecondaryEventHubs": "secondary",
 }
 """Connection setting name -> namespace, as local.settings.sample.json and pipelines.yaml
 name them."""
@@ -62,8 +68,9 @@ def bicep_parameters(
     app_root: Path | None = None,
 ) -> dict[str, Any]:
     """The parameters of infra/main.bicep that the pipeline file decides, as plain values:
-    ``queues``, ``topics``, ``subscriptions``, ``connections``, ``receivers`` and
-    ``pipelineFile`` (relative to ``app_root``, default the file's folder), plus
+    ``queues``, ``topics``, ``subscriptions``, ``connections``, ``receivers`` (Service Bus),
+    ``eventHubs``, ``consumerGroups``, ``eventHubConnections``, ``eventHubReceivers`` (Event
+    Hubs) and ``pipelineFile`` (relative to ``app_root``, default the file's folder), plus
     ``dnsZoneName`` / ``dnsAliasName`` when an endpoint fails over by DNS.
 
     ``namespaces`` maps connection setting names to 'primary' or 'secondary' (default
@@ -87,6 +94,10 @@ def bicep_parameters(
         "subscriptions": plan.subscriptions(),
         "connections": plan.connections(),
         "receivers": plan.receivers(),
+        "eventHubs": plan.event_hubs(),
+        "consumerGroups": plan.consumer_groups(),
+        "eventHubConnections": plan.event_hub_connections(),
+        "eventHubReceivers": plan.event_hub_receivers(),
         "pipelineFile": _relative(pipeline_file, app_root),
     }
     parameters.update(plan.dns())
@@ -124,6 +135,22 @@ class _Connection:
     failover: bool = False
 
 
+@dataclass
+class _EventHub:
+    name: str
+    groups: dict[str, str] = field(default_factory=dict)
+    """Consumer groups read (lower-case -> as written), ``$Default`` aside (it always exists)."""
+
+
+@dataclass
+class _EventHubConnection:
+    namespace: str
+    hubs: dict[str, str] = field(default_factory=dict)
+    """Event hubs reached (lower-case -> as written)."""
+    listen: bool = False
+    send: bool = False
+
+
 class _Plan:
     """What the pipelines use, gathered endpoint by endpoint."""
 
@@ -135,15 +162,26 @@ class _Plan:
         self._connections: dict[str, _Connection] = {}
         self._receivers: set[tuple[str, str, str, str, str]] = set()
         self._aliases: dict[str, str] = {}
+        self._event_hubs: dict[tuple[str, str], _EventHub] = {}
+        self._hub_connections: dict[str, _EventHubConnection] = {}
+        self._hub_receivers: set[tuple[str, str, str]] = set()
+        self._services: dict[str, tuple[bool, str, str]] = {}
+        """Connection -> (event hubs?, what, pipeline): the first endpoint that named it."""
 
     def add(self, pipeline: Pipeline) -> None:
         all_sessions = all(source.sessions for source in pipeline.sources)
         for source in pipeline.sources:
+            if source.is_event_hub:
+                self.event_hub(source, pipeline, read=True)
+                continue
             connection = self.connection(source, pipeline)
             connection.listen = True
             for namespace in self.namespaces(source, connection):
                 self.read(pipeline, source, namespace)
         for key, target in pipeline.target_endpoints().items():
+            if target.is_event_hub:
+                self.event_hub(target, pipeline, read=False)
+                continue
             connection = self.connection(target, pipeline)
             connection.send = True
             error_target = key is not None and key.startswith(ERROR_TARGET_KEY)
@@ -151,6 +189,17 @@ class _Plan:
                 self.write(pipeline, target, namespace, None if error_target else all_sessions)
 
     def connection(self, endpoint: Endpoint, pipeline: Pipeline) -> _Connection:
+        name = self.mapped(endpoint, pipeline)
+        connection = self._connections.setdefault(name, _Connection(self.mapping[name]))
+        if endpoint.failover is not None:
+            connection.failover = True
+            if endpoint.failover.dns is not None:
+                self._aliases.setdefault(endpoint.failover.dns.alias, pipeline.name)
+        return connection
+
+    def mapped(self, endpoint: Endpoint, pipeline: Pipeline) -> str:
+        """The endpoint's connection name, checked: mapped to a namespace, a Linux app
+        setting name, and of one service only."""
         name = endpoint.connection
         if name not in self.mapping:
             known = ", ".join(f"{k} -> {v}" for k, v in self.mapping.items()) or "none"
@@ -163,12 +212,38 @@ class _Plan:
                 f"pipeline {pipeline.name!r}: connection {name!r} cannot be an app setting on "
                 "Linux (letters, digits and '_' only)"
             )
-        connection = self._connections.setdefault(name, _Connection(self.mapping[name]))
-        if endpoint.failover is not None:
-            connection.failover = True
-            if endpoint.failover.dns is not None:
-                self._aliases.setdefault(endpoint.failover.dns.alias, pipeline.name)
-        return connection
+        kind = "event hub" if endpoint.is_event_hub else "Service Bus entity"
+        what = f"{kind} {endpoint.entity!r}"
+        hubs, first, by = self._services.setdefault(
+            name, (endpoint.is_event_hub, what, pipeline.name)
+        )
+        if hubs != endpoint.is_event_hub:
+            raise DeployConfigError(
+                f"pipeline {pipeline.name!r}: connection {name!r} is used for {what} and, by "
+                f"pipeline {by!r}, for {first}: in Azure an Event Hubs namespace and a Service "
+                "Bus namespace have connection strings of their own; use one connection setting "
+                "for each"
+            )
+        return name
+
+    def event_hub(self, endpoint: Endpoint, pipeline: Pipeline, *, read: bool) -> None:
+        """An event hub endpoint: the hub (and the consumer group a source reads) on its
+        connection's Event Hubs namespace, and the connection's right (Listen or Send)."""
+        name = self.mapped(endpoint, pipeline)
+        assert endpoint.eventhub is not None
+        namespace = self.mapping[name]
+        connection = self._hub_connections.setdefault(name, _EventHubConnection(namespace))
+        hub = self._event_hubs.setdefault(
+            (namespace, endpoint.eventhub.lower()), _EventHub(endpoint.eventhub)
+        )
+        connection.hubs.setdefault(endpoint.eventhub.lower(), hub.name)
+        if read:
+            connection.listen = True
+            if endpoint.group != DEFAULT_CONSUMER_GROUP:
+                hub.groups.setdefault(endpoint.group.lower(), endpoint.group)
+            self._hub_receivers.add((name, namespace, hub.name))
+        else:
+            connection.send = True
 
     @staticmethod
     def namespaces(endpoint: Endpoint, connection: _Connection) -> tuple[str, ...]:
@@ -270,6 +345,39 @@ class _Plan:
             {"connection": c, "namespace": n, "queue": q, "topic": t, "subscription": s}
             for c, n, q, t, s in ordered
         ]
+
+    def event_hubs(self) -> list[dict[str, Any]]:
+        return [
+            {"namespace": namespace, "name": hub.name}
+            for (namespace, _), hub in _ordered(self._event_hubs)
+        ]
+
+    def consumer_groups(self) -> list[dict[str, Any]]:
+        return [
+            {"namespace": namespace, "eventHub": hub.name, "name": hub.groups[group]}
+            for (namespace, _), hub in _ordered(self._event_hubs)
+            for group in sorted(hub.groups)
+        ]
+
+    def event_hub_connections(self) -> list[dict[str, Any]]:
+        """One per connection setting of event hubs: its rule is on its event hub when it
+        reaches one (Listen for a source, Send for a target), else on the namespace (a
+        setting holds one connection string, and a hub's carries EntityPath)."""
+        return [
+            {
+                "name": name,
+                "namespace": connection.namespace,
+                "eventHub": next(iter(connection.hubs.values())) if len(connection.hubs) == 1
+                else "",
+                "listen": connection.listen,
+                "send": connection.send,
+            }
+            for name, connection in sorted(self._hub_connections.items())
+        ]  # fmt: skip
+
+    def event_hub_receivers(self) -> list[dict[str, str]]:
+        ordered = sorted(self._hub_receivers, key=lambda r: (r[0], NAMESPACES.index(r[1]), r[2]))
+        return [{"connection": c, "namespace": n, "eventHub": h} for c, n, h in ordered]
 
     def dns(self) -> dict[str, str]:
         """The zone and alias label of the (one) DNS alias the pipelines fail over with."""

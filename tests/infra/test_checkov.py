@@ -42,7 +42,9 @@ def test_the_templates_pass_checkov(infra: tuple[int, dict[str, Any]]) -> None:
     assert code == 0
     assert summary["parsing_errors"] == 0, results["parsing_errors"]
     scanned = {Path(r["file_path"]).name for r in results["passed_checks"]}
-    assert {"storage.bicep", "functionapp.bicep"} <= scanned  # checkov did read the modules
+    assert {"storage.bicep", "functionapp.bicep", "eventhubs.bicep"} <= scanned  # the modules
+    passed = {(Path(r["file_path"]).name, r["check_id"]) for r in results["passed_checks"]}
+    assert ("eventhubs.bicep", "CKV_AZURE_223") in passed  # Event Hubs namespace: TLS 1.2
     assert summary["passed"] >= 15
 
 
@@ -89,6 +91,27 @@ def test_checkov_fails_a_storage_account_that_allows_http(checkov: Path, tmp_pat
     code, report = run_checkov(checkov, tmp_path)
     failed = {r["check_id"] for r in report["results"]["failed_checks"]}
     assert {"CKV_AZURE_3", "CKV_AZURE_44"} <= failed  # http allowed, TLS 1.0
+    assert code != 0
+
+
+def test_checkov_fails_an_event_hubs_namespace_that_allows_tls_1_0(
+    checkov: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "bad.bicep").write_text(
+        "resource namespace 'Microsoft.EventHub/namespaces@2022-10-01-preview' = {\n"
+        "  name: 'eh-bad-example'\n"
+        "  location: 'westeurope'\n"
+        "  sku: {\n"
+        "    name: 'Standard'\n"
+        "  }\n"
+        "  properties: {\n"
+        "    minimumTlsVersion: '1.0'\n"
+        "  }\n"
+        "}\n",
+        encoding="utf-8",
+    )
+    code, report = run_checkov(checkov, tmp_path)
+    assert "CKV_AZURE_223" in {r["check_id"] for r in report["results"]["failed_checks"]}
     assert code != 0
 
 
