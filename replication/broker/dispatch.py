@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..amqp.errors import MessageSizeExceededError
 from ..amqp.link import Delivery, Link, LinkState
 from ..amqp.outcomes import Accepted, Modified, Rejected, Released
 from ..amqp.performatives import SND_SETTLED
@@ -227,11 +229,26 @@ class Dispatcher:
                 break
             size += len(row.bare)
         if consumer.receive_and_delete:
+            fits = _fitting(link, queue, rows)
+            if fits < len(rows):  # what fits goes out, then the link ends
+                queue.untake(rows[fits:])
+                too_big = rows[fits]
+                self._send_deleted(
+                    consumer, rows[:fits], lambda: self._end_too_small(consumer, too_big)
+                )
+                self.commits.wake(consumer.peer.driver)
+                return
             self._send_deleted(consumer, rows)
         else:
-            for row in rows:
+            for index, row in enumerate(rows):
                 lock = queue.lock(row, now, owner=consumer, session=session)
-                delivery = link.send(queue.payload(row, lock), tag=lock.token.bytes_le)
+                try:
+                    delivery = link.send(queue.payload(row, lock), tag=lock.token.bytes_le)
+                except MessageSizeExceededError:
+                    queue.abandon(lock.token, now, count=False)  # not a delivery attempt
+                    queue.untake(rows[index + 1 :])
+                    self._end_too_small(consumer, row)
+                    return
                 consumer.locks[delivery] = lock
         if rows:
             self.commits.wake(consumer.peer.driver)
@@ -240,7 +257,20 @@ class Dispatcher:
                 consumer.peer.driver.wake()
                 asyncio.get_running_loop().call_soon(self._pump_more, consumer)
 
-    def _send_deleted(self, consumer: Consumer, rows: list[StoredMessage]) -> None:
+    def _end_too_small(self, consumer: Consumer, row: StoredMessage) -> None:
+        """The receiver's max-message-size is below the next message: its link ends saying
+        so (as our Event Hubs face does), and the message stays for another receiver."""
+        link = consumer.link
+        link.detach(error(MessageSizeExceededError.condition, (
+            f"message {row.seq} of {consumer.queue.name} does not fit the link: "
+            f"{len(row.bare)} bytes, the receiver takes at most {_limit(link)}"
+        )))  # fmt: skip
+        self.remove(consumer.peer, link)
+        self.commits.wake(consumer.peer.driver)
+
+    def _send_deleted(
+        self, consumer: Consumer, rows: list[StoredMessage], then: Callable[[], None] | None = None
+    ) -> None:
         """Receive-and-delete: the delete commits first, then the settled transfers go out.
 
         So a broker crash after the commit loses these messages (at-most-once, as Service
@@ -260,6 +290,8 @@ class Dispatcher:
             else:
                 queue.restore(rows)
                 self.commits.soon()
+            if then is not None:
+                then()
 
         self.commits.soon(send)
 
@@ -307,3 +339,25 @@ class Dispatcher:
             self.commits.wake(consumer.peer.driver)
             return
         self.commits.soon(lambda: delivery.update(reply))
+
+
+OUR_ANNOTATIONS = 1024
+"""More than the broker adds to a stored message on its way out (sequence number, times,
+lock token, state, dead-letter source), so most sizes are known to fit without encoding."""
+
+
+def _fitting(link: Link, queue: Queue, rows: list[StoredMessage]) -> int:
+    """How many of ``rows`` fit the receiver's max-message-size, from the first."""
+    limit = _limit(link)
+    if not limit:
+        return len(rows)
+    for index, row in enumerate(rows):
+        surely_fits = len(row.bare) + len(row.annotations or b"") + OUR_ANNOTATIONS <= limit
+        if not surely_fits and len(queue.payload(row, None)) > limit:
+            return index
+    return len(rows)
+
+
+def _limit(link: Link) -> int | None:
+    """The receiver's max-message-size (0 or unset: none, spec 2.7.3)."""
+    return int(link.remote.max_message_size or 0) or None if link.remote is not None else None
