@@ -63,17 +63,20 @@ class Field:
     """A replica keeps it (sent to the target); False: a fact of the source delivery."""
     servicebus: bool = True
     """Service Bus deliveries carry it; False: Event Hubs only (the ``eventhubs`` adapter)."""
+    eventhubs: bool = True
+    """Events carry it; False: a Service Bus fact (delivery count, schedule, lock, dead
+    letter), left out of the ``eventhubs`` Spark source's rows."""
 
 
 def _field(
     name: str, kind: Kind, amqp: Amqp, *, sdk: str | None = "", functions: str | None = "",
     column: str | None = "", capture: str | None = None, sent: bool = True,
-    servicebus: bool = True,
+    servicebus: bool = True, eventhubs: bool = True,
 ) -> Field:  # fmt: skip
     """A row; ``sdk``, ``functions`` and ``column`` default to the field's own name."""
     return Field(
         name, kind, amqp, name if sdk == "" else sdk, name if functions == "" else functions,
-        name if column == "" else column, capture, sent, servicebus,
+        name if column == "" else column, capture, sent, servicebus, eventhubs,
     )  # fmt: skip
 
 
@@ -93,26 +96,29 @@ FIELDS: tuple[Field, ...] = (
            capture="reply-to-group-id"),
     _field("time_to_live", "duration", Amqp("header", "ttl"), column="time_to_live_ms"),
     _field("scheduled_enqueue_time", "time", Amqp("annotations", SCHEDULED_ENQUEUE_TIME),
-           sdk="scheduled_enqueue_time_utc", functions="scheduled_enqueue_time_utc"),
+           sdk="scheduled_enqueue_time_utc", functions="scheduled_enqueue_time_utc",
+           eventhubs=False),
     # facts of the source delivery: read, never sent
     _field("enqueued_time", "time", Amqp("annotations", ENQUEUED_TIME), sdk="enqueued_time_utc",
            functions="enqueued_time_utc", capture="EnqueuedTimeUtc", sent=False),
     _field("sequence_number", "int", Amqp("annotations", SEQUENCE_NUMBER),
            capture="SequenceNumber", sent=False),
-    _field("delivery_count", "int", Amqp("header", "delivery_count"), sent=False),
+    _field("delivery_count", "int", Amqp("header", "delivery_count"), sent=False,
+           eventhubs=False),
     _field("application_properties", "properties", Amqp("application"), capture="Properties"),
     _field("locked_until", "time", Amqp("annotations", LOCKED_UNTIL), sdk="locked_until_utc",
-           functions="locked_until", column=None, sent=False),
+           functions="locked_until", column=None, sent=False, eventhubs=False),
     _field("dead_letter_reason", "text", Amqp("application", str(DEAD_LETTER_REASON)),
-           column=None, sent=False),
+           column=None, sent=False, eventhubs=False),
     _field("dead_letter_description", "text", Amqp("application", str(DEAD_LETTER_DESCRIPTION)),
            sdk="dead_letter_error_description", functions="dead_letter_error_description",
-           column=None, sent=False),
+           column=None, sent=False, eventhubs=False),
     _field("dead_letter_source", "text", Amqp("annotations", DEAD_LETTER_SOURCE), column=None,
-           sent=False),
-    # Event Hubs: the event's offset in its partition (stamped as repl-offset)
+           sent=False, eventhubs=False),
+    # Event Hubs: the event's offset in its partition (stamped as repl-offset; a column of
+    # the eventhubs Spark source's rows only)
     _field("offset", "text", Amqp("annotations", OFFSET), sdk=None, functions=None,
-           column=None, sent=False, servicebus=False),
+           sent=False, servicebus=False),
 )  # fmt: skip
 """Every field a ``Message`` exchanges with the outside (``target``, ``source`` and
 ``partition_id``, where a runner read an event, are the task library's own)."""

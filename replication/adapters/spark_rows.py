@@ -1,6 +1,8 @@
 """Spark rows of the ``servicebus`` source and sink: one row per message, and back, without
 losing a property type. The columns are ``fields.FIELDS``' ``column`` column, in its order,
-then the stamps.
+then the stamps. The ``eventhubs`` source's rows (``to_event_row``, ``EVENT_SCHEMA``) take
+the same columns for the fields events carry (``Field.eventhubs``: no delivery count or
+schedule), the event's ``offset``, the stamps and the ``partition`` it was read from.
 
 Application properties are typed in Service Bus (string, long, double, boolean, timestamp,
 duration, uuid, binary); a Spark map has one value type. So a row carries two maps with the
@@ -32,13 +34,22 @@ TYPES = "map<string,string>"
 STAMPS = (("repl_enqueue_time", ENQUEUE_TIME), ("repl_sequence", SEQUENCE))
 """Columns that repeat a replication stamp of ``application_properties`` (for convenience)."""
 
-_COLUMNS = tuple((f.name, f.column, f.kind) for f in MESSAGE_FIELDS if f.column)
-"""(Message field, column, kind) in row order (the table's)."""
+Column = tuple[str, str, str]
+"""(Message field, column, kind)."""
+_CARRIED = tuple(f for f in MESSAGE_FIELDS if f.column)
+_ALL: tuple[Column, ...] = tuple((f.name, f.column, f.kind) for f in _CARRIED if f.column)
+"""Every field a row may carry, in the table's order (what ``from_row`` reads)."""
+_COLUMNS = tuple(column for column, f in zip(_ALL, _CARRIED, strict=True) if f.servicebus)
+"""(Message field, column, kind) of a ``servicebus`` row, in row order (the table's)."""
+_EVENT_COLUMNS = tuple(column for column, f in zip(_ALL, _CARRIED, strict=True) if f.eventhubs)
+"""The same for an ``eventhubs`` row."""
+PARTITION = "partition"
+"""The ``eventhubs`` row's last column: the partition the event was read from."""
 
 
-def _columns() -> list[tuple[str, str]]:
+def _columns(columns: tuple[Column, ...]) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
-    for name, column, kind in _COLUMNS:
+    for name, column, kind in columns:
         if kind == "properties":
             found += [(column, TYPES), ("application_property_types", TYPES)]
         else:
@@ -46,11 +57,19 @@ def _columns() -> list[tuple[str, str]]:
     return found + [(column, "string") for column, _ in STAMPS]
 
 
-COLUMNS = _columns()
+def _ddl(columns: list[tuple[str, str]]) -> str:
+    return ", ".join(f"`{column}` {kind}" for column, kind in columns)
+
+
+COLUMNS = _columns(_COLUMNS)
 """(column, Spark SQL type) of a read row, in order."""
-SCHEMA = ", ".join(f"`{column}` {kind}" for column, kind in COLUMNS)
+SCHEMA = _ddl(COLUMNS)
 """The schema of read rows (DDL)."""
 FIELDS = [column for column, _ in COLUMNS]
+EVENT_COLUMNS = [*_columns(_EVENT_COLUMNS), (PARTITION, "string")]
+"""(column, Spark SQL type) of an ``eventhubs`` row, in order."""
+EVENT_SCHEMA = _ddl(EVENT_COLUMNS)
+EVENT_FIELDS = [column for column, _ in EVENT_COLUMNS]
 
 
 # ---------------------------------------------------------------------- properties
@@ -141,8 +160,17 @@ def _decode(kind: str, text: str | None, key: str) -> PropertyValue:
 
 def to_row(message: Message) -> tuple[Any, ...]:
     """A read row (``SCHEMA`` order) for a message."""
+    return tuple(_row(message, _COLUMNS))
+
+
+def to_event_row(message: Message) -> tuple[Any, ...]:
+    """An ``eventhubs`` row (``EVENT_SCHEMA`` order) for an event."""
+    return (*_row(message, _EVENT_COLUMNS), message.partition_id)
+
+
+def _row(message: Message, columns: tuple[Column, ...]) -> list[Any]:
     row: list[Any] = []
-    for name, _, kind in _COLUMNS:
+    for name, _, kind in columns:
         value = getattr(message, name)
         if kind == "properties":
             row += encode_properties(value)
@@ -156,7 +184,7 @@ def to_row(message: Message) -> tuple[Any, ...]:
             row.append(value)
     props = message.application_properties
     row += [text(props.get(stamp)) for _, stamp in STAMPS]
-    return tuple(row)
+    return row
 
 
 def from_row(row: Any) -> Message:
@@ -168,7 +196,7 @@ def from_row(row: Any) -> Message:
     if "body" not in data:
         raise ValueError("a row to send needs a 'body' column (binary or string)")
     values: dict[str, Any] = {}
-    for name, column, kind in _COLUMNS:
+    for name, column, kind in _ALL:
         value = data.get(column)
         if kind == "body":
             value = value.encode("utf-8") if isinstance(value, str) else bytes(value or b"")
@@ -181,7 +209,8 @@ def from_row(row: Any) -> Message:
         elif kind == "time":
             value = utc(value)  # Spark hands timestamps back as naive UTC
         values[name] = value
-    return Message(target=data.get("target") or None, **values)
+    return Message(target=data.get("target") or None, partition_id=data.get(PARTITION),
+                   **values)  # fmt: skip
 
 
 def rows_to_messages(rows: Iterator[Any]) -> Iterator[Message]:

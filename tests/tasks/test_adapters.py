@@ -117,6 +117,15 @@ def through_row(message: Message) -> Message:
     )
 
 
+def through_event_row(message: Message) -> Message:
+    """Out as the ``eventhubs`` source's row, back as a row is sent; the event's own facts
+    (offset, partition: ``full`` has none) ride along."""
+    row = spark_rows.to_event_row(message.copy(partition_id="3", offset="4096"))
+    back = spark_rows.from_row(dict(zip(spark_rows.EVENT_FIELDS, row, strict=True)))
+    assert (back.partition_id, back.offset) == ("3", "4096")
+    return back.copy(partition_id=None, offset=message.offset)
+
+
 Form = tuple[Callable[[Field], bool], dict[str, PropertyValue], Callable[[Message], Message]]
 FORMS: dict[str, Form] = {
     "amqp": (lambda f: f.sent, WIRE_PROPERTIES, lambda m: decode_to_message(encode(m))),
@@ -128,7 +137,9 @@ FORMS: dict[str, Form] = {
                           lambda m: from_received(sdk_received(encode(m)))),
     "functions": (lambda f: f.sent and bool(f.functions), WIRE_PROPERTIES,
                   lambda m: from_functions(to_functions_message(sdk_received(encode(m))))),
-    "spark_rows": (lambda f: f.column is not None, ROW_PROPERTIES, through_row),
+    "spark_rows": (lambda f: f.column is not None and f.servicebus, ROW_PROPERTIES, through_row),
+    "spark_event_rows": (lambda f: f.column is not None and f.eventhubs, ROW_PROPERTIES,
+                         through_event_row),
     "capture": (lambda f: f.capture is not None, CAPTURE_PROPERTIES, through_avro),
     # an event keeps no Service Bus annotation; its partition key goes with the send
     "eventhubs": (lambda f: f.sent and f.amqp.section != "annotations", WIRE_PROPERTIES,
