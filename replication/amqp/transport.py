@@ -55,7 +55,7 @@ class ConnectionDriver(asyncio.Protocol):
     # ------------------------------------------------------------------ asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # a stream's: a Transport
         self.peer = transport.get_extra_info("peername")
         self._service()
 
@@ -115,16 +115,17 @@ class ConnectionDriver(asyncio.Protocol):
     def _dispatch(self) -> None:
         connection = self.connection
         while (event := connection.next_event()) is not None:
-            for predicate, future in list(self._waiters):
-                if not future.done() and predicate(event):
-                    future.set_result(event)
+            if self._waiters:
+                for predicate, future in list(self._waiters):
+                    if not future.done() and predicate(event):
+                        future.set_result(event)
             if self.handler is not None:
                 try:
                     result = self.handler(self, event)
                 except Exception:
                     log.exception("event handler failed on %r", event)
                     continue
-                if inspect.isawaitable(result):
+                if result is not None and inspect.isawaitable(result):
                     task = self.loop.create_task(_run_handler(result, self))
                     self._tasks.add(task)
                     task.add_done_callback(self._tasks.discard)

@@ -289,20 +289,20 @@ class Broker:
     def _on_event(self, driver: ConnectionDriver, event: ev.Event) -> None:
         peer = self._peer(driver)
         try:
-            if isinstance(event, ev.SaslCompleted):
-                self.cbs.logged_in(peer, event.credentials)
-            elif isinstance(event, ev.LinkAttachRequested):
-                self._on_attach(peer, event.link)
-            elif isinstance(event, ev.DeliveryReceived):
+            if isinstance(event, ev.DeliveryReceived):  # the per-message events first
                 self._on_transfer(peer, event.link, event.delivery)
-            elif isinstance(event, ev.LinkFlow):
-                node = peer.nodes.get(event.link)
-                if node is not None:
-                    node.flow(peer, event.link)
             elif isinstance(event, ev.DeliveryUpdated):
                 node = peer.nodes.get(event.link)
                 if node is not None:
                     node.settle(peer, event.link, event.delivery)
+            elif isinstance(event, ev.LinkFlow):
+                node = peer.nodes.get(event.link)
+                if node is not None:
+                    node.flow(peer, event.link)
+            elif isinstance(event, ev.SaslCompleted):
+                self.cbs.logged_in(peer, event.credentials)
+            elif isinstance(event, ev.LinkAttachRequested):
+                self._on_attach(peer, event.link)
             elif isinstance(event, ev.LinkDetached):
                 self._forget_link(peer, event.link)
             elif isinstance(event, ev.ConnectionClosed):
