@@ -99,7 +99,11 @@ def ensure_message_id(message: IncomingMessage) -> IncomingMessage:
         message.properties_span = (0, len(section))
         return message
     properties = dataclasses.replace(message.properties, message_id=message_id)
-    bare, span = _with_properties(message.bare, properties, message.properties_span)
+    spliced = _with_message_id(message.bare, message.properties_span, message_id)
+    if spliced is not None:
+        bare, span = spliced
+    else:
+        bare, span = _with_properties(message.bare, properties, message.properties_span)
     message.size += len(bare) - len(message.bare)
     message.bare, message.properties, message.properties_span = bare, properties, span
     return message
@@ -142,6 +146,27 @@ def _with_properties(
     return bare[:start] + bytes(encoded) + bare[end:], (start, start + len(encoded))
 
 
+def _with_message_id(
+    bare: bytes, span: tuple[int, int] | None, message_id: str
+) -> tuple[bytes, tuple[int, int]] | None:
+    """The bare message with a 32-character ``message_id`` written over the null first field
+    of its properties section, when that is a small list (as clients write it); else None."""
+    if span is None:
+        return None
+    start, end = span
+    if end - start < 7 or bare[start : start + 4] != _PROPERTIES_LIST8 or bare[start + 6] != 0x40:
+        return None
+    size = bare[start + 4] + 2 + len(message_id) - 1  # str8 0xa1 <len> <id> for the null
+    if size > 0xFF or len(message_id) != 32:
+        return None
+    section = b"".join((
+        _PROPERTIES_LIST8, bytes((size, bare[start + 5])), b"\xa1\x20", message_id.encode(),
+        bare[start + 7 : end],
+    ))  # fmt: skip
+    return bare[:start] + section + bare[end:], (start, start + len(section))
+
+
+_PROPERTIES_LIST8 = b"\x00\x53\x73\xc0"
 _ID_ONLY_PROPERTIES = b"\x00\x53\x73\xc0\x23\x01\xa1\x20"
 """A properties section (list8 of one field) up to its 32-character message-id string."""
 
@@ -167,9 +192,9 @@ def parse_message(payload: bytes) -> IncomingMessage:
 
 def _scanned(payload: bytes) -> IncomingMessage:
     found = scan.scan(payload)
-    header = Header._from_value(found.header) if found.header else None  # type: ignore[attr-defined]
+    header = Header._from_value(found.header) if found.header else None  # type: ignore[attr-defined]  # @composite's
     properties = (
-        Properties._from_value(found.properties)  # type: ignore[attr-defined]
+        Properties._from_value(found.properties)  # type: ignore[attr-defined]  # @composite's
         if found.properties is not None
         else None
     )
@@ -242,7 +267,7 @@ def encode_annotations(annotations: dict[Any, Any]) -> bytes:
     if not kept:
         return b""
     out = bytearray()
-    MessageAnnotations._amqp_encode(out, MessageAnnotations(kept))  # type: ignore[attr-defined]
+    MessageAnnotations._amqp_encode(out, MessageAnnotations(kept))  # type: ignore[attr-defined]  # @described_wrapper's
     return bytes(out)
 
 
