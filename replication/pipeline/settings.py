@@ -8,11 +8,13 @@ source) are read when checking with settings and when building.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TypeVar, overload
 
 from ..configproblems import did_you_mean
 from ..servicebus.connection_string import namespace_of
 from .spec import Endpoint
+
+T = TypeVar("T")
 
 FQNS_SUFFIX = "__fullyQualifiedNamespace"
 """``<connection>__fullyQualifiedNamespace``: an identity-based connection, as Functions
@@ -69,7 +71,11 @@ class RecordingSettings(Mapping[str, str]):
             self.missing.add(key)
             raise
 
-    def get(self, key: str, default: Any = None) -> Any:
+    @overload
+    def get(self, key: str, /) -> str | None: ...
+    @overload
+    def get(self, key: str, /, default: str | T) -> str | T: ...
+    def get(self, key: str, /, default: object = None) -> object:
         value = self.base.get(key)
         if not value:
             self.missing.add(key)
