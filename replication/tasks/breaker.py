@@ -15,6 +15,7 @@ Time is an input: ``clock`` and ``sleep`` are the breaker's, so tests drive it e
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -23,6 +24,9 @@ log = logging.getLogger("replication.tasks.breaker")
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
+FIRST_PROBE_INTERVAL = 1.0
+MAX_PROBE_INTERVAL = 30.0
+"""Seconds to the first probe of an open breaker, and the most it waits between probes."""
 
 
 class TargetUnavailable(ConnectionError):
@@ -38,8 +42,8 @@ class Breaker:
         *,
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
-        first_probe_interval: float = 1.0,
-        max_probe_interval: float = 30.0,
+        first_probe_interval: float = FIRST_PROBE_INTERVAL,
+        max_probe_interval: float = MAX_PROBE_INTERVAL,
     ) -> None:
         self.name = name
         self.clock = clock
@@ -135,8 +139,18 @@ class Breaker:
 class Breakers:
     """The breakers of one runner's targets, made on first use (keyed by target name)."""
 
-    def __init__(self, **options: object) -> None:
-        self._options = options
+    def __init__(
+        self,
+        *,
+        clock: Clock = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+        first_probe_interval: float = FIRST_PROBE_INTERVAL,
+        max_probe_interval: float = MAX_PROBE_INTERVAL,
+    ) -> None:
+        self._make = functools.partial(
+            Breaker, clock=clock, sleep=sleep, first_probe_interval=first_probe_interval,
+            max_probe_interval=max_probe_interval,
+        )  # fmt: skip
         self._breakers: dict[str | None, Breaker] = {}
         self._stopped = False
 
@@ -144,7 +158,7 @@ class Breakers:
         breaker = self._breakers.get(target)
         if breaker is None:
             name = "(default target)" if target is None else target
-            breaker = self._breakers[target] = Breaker(name, **self._options)  # type: ignore[arg-type]
+            breaker = self._breakers[target] = self._make(name)
             if self._stopped:  # first used by a batch still finishing after stop
                 breaker.stop()
         return breaker
