@@ -3,8 +3,9 @@ what arrived.
 
 The producer sends, to the primary namespace: orders in 10 sessions (replicated to the
 secondary in per-session order, with stamps), Avro telemetry (turned into JSON), events with
-a ``region`` (routed to three queues), and a few messages to each side's ``mirror`` topic
-(replicated across, never back). The run ends when every source is drained.
+a ``region`` (routed to three queues), a few messages to each side's ``mirror`` topic
+(replicated across, never back), and an audit trail in sessions (streamed into an event hub,
+each session in one partition). The run ends when every source is drained.
 
 It sends over our AMQP client (``servicebus.sender``), as the pipelines' targets do.
 """
@@ -33,13 +34,16 @@ BATCH = 50
 TELEMETRY = 50
 EVENTS = 30
 MIRRORED = 5
+AUDIT_SESSIONS = 4
+AUDIT_PER_SESSION = 5
 REGIONS = ("eu", "us", "apac")
 
 
-def expected_receipts() -> int:
+def expected_receipts(pipelines: Any) -> int:
     """Source messages the sample pipelines receive in the demo (mirror copies arrive twice:
     once sent, once as the other side's copy, which the loop guard then drops)."""
-    return SESSIONS * ORDERS_PER_SESSION + TELEMETRY + EVENTS + 2 * MIRRORED * 2
+    audit = AUDIT_SESSIONS * AUDIT_PER_SESSION if _reads(pipelines, "order-audit") else 0
+    return SESSIONS * ORDERS_PER_SESSION + TELEMETRY + EVENTS + 2 * MIRRORED * 2 + audit
 
 
 def _avro_schema(pipelines: PipelineFile) -> dict[str, Any] | None:
@@ -89,10 +93,24 @@ async def produce(pipelines: PipelineFile, settings: Mapping[str, str]) -> int:
             for i in range(EVENTS)
         ])  # fmt: skip
         await _send(namespace, "mirror", _mirrored("primary", "p"))
+        if _reads(pipelines, "order-audit"):
+            await _send(namespace, "order-audit", [
+                Message(
+                    json.dumps({"customer": s, "step": i}).encode(), session_id=f"customer-{s}",
+                    message_id=f"audit-{s}-{i}", content_type="application/json",
+                )
+                for i in range(AUDIT_PER_SESSION) for s in range(AUDIT_SESSIONS)
+            ])  # fmt: skip
     async with AmqpSource.from_connection_string(secondary) as namespace:
         await _send(namespace, "mirror", _mirrored("secondary", "s"))
-    log.info("demo: sent %d messages to the primary and secondary namespaces", expected_receipts())
-    return expected_receipts()
+    expected = expected_receipts(pipelines)
+    log.info("demo: sent %d messages to the primary and secondary namespaces", expected)
+    return expected
+
+
+def _reads(pipelines: Any, queue: str) -> bool:
+    """Whether a pipeline of the file reads ``queue`` (a sample file without it: not fed)."""
+    return any(s.queue == queue for p in pipelines.pipelines for s in p.sources)
 
 
 async def _send(namespace: AmqpSource, entity: str, messages: list[Message]) -> None:

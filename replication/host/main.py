@@ -139,6 +139,25 @@ async def _show_arrivals(host: object) -> None:
             props = {k: v for k, v in item["properties"].items() if k.startswith("repl-")}
             print(f"  {entity} #{item['sequence_number']} session={item['session_id']} "
                   f"{item['body'][:60]!r} {props}")  # fmt: skip
+    await _show_events(settings)
+
+
+async def _show_events(settings: dict[str, str], hub: str = "order-audit-stream") -> None:
+    """The sample's event hub: one customer's audit trail, all in one partition, in order."""
+    from .peek import peek_events
+
+    connection = settings.get("SecondaryEventHubs")
+    if not connection:
+        return
+    try:
+        events = await peek_events(connection, hub)
+    except Exception as exc:  # a sample pipeline file without that event hub
+        print(f"  {hub}: {exc}")
+        return
+    for partition, key, item in [e for e in events if e[1] == "customer-0"]:
+        props = {k: v for k, v in item["properties"].items() if k.startswith("repl-")}
+        print(f"  {hub} partition {partition} #{item['sequence_number']} key={key} "
+              f"{item['body'][:60]!r} {props}")  # fmt: skip
 
 
 def add_peek_arguments(parser: argparse.ArgumentParser) -> None:

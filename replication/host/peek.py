@@ -66,3 +66,33 @@ def _describe(message: Message) -> dict[str, Any]:
         "properties": {k: str(v) for k, v in message.application_properties.items()},
         "body": body,
     }  # fmt: skip
+
+
+async def peek_events(connection_string: str, eventhub: str, wait: float = 3.0) -> list[Any]:
+    """The events of an event hub, every partition from its start (read for ``wait``
+    seconds through ``$Default``, which takes nothing from anyone), as ``(partition id,
+    partition key, description)``, in partition order."""
+    import asyncio
+
+    from azure.eventhub.aio import EventHubConsumerClient
+
+    from ..adapters.eventhubs import from_event_data
+
+    found: list[Any] = []
+
+    async def on_event(context: Any, event: Any) -> None:
+        if event is not None:
+            message = from_event_data(event, context.partition_id)
+            found.append((context.partition_id, message.partition_key, _describe(message)))
+
+    client = EventHubConsumerClient.from_connection_string(
+        connection_string, consumer_group="$Default", eventhub_name=eventhub
+    )
+    task = asyncio.create_task(client.receive(on_event, starting_position="-1"))
+    try:
+        await asyncio.sleep(wait)
+    finally:
+        await client.close()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    return sorted(found, key=lambda item: (item[0], item[2]["sequence_number"]))

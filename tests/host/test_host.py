@@ -47,6 +47,7 @@ def project(tmp_path: Path, pipelines: str | None = None) -> tuple[Path, dict[st
         )
         for name in ("PrimaryServiceBus", "SecondaryServiceBus")
     }
+    settings["SecondaryEventHubs"] = settings["SecondaryServiceBus"]  # one broker serves both
     settings["FUNCTIONS_WORKER_RUNTIME"] = "python"
     (tmp_path / "local.settings.json").write_text(json.dumps({"Values": settings}))
     return tmp_path, settings
@@ -84,7 +85,7 @@ def test_demo_moves_and_shows_real_messages(tmp_path: Path, processes: Processes
         for line in output.splitlines()
         if line.split() and line.split()[0] in {
             "orders-to-secondary", "telemetry-to-json", "events-router",
-            "mirror-primary-to-secondary", "mirror-secondary-to-primary",
+            "mirror-primary-to-secondary", "mirror-secondary-to-primary", "audit-to-eventhub",
         }
     }  # fmt: skip
     assert rows["orders-to-secondary"] == [200, 200, 0, 0]
@@ -93,6 +94,11 @@ def test_demo_moves_and_shows_real_messages(tmp_path: Path, processes: Processes
     # each mirror: 5 own messages crossed, 5 copies of the other side's dropped (no loop)
     assert rows["mirror-primary-to-secondary"] == [10, 5, 5, 0]
     assert rows["mirror-secondary-to-primary"] == [10, 5, 5, 0]
+    assert rows["audit-to-eventhub"] == [20, 20, 0, 0]
+    # one customer's audit trail: one partition, in order, stamped
+    trail = [line for line in output.splitlines() if "order-audit-stream partition" in line]
+    assert len(trail) == 5 and len({line.split()[2] for line in trail}) == 1, trail
+    assert all("key=customer-0" in line and "repl-sequence" in line for line in trail)
     assert "orders #" in output and "repl-sequence" in output
     assert '"device":"sensor-0"' in output  # Avro in, JSON out
 

@@ -293,7 +293,7 @@ def test_required_settings_are_what_validate_settings_checks(tmp_path: Path) -> 
 def test_the_repositorys_pipelines_need_their_connections() -> None:
     assert required_app_settings(ROOT / "pipelines.yaml") == {
         "AzureWebJobsStorage", "REPLICATION_PIPELINES", "PrimaryServiceBus",
-        "SecondaryServiceBus",
+        "SecondaryServiceBus", "SecondaryEventHubs",
     }  # fmt: skip
 
 

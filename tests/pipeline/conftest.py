@@ -14,7 +14,9 @@ from replication.pipeline import PipelineConfigError, parse_pipelines
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PRIMARY = "Endpoint=sb://primary.example/;SharedAccessKeyName=k;SharedAccessKey=s"
 SECONDARY = "Endpoint=sb://secondary.example:5673/;SharedAccessKeyName=k;SharedAccessKey=s"
-SETTINGS = {"PrimaryServiceBus": PRIMARY, "SecondaryServiceBus": SECONDARY}
+SETTINGS = {
+    "PrimaryServiceBus": PRIMARY, "SecondaryServiceBus": SECONDARY, "SecondaryEventHubs": SECONDARY,
+}  # fmt: skip
 
 
 def problems(

@@ -28,6 +28,7 @@ def test_the_sample_file_loads_with_stable_function_names() -> None:
         ("events-router", ["events_router"]),
         ("mirror-primary-to-secondary", ["mirror_primary_to_secondary"]),
         ("mirror-secondary-to-primary", ["mirror_secondary_to_primary"]),
+        ("audit-to-eventhub", ["audit_to_eventhub"]),
     ]
     orders = loaded.get("orders-to-secondary")
     (source,) = orders.sources

@@ -27,8 +27,8 @@ def test_validate_the_sample_by_default() -> None:
         "(SecondaryServiceBus) [function orders_to_secondary]"
     )
     assert lines[1].startswith("telemetry-to-json: queue telemetry-avro (PrimaryServiceBus) -> ")
-    assert lines[-1] == "pipelines.yaml: 5 pipelines OK"
-    assert len(lines) == 6
+    assert lines[-1] == "pipelines.yaml: 6 pipelines OK"
+    assert len(lines) == 7
     assert result.stderr == ""
 
 
@@ -65,6 +65,7 @@ def test_validate_against_local_settings(tmp_path: Path) -> None:
         result.stderr
     )
     values = {"PrimaryServiceBus": PRIMARY, "SecondaryServiceBus": SECONDARY}
+    values["SecondaryEventHubs"] = SECONDARY
     settings.write_text(json.dumps({"Values": values}))
     assert validate(pipelines, "--settings", str(settings)).returncode == 0
 
