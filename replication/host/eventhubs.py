@@ -204,6 +204,8 @@ class EventHubTriggerRunner:
     stats: EventHubStats = field(default_factory=EventHubStats)
     _stopping: bool = False
     _in_flight: int = 0
+    _stopped: asyncio.Task[Any] | None = None
+    """Done once ``run``'s ``stop`` is set (a retry's wait ends with it)."""
     _batches: dict[str, int] = field(default_factory=dict)
     """Batches run per partition (``batchCheckpointFrequency``)."""
     _idle: asyncio.Event = field(default_factory=asyncio.Event)
@@ -226,16 +228,22 @@ class EventHubTriggerRunner:
         ))  # fmt: skip
         log.info("%s: reading event hub %s (consumer group %s)", trigger.name, trigger.eventhub,
                  trigger.consumer_group)  # fmt: skip
+        stopping = asyncio.create_task(stop.wait())
+        self._stopped = stopping
         try:
-            await asyncio.wait(
-                [receiving, asyncio.create_task(stop.wait())], return_when="FIRST_COMPLETED"
-            )
+            await asyncio.wait([receiving, stopping], return_when="FIRST_COMPLETED")
         finally:
             self._stopping = True
-            await self._idle.wait()  # batches in flight finish and checkpoint
-            await client.close()  # gives up the partitions it owns
-            receiving.cancel()
-            await asyncio.gather(receiving, return_exceptions=True)
+            try:
+                await self._idle.wait()  # batches in flight finish and checkpoint
+            finally:
+                await client.close()  # gives up the partitions it owns
+                stopping.cancel()
+                receiving.cancel()
+                results = await asyncio.gather(receiving, stopping, return_exceptions=True)
+        failure = results[0]
+        if isinstance(failure, Exception):  # the reader itself failed: the host says so
+            raise failure
 
     async def _on_error(self, context: Any, error: Exception) -> None:
         partition = getattr(context, "partition_id", None)
@@ -286,9 +294,14 @@ class EventHubTriggerRunner:
                 log.warning("%s: partition %s: the function failed (%r); the batch runs again "
                             "in %.1f s, not checkpointed", trigger.name, partition_id, exc,
                             pause)  # fmt: skip
-                await self.sleep(pause)
-                if self._stopping:
-                    return False  # read again after a restart
+                waiting: asyncio.Future[Any] = asyncio.ensure_future(self.sleep(pause))
+                waits: list[asyncio.Future[Any]] = [waiting]
+                if self._stopped is not None:
+                    waits.append(self._stopped)
+                await asyncio.wait(waits, return_when="FIRST_COMPLETED")  # a stop ends the wait
+                waiting.cancel()
+                if self._stopping or (self._stopped is not None and self._stopped.done()):
+                    return False  # not checkpointed: read again after a restart
                 continue
             self.stats.events += len(events)
             return True

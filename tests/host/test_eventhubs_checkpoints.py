@@ -176,3 +176,37 @@ async def test_batch_checkpoint_frequency_checkpoints_every_nth_batch(
     store.close()
     assert calls == [["e0", "e1"], ["e2", "e3"], ["e4", "e5"]]
     assert (runner.stats.checkpoints, checkpoint["sequence_number"]) == (1, 3)
+
+
+async def test_a_stop_ends_a_retry_wait_without_a_checkpoint(
+    broker_factory: Any, tmp_path: Path
+) -> None:
+    """A batch waiting for its next try when the host stops is not checkpointed (read
+    again after a restart), and the stop does not wait out the retry interval."""
+    broker = broker_factory(eventhub_config({"eh1": {"PartitionCount": "1"}}))
+    await send_events(broker.connection_string, "eh1", [(None, "0", EventData("e0"))])
+    app, calls = failing_app(10, retry=True)
+    (trigger,) = event_hub_triggers(app, {"EventHubs": broker.connection_string})
+    store = SqliteCheckpointStore.in_directory(tmp_path)
+    waiting = asyncio.Event()
+
+    async def sleep(_seconds: float) -> None:  # a retry interval longer than the test
+        waiting.set()
+        await asyncio.Event().wait()
+
+    worker, stop = Worker(), asyncio.Event()
+    runner = EventHubTriggerRunner(
+        trigger, broker.connection_string, store, worker, EventHubOptions(10), sleep=sleep
+    )  # fmt: skip
+    job = asyncio.create_task(runner.run(stop))
+    try:
+        async with asyncio.timeout(30):
+            await waiting.wait()
+            stop.set()
+            await job
+    finally:
+        stop.set()
+        worker.stop()
+    assert calls == [["e0"]] and runner.stats.checkpoints == 0
+    assert list(await store.list_checkpoints(f"localhost:{broker.port}", "eh1", "$Default")) == []
+    store.close()
