@@ -53,7 +53,7 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def test_the_sample_tests_pass() -> None:
     suite = run_test_file(REPO_ROOT / "pipelines_test.yaml")
     assert suite.pipelines_file == REPO_ROOT / "pipelines.yaml"
-    assert len(suite.cases) == 7
+    assert len(suite.cases) == 8
     assert [c.name for c in suite.failed] == []
     assert suite.passed
 
@@ -61,7 +61,7 @@ def test_the_sample_tests_pass() -> None:
 def test_the_sample_tests_pass_from_the_command_line() -> None:
     result = run_cli(cwd=REPO_ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "7 passed, 0 failed" in result.stdout
+    assert "8 passed, 0 failed" in result.stdout
 
 
 def test_passing_and_failing_cases(tmp_path: Path) -> None:
