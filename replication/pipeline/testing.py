@@ -104,12 +104,18 @@ class MessageSpec(_Spec):
     enqueued_time: datetime | None = None
     sequence_number: int | None = None
     delivery_count: int | None = None
+    offset: str | None = None
+    """An event's offset (an event hub source: stamped as ``repl-offset``)."""
+    partition_id: str | None = None
+    """The partition an event was read from (where a keyless event goes in a target hub)."""
     # expected outputs only
     target: str | None = None
 
 
 _BODY_FIELDS = ("body", "json", "body_base64", "avro")
-_INPUT_ONLY = ("enqueued_time", "sequence_number", "delivery_count")
+_INPUT_ONLY = (
+    "enqueued_time", "sequence_number", "delivery_count", "offset", "partition_id",
+)  # fmt: skip
 _SIMPLE_FIELDS = (
     "message_id", "session_id", "partition_key", "correlation_id", "subject", "content_type",
     "reply_to", "reply_to_session_id", "to", "time_to_live", "scheduled_enqueue_time",

@@ -4,9 +4,12 @@ what building makes of them."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from replication.pipeline import PipelineConfigError, parse_pipelines
+from replication.pipeline.testing import run_test_file
 
 from .conftest import SETTINGS, problems
 
@@ -170,3 +173,31 @@ pipelines:
         PipelineConfigError, match="'EventHubs' does not hold an Event Hubs connection string"
     ):
         parse_pipelines(text, "pipelines.yaml", settings={**SETTINGS, "EventHubs": "x=1"})
+
+
+def test_config_tests_take_an_events_offset_and_partition(tmp_path: Path) -> None:
+    """``python -m replication test`` inputs may be events: their key becomes the session
+    (``session_id_from``), their offset a ``repl-offset`` stamp."""
+    (tmp_path / "pipelines.yaml").write_text("""\
+pipelines:
+  - name: eh-to-sb
+    source: {connection: Hubs, eventhub: telemetry, session_id_from: partition_key}
+    target: {connection: Bus, queue: telemetry}
+""")  # fmt: skip
+    case = """\
+tests:
+  - name: an event's key becomes its session, its offset a stamp
+    pipeline: eh-to-sb
+    input:
+      - {message_id: e1, partition_key: device-1, body: hi, offset: "4096", sequence_number: 3,
+         partition_id: "1"}
+    expect:
+      - {message_id: e1, session_id: device-1, target: telemetry,
+         properties: {repl-offset: "%s", repl-sequence: "3"}}
+"""
+    (tmp_path / "pipelines_test.yaml").write_text(case % "4096")
+    assert run_test_file(tmp_path / "pipelines_test.yaml").passed
+    (tmp_path / "pipelines_test.yaml").write_text(case % "8192")
+    (failed,) = run_test_file(tmp_path / "pipelines_test.yaml").failed
+    assert '-        "repl-offset": "8192",' in failed.diff
+    assert '+        "repl-offset": "4096",' in failed.diff
