@@ -3,7 +3,8 @@
 ``register(spark)`` makes ``spark.read/readStream/write/writeStream.format("servicebus")``
 available in that session (see ``source.py`` for options and guarantees),
 ``spark.read/readStream.format("eventhubs")`` (``eventhub_source.py``), and the pipeline
-runner's ``readStream.format("servicebus-pipeline")`` (``pipeline_source.py``).
+runner's ``readStream.format("servicebus-pipeline")`` (``pipeline_source.py``) and
+``"eventhubs-pipeline"`` (``eventhub_pipeline.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
 
 
 def register(spark: SparkSession) -> None:
+    from .eventhub_pipeline import EventHubPipelineDataSource
     from .eventhub_source import EventHubsDataSource
     from .pipeline_source import PipelineDataSource
     from .source import ServiceBusDataSource
@@ -22,6 +24,7 @@ def register(spark: SparkSession) -> None:
     spark.dataSource.register(ServiceBusDataSource)
     spark.dataSource.register(EventHubsDataSource)
     spark.dataSource.register(PipelineDataSource)
+    spark.dataSource.register(EventHubPipelineDataSource)
 
 
 __all__ = ["register"]

@@ -4,7 +4,10 @@ Reads the same ``local.settings.json`` (or the environment) and ``pipelines.yaml
 local host. Per pipeline source one streaming query (one checkpoint folder per source): the
 driver plans assignments (``pipeline_source``), each executor task receives its share,
 runs the pipeline's steps, sends and settles on its own link (``executor``), as the local
-host does; the rows are the tasks' counts, for the metrics, written to Spark's ``noop``
+host does; an event hub source's tasks each read one partition's range of sequence numbers
+and run it through the steps (``eventhub_pipeline``: nothing to settle, the offsets in the
+checkpoint are the progress); the rows are the tasks' counts, for the metrics, written to
+Spark's ``noop``
 sink. ``--available-now`` processes what is there and stops; otherwise it runs until Ctrl-C
 (the query stops between micro-batches; what a task had not settled is given back).
 ``--replay PATH`` sends the records of Capture files through the pipeline instead (a batch
@@ -160,8 +163,18 @@ class SparkPipeline:
         task slot of the cluster; ``max_per_trigger`` defaults to ``PER_SLOT`` per slot."""
         slots = max(1, int(self.spark.sparkContext.defaultParallelism))
         max_per_trigger = max_per_trigger or PER_SLOT * slots
+        if self.pipeline.sources[index].is_event_hub:  # one task per partition's range
+            return {**self.sink_options(), "source": str(index),
+                    "maxEventsPerTrigger": str(max_per_trigger)}  # fmt: skip
         return {**self.sink_options(), "source": str(index), "numPartitions": str(slots),
                 "maxMessagesPerTrigger": str(max_per_trigger)}  # fmt: skip
+
+    def source_format(self, index: int) -> str:
+        """``eventhubs-pipeline`` for an event hub source (``eventhub_pipeline.py``), else
+        ``servicebus-pipeline`` (``pipeline_source.py``)."""
+        if self.pipeline.sources[index].is_event_hub:
+            return "eventhubs-pipeline"
+        return "servicebus-pipeline"
 
     def planned(self, frame: Any, index: int = 0) -> Any:
         from .pipeline import OUTPUT_SCHEMA, plan_function
@@ -187,7 +200,7 @@ class SparkPipeline:
         try:
             for index in range(len(self.pipeline.sources)):
                 source = self.source_options(index, max_per_trigger)
-                counts = (self.spark.readStream.format("servicebus-pipeline")
+                counts = (self.spark.readStream.format(self.source_format(index))
                           .options(**source).load())  # fmt: skip
                 location = _child(checkpoint, f"source-{index}")
                 writer = (observe(counts, self.query_name(index)).writeStream.format("noop")
