@@ -30,6 +30,14 @@ Service Bus queues ``plain``, ``src``, ``hsrc``; event hubs ``events``, ``ref``,
 
 Prints events/s (msgs/s), the ratios to the reference of each section, and the load average
 with each figure (the machine is shared; a figure taken under load is not the code's).
+
+Measured 2026-11-25, ``--messages 20000`` (defaults otherwise), 2 shared cores under load
+2.5-4.7, four runs (one with ``--send-backend sdk``): send Event Hubs / Service Bus
+1.97-2.94x (11,056-19,757 events/s vs 5,610-8,532 msgs/s); receive 0.91-1.87x from opening
+(the consumer claims its partitions first), 1.10-2.70x first to last event; replicate /
+reference 1.12-1.74x with the ``amqp`` send (5,170-9,279 events/s vs 2,973-7,075), 0.53x
+with ``sdk`` (2,136 vs 4,017); the local host 0.29-0.35x in the three ``amqp`` runs
+(875-2,362 events/s: settlement per message over gRPC, as in bench/replication.py).
 """
 
 from __future__ import annotations
