@@ -14,6 +14,8 @@ from azure.eventhub import EventData
 from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient
 
+from replication.host.trigger import TriggerRunner
+from tests.broker.conftest import make_config
 from tests.broker.eventhubs_support import eventhub_config
 
 from .eventhubs_host import events_done, read_hub, run_host, send_events, text
@@ -210,3 +212,53 @@ pipelines:
         found = await read_hub(connection, "mirror", 10)
         ids = sorted(str(text(e.message_id)) for events in found.values() for e in events)
         assert ids == sorted([f"east-{i}" for i in range(5)] + [f"west-{i}" for i in range(5)])
+
+
+async def test_a_topic_and_an_event_hub_mirror_each_other_without_a_loop(
+    broker_factory: Any, tmp_path: Path
+) -> None:
+    """Active/active across services: a Service Bus topic in one namespace and an event hub
+    in another, each merged into the other; every message crosses once (the loop guard reads
+    ``repl-path`` whichever service wrote it)."""
+    topics = {"mirror": {"Subscriptions": {"replicate": {}, "check": {}}}}
+    east = broker_factory(make_config({}, topics=topics))
+    west = broker_factory(eventhub_config(hubs("mirror-hub", groups=("replicate",))))
+    settings = {"East": east.connection_string, "West": west.connection_string}
+    app = pipeline_app("""\
+pipelines:
+  - name: east-to-west
+    source: {connection: East, topic: mirror, subscription: replicate}
+    target: {connection: West, eventhub: mirror-hub}
+    loop_guard: true
+  - name: west-to-east
+    source: {connection: West, eventhub: mirror-hub, consumer_group: replicate}
+    target: {connection: East, topic: mirror}
+    loop_guard: true
+""", settings)  # fmt: skip
+    async with (
+        ServiceBusClient.from_connection_string(east.connection_string) as client,
+        client.get_topic_sender("mirror") as sender,
+    ):
+        await sender.send_messages([ServiceBusMessage(f"east {i}", message_id=f"east-{i}")
+                                    for i in range(5)])  # fmt: skip
+    events = []
+    for i in range(5):
+        event = EventData(f"west {i}")
+        event.message_id = f"west-{i}"
+        events.append((f"k{i}", None, event))
+    await send_events(west.connection_string, "mirror-hub", events)
+
+    def crossed(runners: list[Any]) -> bool:  # each side read its 5 and the other's 5 copies
+        topic = [r for r in runners if isinstance(r, TriggerRunner)]
+        return settled(10)(topic) and events_done(10)(runners)
+
+    await run_host(app, settings, tmp_path, crossed)
+    found = await read_hub(west.connection_string, "mirror-hub", 10)
+    in_hub = sorted(str(text(e.message_id)) for evs in found.values() for e in evs)
+    async with (
+        ServiceBusClient.from_connection_string(east.connection_string) as client,
+        client.get_subscription_receiver("mirror", "check", max_wait_time=3) as receiver,
+    ):
+        in_topic = sorted(str(m.message_id) for m in await receiver.receive_messages(20, 3))
+    both = sorted([f"east-{i}" for i in range(5)] + [f"west-{i}" for i in range(5)])
+    assert in_hub == both and in_topic == both
