@@ -269,13 +269,19 @@ class EventHubTriggerRunner:
                 self._idle.set()
 
     async def _invoke(self, partition_id: str, events: list[Any]) -> bool:
-        """Runs the function until it returns (retry policy), True to checkpoint."""
+        """Runs the function on the batch (``cardinality=one``: on each event in turn) until
+        it returns (retry policy); True to checkpoint."""
         trigger = self.trigger
-        argument: Any = to_event_hub_events(
-            events, partition_id, trigger.consumer_group, trigger.eventhub
-        )
-        if not trigger.many:
-            argument = argument[0]  # cardinality one: the host sends them one at a time
+        built = to_event_hub_events(events, partition_id, trigger.consumer_group, trigger.eventhub)
+        calls: list[Any] = [built] if trigger.many else list(built)
+        for argument in calls:
+            count = len(argument) if trigger.many else 1
+            if not await self._call(partition_id, argument, count):
+                return False
+        return True
+
+    async def _call(self, partition_id: str, argument: Any, count: int) -> bool:
+        trigger = self.trigger
         backoff = Backoff.of(trigger.retry) if trigger.retry is not None else None
         attempt = 0
         while True:
@@ -288,7 +294,7 @@ class EventHubTriggerRunner:
                 if backoff is None or backoff.gives_up_after(attempt):
                     log.error("%s: partition %s: the function failed on %d event(s) and has "
                               "no retries left: checkpointed past them (%r)", trigger.name,
-                              partition_id, len(events), exc)  # fmt: skip
+                              partition_id, count, exc)  # fmt: skip
                     return True
                 pause = backoff.wait(attempt)
                 log.warning("%s: partition %s: the function failed (%r); the batch runs again "
@@ -303,5 +309,5 @@ class EventHubTriggerRunner:
                 if self._stopping or (self._stopped is not None and self._stopped.done()):
                     return False  # not checkpointed: read again after a restart
                 continue
-            self.stats.events += len(events)
+            self.stats.events += count
             return True

@@ -210,3 +210,36 @@ async def test_a_stop_ends_a_retry_wait_without_a_checkpoint(
     assert calls == [["e0"]] and runner.stats.checkpoints == 0
     assert list(await store.list_checkpoints(f"localhost:{broker.port}", "eh1", "$Default")) == []
     store.close()
+
+
+async def test_cardinality_one_gets_each_event_in_turn(broker_factory: Any, tmp_path: Path) -> None:
+    broker = broker_factory(eventhub_config({"eh1": {"PartitionCount": "1"}}))
+    await send_events(broker.connection_string, "eh1", [
+        (None, "0", EventData(f"e{i}")) for i in range(3)
+    ])  # fmt: skip
+    app = func.FunctionApp()
+    seen: list[str] = []
+
+    def one(event: func.EventHubEvent) -> None:
+        seen.append(event.get_body().decode())
+
+    trigger = app.event_hub_message_trigger(
+        arg_name="event", connection="EventHubs", event_hub_name="eh1"
+    )
+    app.function_name("one")(trigger(one))
+    (found,) = event_hub_triggers(app, {"EventHubs": broker.connection_string})
+    assert not found.many
+    store = SqliteCheckpointStore.in_directory(tmp_path)
+    worker, stop = Worker(), asyncio.Event()
+    runner = EventHubTriggerRunner(found, broker.connection_string, store, worker)
+    job = asyncio.create_task(runner.run(stop))
+    try:
+        async with asyncio.timeout(30):
+            while runner.stats.checkpoints < 1 or runner.stats.events < 3:
+                await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        await job
+        worker.stop()
+        store.close()
+    assert seen == ["e0", "e1", "e2"]
