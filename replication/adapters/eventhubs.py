@@ -188,7 +188,7 @@ def to_event_hub_events(
         })  # fmt: skip
         systems.append(system)
         properties.append({k: _json_value(v) for k, v in message.application_properties.items()})
-    context = {"ConsumerGroup": consumer_group, "EventHubPath": hub, "PartitionId": partition_id}
+    context = {"ConsumerGroup": consumer_group, "EventHubName": hub, "PartitionId": partition_id}
     metadata = {
         "SystemPropertiesArray": Datum(json.dumps(systems), "json"),
         "PropertiesArray": Datum(json.dumps(properties), "json"),
