@@ -4,12 +4,20 @@ infra/main.bicep makes of them (evaluated with bicep_eval.py, as in test_templat
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from replication.broker.auth import EMULATOR_KEY, EMULATOR_RULE_NAME
+from replication.broker.eventhubs.partitioning import partition_for_key
 from replication.deploy import DeployConfigError, bicep_parameters, required_app_settings
+from replication.messages import Message
+from replication.tasks.targets import SenderPool, Target
+from tests.broker.conftest import BrokerHandle, broker_factory  # noqa: F401 (the fixture)
+from tests.broker.eventhubs_support import HUB, eventhub_config, receive
 
 from .bicep_eval import Instance, Unknown
 from .support import app_settings, deployment, only
@@ -234,3 +242,40 @@ def test_no_event_hubs_namespace_without_event_hubs() -> None:
     assert main.module("primaryEventHubReceivers") == []
     assert main.output("eventHubsNamespaceNames") == []
     assert not any(s["source"].startswith("eventHub") for s in settings_of(main).values())
+
+
+# ---------------------------------------------------------------------- the rule's string
+
+
+@pytest.mark.parametrize("backend", ["amqp", "sdk"])
+def test_the_replicator_sends_with_a_hub_rules_send_only_connection_string(
+    broker_factory: Callable[..., BrokerHandle],  # noqa: F811
+    backend: str,
+) -> None:
+    """What the app setting of a target that reaches one event hub holds: a Send-only rule's
+    connection string with EntityPath. The embedded broker has namespace rules only, so the
+    rule is one there; the string, its rights and the client code are Azure's shape."""
+    config = eventhub_config()
+    config["UserConfig"]["Namespaces"][0]["AuthorizationRules"] = [
+        {"Name": EMULATOR_RULE_NAME, "Key": EMULATOR_KEY, "Rights": ["Manage"]},  # the reader
+        {"Name": "repl-SecondaryEventHubs", "Key": "send-key", "Rights": ["Send"]},
+    ]
+    handle = broker_factory(config)
+    setting = handle.connection_string_for("repl-SecondaryEventHubs", "send-key")
+    setting += f"EntityPath={HUB}"
+
+    async def replicate() -> None:
+        pool = SenderPool({None: Target(setting, HUB, event_hub=True)}, backend=backend)  # type: ignore[arg-type]
+        try:
+            async with pool(None) as sender:
+                await sender.send_messages([
+                    Message(f"step {i}".encode(), session_id="customer-1") for i in range(3)
+                ])  # fmt: skip
+        finally:
+            await pool.close()
+
+    asyncio.run(replicate())
+    partition = str(partition_for_key("customer-1", 2))
+    events = receive(handle.port, 3, partition_id=partition, starting_position="-1")
+    assert [e.body_as_str() for e in events] == ["step 0", "step 1", "step 2"]
+    assert {e.partition_key for e in events} == {b"customer-1"}  # the SDK gives bytes
