@@ -37,7 +37,7 @@ def json_locations(text: str) -> JsonLocations:
     """Offsets of every value in ``text`` (which must be valid JSON)."""
     result = JsonLocations(text)
     decoder = json.JSONDecoder()
-    scanstring: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
+    scanstring: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]  # not in typeshed
 
     def skip(i: int) -> int:
         match = _WHITESPACE.match(text, i)

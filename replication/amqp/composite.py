@@ -57,7 +57,7 @@ def composite(code: int, name: str, *, trim: bool = True) -> Callable[[type[T]],
     """
 
     def decorate(cls: type[T]) -> type[T]:
-        fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+        fields = dataclasses.fields(cls)  # type: ignore[arg-type]  # T is a dataclass
         label = name.split(":")[1] if ":" in name else name
         namespace: dict[str, Any] = {
             "EncodeError": EncodeError,
@@ -147,10 +147,10 @@ def composite(code: int, name: str, *, trim: bool = True) -> Callable[[type[T]],
         dec.append(f"    return cls({', '.join(dec_args)})")
         exec("\n".join(enc), namespace)
         exec("\n".join(dec), namespace)
-        cls._amqp_encode = staticmethod(namespace["_amqp_encode"])  # type: ignore[attr-defined]
-        cls._from_value = staticmethod(namespace["_from_value"])  # type: ignore[attr-defined]
-        cls.DESCRIPTOR = code  # type: ignore[attr-defined]
-        cls.DESCRIPTOR_NAME = name  # type: ignore[attr-defined]
+        cls._amqp_encode = staticmethod(namespace["_amqp_encode"])  # type: ignore[attr-defined]  # added here
+        cls._from_value = staticmethod(namespace["_from_value"])  # type: ignore[attr-defined]  # added here
+        cls.DESCRIPTOR = code  # type: ignore[attr-defined]  # added here
+        cls.DESCRIPTOR_NAME = name  # type: ignore[attr-defined]  # added here
         codec.register_composite(code, name, namespace["_from_value"], cls)
         return cls
 
@@ -221,12 +221,12 @@ def described_wrapper(
         def _from_value(value: Any) -> Any:
             if check is not None and not check(value):
                 raise DecodeError(f"{name} holds the wrong type: {type(value).__name__}")
-            return cls(value)  # type: ignore[call-arg]
+            return cls(value)  # type: ignore[call-arg]  # a wrapper's one field
 
-        cls._amqp_encode = staticmethod(_amqp_encode)  # type: ignore[attr-defined]
-        cls._from_value = staticmethod(_from_value)  # type: ignore[attr-defined]
-        cls.DESCRIPTOR = code  # type: ignore[attr-defined]
-        cls.DESCRIPTOR_NAME = name  # type: ignore[attr-defined]
+        cls._amqp_encode = staticmethod(_amqp_encode)  # type: ignore[attr-defined]  # added here
+        cls._from_value = staticmethod(_from_value)  # type: ignore[attr-defined]  # added here
+        cls.DESCRIPTOR = code  # type: ignore[attr-defined]  # added here
+        cls.DESCRIPTOR_NAME = name  # type: ignore[attr-defined]  # added here
         codec.register_composite(code, name, _from_value, cls)
         return cls
 

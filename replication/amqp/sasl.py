@@ -68,7 +68,7 @@ class SaslClient:
             )
         response: bytes | None = None
         if self.mechanism == PLAIN:
-            response = b"\0" + self.username.encode() + b"\0" + self.password.encode()  # type: ignore[union-attr]
+            response = b"\0" + self.username.encode() + b"\0" + self.password.encode()  # type: ignore[union-attr]  # __init__ checked
         elif self.mechanism == ANONYMOUS:
             response = b""
         return SaslInit(mechanism=self.mechanism, initial_response=response, hostname=self.hostname)

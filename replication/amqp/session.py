@@ -491,7 +491,7 @@ class Session:
         if delivery.remote_settled:
             delivery.settled = True
         else:
-            self._incoming_unsettled[delivery.delivery_id] = delivery  # type: ignore[index]
+            self._incoming_unsettled[delivery.delivery_id] = delivery  # type: ignore[index]  # set on transfer
         self.connection._emit(ev.DeliveryReceived(link, delivery))
 
     def _replenish_incoming_window(self) -> None:
@@ -518,7 +518,7 @@ class Session:
             delivery.remote_state = disposition.state
             if disposition.settled:
                 delivery.remote_settled = True
-                ours.pop(delivery.delivery_id, None)  # type: ignore[arg-type]
+                ours.pop(delivery.delivery_id, None)  # type: ignore[arg-type]  # set on transfer
             self.connection._emit(ev.DeliveryUpdated(delivery.link, delivery))
 
     def __repr__(self) -> str:

@@ -781,7 +781,7 @@ def _context(loc: Loc, data: object) -> str:
     previous: str | int | None = None
     for part in loc:
         try:
-            node = node[part]  # type: ignore[index]
+            node = node[part]  # type: ignore[index]  # any JSON: errors caught
         except (KeyError, IndexError, TypeError):
             break
         if isinstance(part, int) and isinstance(previous, str) and previous in _KINDS:

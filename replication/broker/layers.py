@@ -21,7 +21,7 @@ class Layer(asyncio.Protocol):
         self.inner: asyncio.Protocol | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # a stream's: a Transport
 
     def hand_over(self, inner: asyncio.Protocol, transport: asyncio.BaseTransport,
                   data: bytes = b"") -> None:  # fmt: skip

@@ -36,7 +36,7 @@ class TlsLayer(Layer):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        self.upper = TlsTransport(self, self.transport)  # type: ignore[arg-type]
+        self.upper = TlsTransport(self, self.transport)  # type: ignore[arg-type]  # set just now
         loop = asyncio.get_running_loop()
         self._timer = loop.call_later(self._timeout, self._handshake_timed_out)
 

@@ -72,7 +72,7 @@ class WebSocketLayer(Layer):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        self.upper = WebSocketTransport(self, self.transport)  # type: ignore[arg-type]
+        self.upper = WebSocketTransport(self, self.transport)  # type: ignore[arg-type]  # set just now
         self.hand_over(self._inner, self.upper)
 
     def data_received(self, data: bytes) -> None:

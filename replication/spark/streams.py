@@ -51,7 +51,7 @@ class RunStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow, Gener
         return {"options": self.options, "run": self.run}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["options"])  # type: ignore[misc]
+        self.__init__(state["options"])  # type: ignore[misc]  # unpickling: re-initialise
         self.run = state["run"]
 
     def initialOffset(self) -> dict[str, Any]:
