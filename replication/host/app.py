@@ -204,8 +204,15 @@ class Host:
         for broker in self.brokers:
             for runner in self.runners:
                 pipeline, entity = _runs(runner)
+                if broker.port != _port(runner.connection_string):
+                    continue
+                if isinstance(runner, EventHubTriggerRunner):
+                    hub = broker.event_hubs.hubs.get(entity.lower())
+                    if hub is not None:
+                        metrics.BACKLOG.labels(pipeline).set(runner.backlog(hub.partitions))
+                    continue
                 queue = broker.queues.get(entity.lower())
-                if queue is not None and broker.port == _port(runner.connection_string):
+                if queue is not None:
                     metrics.BACKLOG.labels(pipeline).set(len(queue.ready) + len(queue.locks))
 
     def _install_signals(self) -> None:

@@ -36,6 +36,7 @@ import azure.functions as func
 import isodate
 
 from ..adapters.eventhubs import to_event_hub_events
+from ..servicebus.connection_string import ConnectionString
 from .discovery import _annotations, functions_of
 from .settings import resolve
 from .worker import Worker
@@ -208,6 +209,20 @@ class EventHubTriggerRunner:
     """Done once ``run``'s ``stop`` is set (a retry's wait ends with it)."""
     _batches: dict[str, int] = field(default_factory=dict)
     """Batches run per partition (``batchCheckpointFrequency``)."""
+    read_up_to: dict[str, int] = field(default_factory=dict)
+    """Per partition, the sequence number of the last event run through (or checkpointed
+    before this run): what ``backlog`` counts from."""
+
+    def backlog(self, partitions: list[Any]) -> int:
+        """Events not run through yet, given the hub's partition logs (the embedded
+        broker's ``PartitionLog``s, each with its ``state``), for the host's metrics."""
+        total = 0
+        for index, partition in enumerate(partitions):
+            state = partition.state
+            done = max(self.read_up_to.get(str(index), -1), state.begin_sequence_number - 1)
+            total += max(0, state.last_sequence_number - done)
+        return total
+
     _idle: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -221,6 +236,13 @@ class EventHubTriggerRunner:
             partition_ownership_expiration_interval=OWNERSHIP_EXPIRATION,
         )  # fmt: skip
         self._idle.set()
+        namespace = ConnectionString.parse(self.connection_string).netloc
+        for checkpoint in await self.store.list_checkpoints(
+            namespace, trigger.eventhub, trigger.consumer_group
+        ):
+            sequence = checkpoint.get("sequence_number")
+            if sequence is not None:
+                self.read_up_to[str(checkpoint["partition_id"])] = int(sequence)
         receiving = asyncio.create_task(client.receive_batch(
             self._on_batch, max_batch_size=self.options.max_event_batch_size,
             prefetch=self.options.prefetch_count, starting_position="-1",
@@ -257,6 +279,8 @@ class EventHubTriggerRunner:
         self._idle.clear()
         try:
             if await self._invoke(context.partition_id, events):
+                if events[-1].sequence_number is not None:
+                    self.read_up_to[context.partition_id] = events[-1].sequence_number
                 done = self._batches[context.partition_id] = (
                     self._batches.get(context.partition_id, 0) + 1
                 )

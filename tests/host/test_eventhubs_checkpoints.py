@@ -243,3 +243,42 @@ async def test_cardinality_one_gets_each_event_in_turn(broker_factory: Any, tmp_
         worker.stop()
         store.close()
     assert seen == ["e0", "e1", "e2"]
+
+
+async def test_the_backlog_counts_what_was_not_run_through(
+    broker_factory: Any, tmp_path: Path
+) -> None:
+    """The host's backlog metric for an event hub source: events after each partition's
+    last one run through; a restarted runner starts counting at the checkpoints."""
+    broker = broker_factory(eventhub_config({"eh1": {"PartitionCount": "2"}}))
+    await send_events(broker.connection_string, "eh1", [
+        (None, str(i % 2), EventData(f"e{i}")) for i in range(5)
+    ])  # fmt: skip
+    app, _ = failing_app(0, retry=False)
+    (trigger,) = event_hub_triggers(app, {"EventHubs": broker.connection_string})
+    partitions = broker.call(lambda: broker.broker.event_hubs.hubs["eh1"].partitions)
+    store = SqliteCheckpointStore.in_directory(tmp_path)
+
+    async def run(until: Any) -> EventHubTriggerRunner:
+        worker, stop = Worker(), asyncio.Event()
+        runner = EventHubTriggerRunner(trigger, broker.connection_string, store, worker)
+        job = asyncio.create_task(runner.run(stop))
+        try:
+            async with asyncio.timeout(30):
+                while not until(runner):
+                    await asyncio.sleep(0.05)
+        finally:
+            stop.set()
+            await job
+            worker.stop()
+        return runner
+
+    idle = Worker()
+    fresh = EventHubTriggerRunner(trigger, broker.connection_string, store, idle)
+    idle.stop()
+    assert broker.call(lambda: fresh.backlog(partitions)) == 5
+    first = await run(lambda r: r.stats.checkpoints >= 2)
+    assert broker.call(lambda: first.backlog(partitions)) == 0
+    again = await run(lambda r: len(r.read_up_to) == 2)  # seeded from the checkpoints
+    assert broker.call(lambda: again.backlog(partitions)) == 0
+    store.close()
