@@ -71,9 +71,9 @@ def _validate(args: argparse.Namespace, rest: list[str]) -> int:
     for pipeline in loaded.pipelines:
         functions = ", ".join(pipeline.function_names())
         print(f"{pipeline.describe()} [function {functions}]")
-    from .host.checks import settlement_warnings, transactional_warnings
+    from .host.checks import event_hub_warnings, settlement_warnings, transactional_warnings
 
-    warnings = transactional_warnings(loaded)
+    warnings = transactional_warnings(loaded) + event_hub_warnings(loaded)
     warnings += settlement_warnings(loaded, path.resolve().parent, settings or {})
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)

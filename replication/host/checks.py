@@ -9,6 +9,9 @@ the extension package in requirements.txt. A function that settles per batch
 every healthy message in it is redelivered with the bad one until MaxDeliveryCount
 dead-letters them all. These checks say so before it is deployed.
 
+A pipeline reading an event hub has no dead-letter queue to send to: what its steps would
+dead-letter goes to its ``error_target``, else it is only logged; ``validate`` says so.
+
 A ``transactional`` pipeline is no function at all: the local host runs it with the task
 pump, and Azure Functions cannot run it (``register_pipelines`` and ``package`` refuse it).
 ``validate`` warns (the same file may be meant for the local host only).
@@ -35,7 +38,10 @@ def settlement_warnings(
     pipelines: PipelineFile, folder: Path, settings: dict[str, str]
 ) -> list[str]:
     """Warnings for the app in ``folder`` (function_app.py, requirements.txt), if any."""
-    risky = {p.name: why for p in pipelines.pipelines if (why := _can_dead_letter(p))}
+    risky = {
+        p.name: why for p in pipelines.pipelines
+        if not all(s.is_event_hub for s in p.sources) and (why := _can_dead_letter(p))
+    }  # fmt: skip
     if not risky:
         return []
     warnings = []
@@ -67,6 +73,19 @@ def transactional_warnings(pipelines: PipelineFile) -> list[str]:
         "and python -m replication package refuse it"
         for p in pipelines.pipelines
         if p.transactional
+    ]
+
+
+def event_hub_warnings(pipelines: PipelineFile) -> list[str]:
+    """One warning per pipeline reading an event hub that can dead-letter without an
+    ``error_target``: an event hub has no dead-letter queue, so such an event is only logged."""
+    return [
+        f"pipeline {p.name!r} reads event hub(s) "
+        f"{', '.join(repr(s.eventhub) for s in p.sources if s.is_event_hub)} and can "
+        f"dead-letter ({why}) without an error_target: an event hub has no dead-letter queue, "
+        "so such events are logged and left behind; set error_target to keep them"
+        for p in pipelines.pipelines
+        if any(s.is_event_hub for s in p.sources) and (why := _can_dead_letter(p))
     ]
 
 

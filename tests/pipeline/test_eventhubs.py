@@ -201,3 +201,24 @@ tests:
     (failed,) = run_test_file(tmp_path / "pipelines_test.yaml").failed
     assert '-        "repl-offset": "8192",' in failed.diff
     assert '+        "repl-offset": "4096",' in failed.diff
+
+
+def test_validate_warns_when_an_event_hub_source_can_dead_letter(tmp_path: Path) -> None:
+    """An event hub has no dead-letter queue: without an error_target what a step would
+    dead-letter is only logged, and ``validate`` says so (no warning with one)."""
+    from replication.host.checks import event_hub_warnings
+
+    text = """\
+pipelines:
+  - name: hub-filter
+    source: {connection: EventHubs, eventhub: telemetry}
+    steps:
+      - validate: {json_schema: {type: object}}
+    target: {connection: PrimaryServiceBus, queue: q}
+"""
+    (warning,) = event_hub_warnings(parse_pipelines(text))
+    assert warning.startswith(
+        "pipeline 'hub-filter' reads event hub(s) 'telemetry' and can dead-letter (step validate)"
+    )
+    guarded = text + "    error_target: {connection: PrimaryServiceBus, queue: errors}\n"
+    assert event_hub_warnings(parse_pipelines(guarded)) == []
