@@ -98,7 +98,8 @@ def ensure_message_id(message: IncomingMessage) -> IncomingMessage:
         message.properties = Properties(message_id=message_id)
         message.properties_span = (0, len(section))
         return message
-    properties = dataclasses.replace(message.properties, message_id=message_id)
+    properties = message.properties  # this message's own (parsed for it): set in place
+    properties.message_id = message_id
     spliced = _with_message_id(message.bare, message.properties_span, message_id)
     if spliced is not None:
         bare, span = spliced
