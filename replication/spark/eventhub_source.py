@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyspark.sql.datasource import (
@@ -60,7 +61,7 @@ T = TypeVar("T")
 
 FIRST_EVENT_WAIT = 5.0
 """Seconds the driver waits for the first event at an enqueued time or offset position
-(it is there when the partition's last event came at or after it)."""
+(asked only when the partition's last event is at or after it, so it is there)."""
 
 
 class EventHubsDataSource(DataSource):
@@ -159,11 +160,22 @@ async def resolve(
     if props.empty:
         return props.end
     if position.kind == "enqueued":
-        filters = time_selector(position.value, inclusive=inclusive)  # type: ignore[arg-type]
+        assert isinstance(position.value, datetime)
+        moment, last = int(position.value.timestamp() * 1000), _ms(props.last_enqueued)
+        if last is None or last < moment or (last == moment and not inclusive):
+            return props.end  # nothing there yet: no need to wait for it
+        filters = time_selector(position.value, inclusive=inclusive)
     else:
+        offset, last = int(str(position.value)), int(props.last_offset)
+        if last < offset or (last == offset and not inclusive):
+            return props.end
         filters = offset_selector(str(position.value), inclusive)
     found = await client.first_at(props.id, filters, FIRST_EVENT_WAIT)
     return props.end if found is None else min(found, props.end)
+
+
+def _ms(moment: datetime | None) -> int | None:
+    return None if moment is None else int(moment.timestamp() * 1000)
 
 
 # ---------------------------------------------------------------------- executors

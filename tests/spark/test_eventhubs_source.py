@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from azure.eventhub import EventData
+from pyspark.errors import StreamingQueryException
 
 from replication.adapters.spark_rows import EVENT_FIELDS
 from tests.broker.conftest import BrokerHandle
@@ -170,3 +171,35 @@ def _partition(hub: BrokerHandle, partition: str) -> dict[str, Any]:
     )
     with client:
         return dict(client.get_partition_properties(partition))
+
+
+def test_a_micro_batch_that_failed_is_read_again_from_the_same_offsets(
+    spark: Any, hub: BrokerHandle, tmp_path: Path
+) -> None:
+    """The sink fails in the second micro-batch: the query stops, and the restarted one
+    reads that batch's range again (and only that: the first was committed)."""
+    send(hub, [f"f{i}" for i in range(6)], partition_id="1")
+    first = _partition(hub, "1")["last_enqueued_sequence_number"] - 5
+    start = {"1": {"seqNo": first}, "0": "latest", "2": "latest"}
+    options = source(hub, startingPositions=json.dumps(start), maxEventsPerTrigger=3)
+    seen: list[tuple[int, list[str]]] = []
+    failing = [True]
+
+    def sink(frame: Any, batch_id: int) -> None:
+        seen.append((batch_id, sorted(r.body.decode() for r in frame.collect())))
+        if batch_id == 1 and failing:
+            failing.pop()
+            raise RuntimeError("the sink failed")
+
+    def run() -> None:
+        stream = spark.readStream.format("eventhubs").options(**options).load()
+        query = (stream.writeStream.foreachBatch(sink)
+                 .option("checkpointLocation", str(tmp_path / "checkpoint"))
+                 .trigger(availableNow=True).start())  # fmt: skip
+        query.awaitTermination(120)
+
+    with pytest.raises(StreamingQueryException, match="the sink failed"):
+        run()
+    run()
+    again = ["f3", "f4", "f5"]
+    assert seen == [(0, ["f0", "f1", "f2"]), (1, again), (1, again)]
