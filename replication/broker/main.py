@@ -11,7 +11,7 @@ import socket
 import ssl
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .admin.api import AdminApi
 from .auth import Authorizer
@@ -22,6 +22,9 @@ from .rules import RuleSpec
 from .server import Broker
 from .tls import local_ca
 from .topic import TopicSettings
+
+if TYPE_CHECKING:
+    from ..dashboard import Dashboard
 
 log = logging.getLogger("replication.broker")
 
@@ -261,7 +264,7 @@ async def _serve(broker: Broker, ui: bool = False) -> None:
         await broker.stop()
 
 
-def serve_dashboard(broker: Broker) -> Any:
+def serve_dashboard(broker: Broker) -> Dashboard:
     """The dashboard on the broker's HTTP side (its paths answered before the management
     API's); off loopback every call needs a SAS token of the namespace."""
     from ..dashboard import Dashboard, Namespace

@@ -43,7 +43,7 @@ class TopicSpec:
     subscriptions: dict[str, tuple[QueueSettings, list[RuleSpec]]] = field(default_factory=dict)
 
 
-def entity_path(address: Any) -> str:
+def entity_path(address: str | None) -> str:
     """``amqps://host:port/a/b`` or ``a/b`` -> ``a/b`` (entities match by path, never by host)."""
     text = str(address or "")
     if "://" in text:
@@ -54,10 +54,10 @@ def entity_path(address: Any) -> str:
 _STOPS = {"Send": ("Disabled", "SendDisabled"), "Listen": ("Disabled", "ReceiveDisabled")}
 
 
-def disabled(entity: Any, right: str) -> str | None:
+def disabled(entity: Entity, right: str) -> str | None:
     """Why the entity's ``Status`` refuses sends (``right`` Send) or receives (Listen), if
     it does (the SDKs raise ``MessagingEntityDisabledError`` for ``entity-disabled``)."""
-    status = getattr(entity.settings, "status", "Active")
+    status = entity.settings.status
     if status not in _STOPS[right]:
         return None
     what = "sending to" if right == "Send" else "receiving from"
@@ -138,7 +138,7 @@ class Registry:
         """Entities by their store id (what the store's due and expired rows name)."""
         self._configured_rules: dict[str, str] = {}
 
-    def resolve(self, address: Any) -> Entity | None:
+    def resolve(self, address: str | None) -> Entity | None:
         """The entity a link address (or a path) names."""
         return self.entities.get(entity_path(address).lower())
 

@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..broker.auth import MANAGE
 from ..messages import Message, PropertyValue
@@ -33,6 +33,12 @@ from ..servicebus.sender import AmqpSender
 from ..tasks.stamping import hops
 from ..tasks.task import PATH
 from .entities import Entities
+
+if TYPE_CHECKING:
+    from ..broker.auth import Authorizer
+    from ..broker.clock import Clock
+    from ..broker.server import Broker
+    from .entities import HttpApp
 
 DEAD_LETTER_QUEUE = "$DeadLetterQueue"
 DEAD_LETTER_PROPERTIES = ("DeadLetterReason", "DeadLetterErrorDescription")
@@ -175,18 +181,18 @@ class Namespace:
     name: str
     connection_string: str
     host: str
-    app: Any
+    app: HttpApp
     """The broker's management API (``broker.http_app`` as it was before the dashboard)."""
     key_name: str
     key: str
-    authorizer: Any = None
+    authorizer: Authorizer
     """The broker's ``Authorizer``: checks tokens of callers from off this machine."""
-    clock: Any = None
+    clock: Clock | None = None
     _source: AmqpSource | None = field(default=None, repr=False)
     _management: tuple[AmqpConnection, Management] | None = field(default=None, repr=False)
 
     @classmethod
-    def of_broker(cls, broker: Any, name: str | None = None) -> Namespace:
+    def of_broker(cls, broker: Broker, name: str | None = None) -> Namespace:
         """The namespace an embedded broker serves (signed with its first Manage rule)."""
         rule = next((r for r in broker.authorizer.rules if MANAGE in r.rights), None)
         if rule is None:

@@ -13,10 +13,15 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import metrics
 from ..failover.runtime import endpoint_host
+
+if TYPE_CHECKING:
+    from ..failover.runtime import Failover
+    from ..host.app import Host
+    from ..pipeline import Endpoint, Pipeline
 
 HISTORY = 600.0
 """Seconds of samples kept (the page's chart shows the last ten minutes)."""
@@ -36,7 +41,7 @@ class PipelineBoard:
     """Samples the host's pipeline metrics and describes its pipelines (``host``: a running
     ``host.app.Host``)."""
 
-    host: Any
+    host: Host
     interval: float = 2.0
     clock: Callable[[], float] = time.time
     samples: dict[str, deque[tuple[float, ...]]] = field(default_factory=dict)
@@ -57,14 +62,17 @@ class PipelineBoard:
                 failover.on_switch(self._switched(failover))
             self._watched[id(failover)] = failover.host
 
-    def _failovers(self) -> list[Any]:
+    def _failovers(self) -> list[Failover]:
         """Every failover endpoint the host runs: its sources' and its pipelines' targets'."""
-        found = [r.failover for r in self.host.runners if getattr(r, "failover", None)]
+        found: list[Failover] = []
         for runner in self.host.runners:
+            source = getattr(runner, "failover", None)  # a transactional pipeline's pump: none
+            if source is not None:
+                found.append(source)
             found += [t.failover for t in _runtime_targets(runner) if t.failover is not None]
         return found
 
-    def _switched(self, failover: Any) -> Callable[[str, str], None]:
+    def _switched(self, failover: Failover) -> Callable[[str, str], None]:
         def record(old: str, new: str) -> None:
             resolution = failover.resolution
             chain = tuple(resolution.chain) if resolution is not None else ()
@@ -83,7 +91,7 @@ class PipelineBoard:
         return {name: [list(row) for row in ring] for name, ring in self.samples.items()}
 
     def describe(self) -> list[dict[str, Any]]:
-        configured = {p.name: p for p in getattr(self.host, "pipeline_set", None) or ()}
+        configured = {p.name: p for p in self.host.pipeline_set}
         found = []
         for name in self.host.pipelines():
             counts = metrics.counts(name)
@@ -97,7 +105,7 @@ class PipelineBoard:
             })  # fmt: skip
         return found
 
-    def _targets(self, name: str, pipeline: Any) -> list[dict[str, Any]]:
+    def _targets(self, name: str, pipeline: Pipeline | None) -> list[dict[str, Any]]:
         """The pipeline file's targets; where the pipeline runs, each failover target with
         the namespace its sends go to now."""
         running = [t for r in self.host.runners if _pipeline(r) == name
@@ -123,7 +131,7 @@ class PipelineBoard:
             found.append(item)
         return found
 
-    def _failover(self, failover: Any) -> dict[str, Any]:
+    def _failover(self, failover: Failover) -> dict[str, Any]:
         resolution = failover.resolution
         switches = self.switches.get(failover.name)
         last = switches[-1] if switches else None
@@ -181,7 +189,7 @@ def _connection_name(runner: Any) -> str | None:
     return getattr(trigger, "connection", None) or getattr(runner, "connection", None)
 
 
-def _endpoints(pipeline: Any) -> list[tuple[str, Any]]:
+def _endpoints(pipeline: Pipeline | None) -> list[tuple[str, Endpoint]]:
     """(role, endpoint) of each target a pipeline sends to."""
     if pipeline is None:
         return []

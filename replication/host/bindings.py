@@ -27,7 +27,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import azurefunctions.extensions.bindings.servicebus  # noqa: F401  (registers its converters)
 from azurefunctions.extensions.base import Datum, get_binding_registry
@@ -35,6 +35,9 @@ from azurefunctions.extensions.base import Datum, get_binding_registry
 from ..amqp.message import Message as AmqpMessage
 from ..amqp.message import encode_message
 from ..servicebus.symbols import LOCK_TOKEN
+
+if TYPE_CHECKING:
+    from azurefunctions.extensions.bindings.servicebus import ServiceBusMessageActions
 
 SOURCE = "AzureServiceBusReceivedMessage"
 CONTENT_TYPE = "application/octet-stream"
@@ -91,7 +94,7 @@ def decode(contents: list[bytes], many: bool, annotation: Any) -> Any:
     return converter.decode(binding_datum(contents, many), trigger_metadata={}, pytype=annotation)
 
 
-def settlement_client(worker_arguments: list[str]) -> Any:
+def settlement_client(worker_arguments: list[str]) -> ServiceBusMessageActions:
     """The extension's ``ServiceBusMessageActions``, pointed at our settlement service."""
     with _command_line(worker_arguments):
         return get_binding_registry().get(CLIENT_BINDING).get_client()

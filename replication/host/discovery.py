@@ -9,11 +9,14 @@ import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import azure.functions as func
 
 from .settings import resolve
+
+if TYPE_CHECKING:
+    from azure.functions.decorators.function_app import Function
 
 
 @dataclass(slots=True, frozen=True)
@@ -62,10 +65,12 @@ def load_app(path: Path) -> func.FunctionApp:
     return apps[0]
 
 
-_FUNCTIONS: weakref.WeakKeyDictionary[func.FunctionApp, list[Any]] = weakref.WeakKeyDictionary()
+_FUNCTIONS: weakref.WeakKeyDictionary[func.FunctionApp, list[Function]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
-def functions_of(app: func.FunctionApp) -> list[Any]:
+def functions_of(app: func.FunctionApp) -> list[Function]:
     """The app's functions, built once: ``get_functions()`` refuses to run twice (it takes
     the names it saw before for duplicates), and each kind of trigger is found in them."""
     functions = _FUNCTIONS.get(app)

@@ -8,8 +8,12 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import metrics
+
+if TYPE_CHECKING:
+    from .app import Host
 
 
 def add_start_arguments(parser: argparse.ArgumentParser) -> None:
@@ -70,10 +74,7 @@ def run_start(args: argparse.Namespace) -> int:
         return 1
 
 
-async def _start(host: object, demo: bool) -> int:
-    from .app import Host
-
-    assert isinstance(host, Host)
+async def _start(host: Host, demo: bool) -> int:
     if not demo:
         return await host.run()
     from ..pipeline import load_pipelines
@@ -101,17 +102,17 @@ async def _start(host: object, demo: bool) -> int:
     return await run
 
 
-async def _report(host: object) -> None:
+async def _report(host: Host) -> None:
     """The demo's ending, while the brokers still run: the counts and what arrived."""
     _summary(host)
     await _show_arrivals(host)
 
 
-def _pipelines(host: object) -> list[str]:
-    return host.pipelines()  # type: ignore[attr-defined]
+def _pipelines(host: Host) -> list[str]:
+    return host.pipelines()
 
 
-def _summary(host: object) -> None:
+def _summary(host: Host) -> None:
     print("\npipeline                        received  forwarded  filtered  dead-lettered")
     for name in _pipelines(host):
         c = metrics.counts(name)
@@ -119,11 +120,11 @@ def _summary(host: object) -> None:
               f"{c['dead_lettered']:>14.0f}")  # fmt: skip
 
 
-async def _show_arrivals(host: object) -> None:
+async def _show_arrivals(host: Host) -> None:
     from .peek import peek
 
-    directory = host.config.directory  # type: ignore[attr-defined]
-    settings = host.settings  # type: ignore[attr-defined]
+    directory = host.config.directory
+    settings = host.settings
     print("\nwhat arrived on the secondary in this run (its state: .replication/demo):")
     for entity, session, count in (
         ("orders", "customer-0", 4),

@@ -97,9 +97,10 @@ class HostOptions:
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown receive backend {self.backend!r}: 'amqp' or 'sdk'")
 
-    def for_function(self, function: Any) -> HostOptions:
-        """These options with a pipeline's own batch size, concurrency and backend (set by
-        ``replication.functions`` on the functions it generates), when it has them."""
+    def for_function(self, function: object) -> HostOptions:
+        """These options with a pipeline's own batch size, concurrency and backend, when
+        ``function`` has them: a function ``replication.functions`` generated (they are set
+        on it), or a ``Pipeline`` the host pumps."""
         changes: dict[str, Any] = {}
         batch = getattr(function, "batch_size", None)
         if batch:
@@ -231,7 +232,7 @@ class TriggerRunner:
             token = lock_token(message) or sdk_source.lock_token(message)
             item = Held(message, receiver, loop)
             held.append((token, item))
-            self.settlement.hold(token, item)  # type: ignore[arg-type]
+            self.settlement.hold(token, item)  # type: ignore[arg-type]  # peek-locked: it has one
         try:
             ok = await self._call(receiver, batch, [t for t, _ in held])
         except asyncio.CancelledError:  # the host stopped waiting: no delivery spent

@@ -35,7 +35,7 @@ import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusReceivedMessage, ServiceBusSubQueue
 from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
@@ -57,6 +57,7 @@ from ..messages import Message
 from .client import AmqpReceiver, AuthenticationError, NoSessionAvailable, SourceError
 
 log = logging.getLogger("replication.servicebus.sdk_source")
+T = TypeVar("T")
 
 DEAD_LETTER_QUEUE = "/$DeadLetterQueue"
 MIN_WAIT = 0.01
@@ -135,19 +136,19 @@ def sdk_receiver(
     return receiver
 
 
-async def without_retries(receiver: ServiceBusReceiver, opening: Awaitable[Any]) -> Any:
+async def without_retries(receiver: ServiceBusReceiver, opening: Awaitable[T]) -> T:
     """Opens without the SDK's retries. For the next available session they turn "none now"
     into four tries with backoff (about 20 s with its defaults), during which nobody sees a
     stop; the caller asks again itself, at once, as ``AmqpSource`` does."""
     config = getattr(receiver, "_config", None)
     retries = getattr(config, "retry_total", None)
-    if retries is None:
+    if config is None or retries is None:
         return await opening
-    config.retry_total = 0  # type: ignore[union-attr]
+    config.retry_total = 0
     try:
         return await opening
     finally:
-        config.retry_total = retries  # type: ignore[union-attr]
+        config.retry_total = retries
 
 
 def split_path(path: str) -> tuple[str, str | None, bool]:
