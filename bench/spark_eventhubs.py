@@ -2,6 +2,7 @@
 (``spark.eventhub_client.EventHubClient.read``) against ``azure-eventhub``.
 
     python bench/spark_eventhubs.py [--events 20000] [--size 200] [--runs 3]
+                                    [--spark-events 80000]
 
 Starts the embedded broker as a subprocess (``bench/eventhubs.py``'s ``broker``), sends
 ``--events`` events of ``--size`` bytes to partition 0 of the event hub ``events``
@@ -13,10 +14,18 @@ Starts the embedded broker as a subprocess (``bench/eventhubs.py``'s ``broker``)
   500, prefetch 500) until all are in, each event made a ``Message`` with
   ``adapters.eventhubs.from_event_data`` (what a task needs).
 
+Then, with ``--spark-events N`` (0: skipped), the source itself: N events of 1 KiB over the
+4 partitions of ``events`` (a second broker, 4 partitions), read by
+``spark.readStream.format("eventhubs")`` in ``local[2]`` into Spark's ``noop`` sink with ``Trigger.AvailableNow`` and
+``maxEventsPerTrigger`` N/2 (two micro-batches); the rate after the first micro-batch
+(which pays for the Python workers' start) and each batch's seconds.
+
 Prints wall seconds, this process's CPU seconds and events/s per run. Measured 2026-11-25,
 defaults, 2 shared cores (load 2.7-2.9), two runs of three: ours 0.55-0.60 s, 0.34-0.43 CPU s
 (33,000-37,000 events/s; one first read 2.4 s while the broker warmed up), sdk 1.5-2.0 s,
-1.1-1.5 CPU s (10,000-13,000 events/s).
+1.1-1.5 CPU s (10,000-13,000 events/s). ``--spark-events 80000``, two runs: batches of 6.0
+and 3.5 s, 15.5 and 3.4 s (the first pays for the Python workers); 11,351 and 11,754
+events/s after the first.
 """
 
 from __future__ import annotations
@@ -84,11 +93,54 @@ def sdk(connection: str, events: int) -> int:
     return len(got)
 
 
+def spark_rate(events: int) -> str:
+    """The ``eventhubs`` source in ``local[2]`` (see the module)."""
+    import os
+    import tempfile
+
+    from azure.eventhub import EventData, EventHubProducerClient
+    from pyspark.sql import SparkSession
+
+    from replication.spark import register
+
+    with broker(4) as running, tempfile.TemporaryDirectory() as checkpoint:
+        connection = running.connection_string
+        with EventHubProducerClient.from_connection_string(connection, eventhub_name=HUB) as p:
+            for partition in range(4):
+                for _ in range(0, events // 4, 500):
+                    batch = p.create_batch(partition_id=str(partition))
+                    for _ in range(500):
+                        batch.add(EventData(b"x" * 1024))
+                    p.send_batch(batch)
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+                 .getOrCreate())  # fmt: skip
+        register(spark)
+        try:
+            options = {"connectionString": connection + f"EntityPath={HUB}",
+                       "maxEventsPerTrigger": str(events // 2)}  # fmt: skip
+            query = (spark.readStream.format("eventhubs").options(**options).load()
+                     .writeStream.format("noop").option("checkpointLocation", checkpoint)
+                     .trigger(availableNow=True).start())  # fmt: skip
+            query.awaitTermination()
+            batches = [p for p in query.recentProgress if p["numInputRows"]]
+        finally:
+            spark.stop()
+    seconds = [b["durationMs"]["triggerExecution"] / 1000 for b in batches]
+    rows = sum(b["numInputRows"] for b in batches)
+    later = sum(b["numInputRows"] for b in batches[1:]) / max(sum(seconds[1:]), 1e-9)
+    return (
+        f"spark local[2]: {rows} events in {len(batches)} micro-batches of "
+        f"{', '.join(f'{s:.1f}' for s in seconds)} s; {later:,.0f} events/s after the first"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument("--size", type=int, default=200)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--spark-events", type=int, default=0)
     args = parser.parse_args(argv)
     with broker(1) as running:
         connection = running.connection_string
@@ -101,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
                 wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
                 print(f"{name}: {count} events, {wall:.2f} s, {cpu:.2f} CPU s, "
                       f"{count / wall:,.0f} events/s")  # fmt: skip
+    if args.spark_events:
+        print(spark_rate(args.spark_events))
     return 0
 
 

@@ -28,6 +28,7 @@ range, only a callback consumer that runs until it is closed.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -44,6 +45,8 @@ from ..amqp.performatives import RCV_FIRST, SND_SETTLED
 from ..amqp.types import Described, symbol
 from ..messages import Message
 from ..servicebus.client import AmqpConnection, AmqpSource, SourceError, error_for, source_error
+
+log = logging.getLogger("replication.spark")
 
 MANAGEMENT_NODE = "$management"
 SELECTOR_FILTER = symbol("apache.org:selector-filter:string")
@@ -267,12 +270,14 @@ class EventHubClient:
                     if number >= end:
                         past_end = True
                         break
-                    if number > expected and fail_on_data_loss:
-                        raise DataLoss(
-                            f"{path}: events {expected} to {number - 1} are gone (the event "
-                            "hub's retention removed them before they were read); set option "
-                            "failOnDataLoss to false to go on without them"
-                        )
+                    if number > expected:
+                        gone = f"{path}: events {expected} to {number - 1} are gone (the event "
+                        gone += "hub's retention removed them before they were read)"
+                        if fail_on_data_loss:
+                            raise DataLoss(
+                                f"{gone}; set option failOnDataLoss to false to go on without them"
+                            )
+                        log.warning("%s; going on without them (failOnDataLoss false)", gone)
                     if number < expected:
                         continue  # read already (cannot happen with an exact selector)
                     message.partition_id = partition_id
