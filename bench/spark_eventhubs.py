@@ -16,9 +16,10 @@ Starts the embedded broker as a subprocess (``bench/eventhubs.py``'s ``broker``)
 
 Then, with ``--spark-events N`` (0: skipped), the source itself: N events of 1 KiB over the
 4 partitions of ``events`` (a second broker, 4 partitions), read by
-``spark.readStream.format("eventhubs")`` in ``local[2]`` into Spark's ``noop`` sink with ``Trigger.AvailableNow`` and
-``maxEventsPerTrigger`` N/2 (two micro-batches); the rate after the first micro-batch
-(which pays for the Python workers' start) and each batch's seconds.
+``spark.readStream.format("eventhubs")`` in ``local[2]`` into Spark's ``noop`` sink with
+``Trigger.AvailableNow`` and ``maxEventsPerTrigger`` N/2 (two micro-batches); the rate
+after the first micro-batch (which pays for the Python workers' start) and each batch's
+seconds.
 
 Prints wall seconds, this process's CPU seconds and events/s per run. Measured 2026-11-25,
 defaults, 2 shared cores (load 2.7-2.9), two runs of three: ours 0.55-0.60 s, 0.34-0.43 CPU s
