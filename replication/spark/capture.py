@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..adapters.capture import CAPTURE_SCHEMA, to_message
 from ..adapters.spark_rows import SCHEMA, to_row
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["CAPTURE_SCHEMA", "capture_files", "read_capture", "read_file"]
 
@@ -40,7 +43,7 @@ def read_file(path: str) -> Iterator[tuple[Any, ...]]:
             yield to_row(to_message(record))
 
 
-def read_capture(spark: Any, path: str | Path) -> Any:
+def read_capture(spark: SparkSession, path: str | Path) -> DataFrame:
     """A DataFrame (``spark_rows.SCHEMA``) of every record of the Capture files at ``path``."""
     files = capture_files(path)
     rdd = spark.sparkContext.parallelize(files, len(files)).flatMap(read_file)

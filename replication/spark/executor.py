@@ -37,7 +37,7 @@ import logging
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..messages import Message
 from ..servicebus.client import AmqpReceiver, AmqpSource, SourceError
@@ -48,6 +48,10 @@ from ..tasks.sender import AsyncSender
 from ..tasks.task import Decision, Settlement, process_batch
 from .assignment import Assignment
 from .worker import next_sessions, pool_for, source_for
+
+if TYPE_CHECKING:
+    from ..failover.runtime import Failover
+    from ..pipeline import BuiltPipeline
 
 log = logging.getLogger("replication.spark")
 
@@ -67,7 +71,7 @@ class PipelineJob:
     ref: PipelineRefTuple
     source: int = 0
 
-    def built(self) -> Any:
+    def built(self) -> BuiltPipeline:
         from .pipeline import built_pipeline
 
         return built_pipeline(*self.ref)
@@ -76,7 +80,7 @@ class PipelineJob:
         endpoint = self.built().sources[self.source]
         return str(json.loads(self.ref[2])[endpoint.connection])
 
-    def failover(self) -> Any:
+    def failover(self) -> Failover | None:
         """The source's ``Failover`` (None without a ``failover`` block); one per process."""
         failovers = self.built().source_failovers
         return failovers[self.source] if self.source < len(failovers) else None

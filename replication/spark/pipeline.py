@@ -25,16 +25,19 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..adapters.spark_rows import COLUMNS, SCHEMA, from_row, to_row
+
+if TYPE_CHECKING:
+    from ..pipeline import BuiltPipeline
 
 OUTPUT_SCHEMA = SCHEMA + ", target string"
 ERROR_TARGET = "error_target"
 
 
 @functools.lru_cache(maxsize=8)
-def built_pipeline(text: str, name: str, settings_json: str, base_dir: str | None) -> Any:
+def built_pipeline(text: str, name: str, settings_json: str, base_dir: str | None) -> BuiltPipeline:
     """The built pipeline for this process (cached: built once per executor)."""
     from pathlib import Path
 
@@ -55,7 +58,7 @@ class PipelineRef:
         self.settings_json = json.dumps(dict(settings), sort_keys=True)
         self.base_dir = base_dir
 
-    def build(self) -> Any:
+    def build(self) -> BuiltPipeline:
         return built_pipeline(self.text, self.name, self.settings_json, self.base_dir)
 
 

@@ -24,7 +24,15 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from ..broker.server import Broker
+    from ..pipeline import Pipeline
+    from .intake import LoopThread
 
 log = logging.getLogger("replication.spark")
 
@@ -121,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
             brokers.close()
 
 
-def session(master: str | None) -> Any:
+def session(master: str | None) -> SparkSession:
     """A SparkSession with the servicebus source registered. Workers run this interpreter
     (with this package and pyarrow) unless PYSPARK_PYTHON says otherwise."""
     from pyspark.sql import SparkSession
@@ -139,7 +147,9 @@ def session(master: str | None) -> Any:
 
 
 class SparkPipeline:
-    def __init__(self, spark: Any, pipeline: Any, path: Path, settings: dict[str, str]) -> None:
+    def __init__(
+        self, spark: SparkSession, pipeline: Pipeline, path: Path, settings: dict[str, str]
+    ) -> None:
         from .pipeline import PipelineRef
 
         self.spark = spark
@@ -176,7 +186,7 @@ class SparkPipeline:
             return "eventhubs-pipeline"
         return "servicebus-pipeline"
 
-    def planned(self, frame: Any, index: int = 0) -> Any:
+    def planned(self, frame: DataFrame, index: int = 0) -> DataFrame:
         from .pipeline import OUTPUT_SCHEMA, plan_function
 
         return frame.mapInArrow(plan_function(self.ref, index), OUTPUT_SCHEMA)
@@ -235,7 +245,7 @@ def _child(base: Path | str, name: str) -> str:
     return f"{str(base).rstrip('/')}/{name}"
 
 
-def _watch(queries: list[Any]) -> None:
+def _watch(queries: list[StreamingQuery]) -> None:
     """Waits until the queries all end; the first failure is raised."""
     while any(q.isActive for q in queries):
         time.sleep(0.5)
@@ -257,7 +267,7 @@ def _serve_metrics(port: int) -> None:
 
 
 class _Brokers:
-    def __init__(self, thread: Any, brokers: list[Any]) -> None:
+    def __init__(self, thread: LoopThread, brokers: list[Broker]) -> None:
         self.thread = thread
         self.brokers = brokers
 
@@ -267,7 +277,9 @@ class _Brokers:
         self.thread.close()
 
 
-def _embedded_brokers(directory: Path, pipeline: Any, settings: dict[str, str]) -> Any:
+def _embedded_brokers(
+    directory: Path, pipeline: Pipeline, settings: dict[str, str]
+) -> _Brokers | None:
     """Local emulator connections with nothing listening get an embedded broker (as
     ``start`` does), so the same config runs on Spark on one machine."""
     import socket
