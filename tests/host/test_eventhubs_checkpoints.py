@@ -282,3 +282,45 @@ async def test_the_backlog_counts_what_was_not_run_through(
     again = await run(lambda r: len(r.read_up_to) == 2)  # seeded from the checkpoints
     assert broker.call(lambda: again.backlog(partitions)) == 0
     store.close()
+
+
+async def test_two_hosts_on_one_store_share_the_partitions(
+    broker_factory: Any, tmp_path: Path
+) -> None:
+    """The SDK's load balancing over our store: two readers of one consumer group split the
+    four partitions between them (each owns some), and every event is run through once."""
+    broker = broker_factory(eventhub_config({"eh1": {"PartitionCount": "4"}}))
+    app, calls = failing_app(0, retry=False)
+    (trigger,) = event_hub_triggers(app, {"EventHubs": broker.connection_string})
+    stores = [SqliteCheckpointStore.in_directory(tmp_path) for _ in range(2)]  # one file
+    workers, stop = [Worker(), Worker()], asyncio.Event()
+    runners = [
+        EventHubTriggerRunner(trigger, broker.connection_string, store, worker)
+        for store, worker in zip(stores, workers, strict=True)
+    ]
+    jobs = [asyncio.create_task(r.run(stop)) for r in runners]
+    namespace = f"localhost:{broker.port}"
+    try:
+        async with asyncio.timeout(60):
+            while True:  # both own partitions (balanced: two each)
+                owners = [o["owner_id"] for o in await stores[0].list_ownership(
+                    namespace, "eh1", "$Default"
+                )]  # fmt: skip
+                if len(owners) == 4 and sorted(owners.count(o) for o in set(owners)) == [2, 2]:
+                    break
+                await asyncio.sleep(0.2)
+            await send_events(broker.connection_string, "eh1", [
+                (None, str(i % 4), EventData(f"e{i}")) for i in range(40)
+            ])  # fmt: skip
+            while sum(r.stats.events for r in runners) < 40:
+                await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        await asyncio.gather(*jobs)
+        for worker in workers:
+            worker.stop()
+        for store in stores:
+            store.close()
+    seen = [body for batch in calls for body in batch]
+    assert sorted(seen) == sorted(f"e{i}" for i in range(40))  # each once
+    assert all(r.stats.events > 0 for r in runners)
