@@ -12,12 +12,21 @@ batch duration and rate (messages per second).
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge, Histogram
 from pyspark.sql.streaming import StreamingQueryListener
 
 from .. import metrics
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, Row
+    from pyspark.sql.streaming.listener import (
+        QueryIdleEvent,
+        QueryProgressEvent,
+        QueryStartedEvent,
+        QueryTerminatedEvent,
+    )
 
 log = logging.getLogger("replication.spark")
 
@@ -59,7 +68,7 @@ SUMMED = (
 """The columns of ``executor.Counts`` summed per micro-batch."""
 
 
-def observe(counts: Any, query_name: str) -> Any:
+def observe(counts: DataFrame, query_name: str) -> DataFrame:
     """The tasks' rows of counts with their sums observed per micro-batch."""
     from pyspark.sql import functions as f
 
@@ -76,16 +85,16 @@ class PipelineProgress(StreamingQueryListener):
         self.pipeline = pipeline
         self.query_names = query_names
 
-    def onQueryStarted(self, event: Any) -> None:
+    def onQueryStarted(self, event: QueryStartedEvent) -> None:
         pass
 
-    def onQueryIdle(self, event: Any) -> None:
+    def onQueryIdle(self, event: QueryIdleEvent) -> None:
         pass
 
-    def onQueryTerminated(self, event: Any) -> None:
+    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
         pass
 
-    def onQueryProgress(self, event: Any) -> None:
+    def onQueryProgress(self, event: QueryProgressEvent) -> None:
         progress = event.progress
         if progress.name not in self.query_names:
             return
@@ -111,7 +120,7 @@ class PipelineProgress(StreamingQueryListener):
             ", ".join(f"{k} {v}" for k, v in counts.items() if v and k != "received"),
         )
 
-    def record(self, query: str, seconds: float, observed: Any) -> dict[str, int]:
+    def record(self, query: str, seconds: float, observed: Row | None) -> dict[str, int]:
         """Counts one micro-batch into the metrics; returns its observed sums."""
         name = self.pipeline
         counts = {key: int(observed[key] or 0) for key in SUMMED} if observed is not None else {}

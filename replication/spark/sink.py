@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
@@ -21,6 +21,9 @@ from ..adapters.spark_rows import from_row
 from ..messages import Message
 from .options import Options
 from .worker import pool_for, run_async
+
+if TYPE_CHECKING:
+    from pyspark.sql import Row
 
 # run_async lives in worker.py (one loop per Python worker, shared with the pipeline
 # runner's receivers); callers that knew it from here still find it.
@@ -60,7 +63,7 @@ async def send_messages(options: Options, messages: list[Message]) -> int:
     return len(messages)
 
 
-def _write(options: Options, rows: Iterator[Any]) -> SentCount:
+def _write(options: Options, rows: Iterator[Row]) -> SentCount:
     return SentCount(run_async(send_messages(options, [from_row(row) for row in rows])))
 
 
@@ -68,7 +71,7 @@ class BatchWriter(DataSourceWriter):
     def __init__(self, options: Options) -> None:
         self.options = options
 
-    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+    def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
         return _write(self.options, iterator)
 
 
@@ -76,7 +79,7 @@ class StreamWriter(DataSourceStreamWriter):
     def __init__(self, options: Options) -> None:
         self.options = options
 
-    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+    def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
         return _write(self.options, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
