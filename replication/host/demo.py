@@ -39,7 +39,7 @@ AUDIT_PER_SESSION = 5
 REGIONS = ("eu", "us", "apac")
 
 
-def expected_receipts(pipelines: Any) -> int:
+def expected_receipts(pipelines: PipelineFile) -> int:
     """Source messages the sample pipelines receive in the demo (mirror copies arrive twice:
     once sent, once as the other side's copy, which the loop guard then drops)."""
     audit = AUDIT_SESSIONS * AUDIT_PER_SESSION if _reads(pipelines, "order-audit") else 0
@@ -108,7 +108,7 @@ async def produce(pipelines: PipelineFile, settings: Mapping[str, str]) -> int:
     return expected
 
 
-def _reads(pipelines: Any, queue: str) -> bool:
+def _reads(pipelines: PipelineFile, queue: str) -> bool:
     """Whether a pipeline of the file reads ``queue`` (a sample file without it: not fed)."""
     return any(s.queue == queue for p in pipelines.pipelines for s in p.sources)
 
