@@ -56,7 +56,9 @@ from .options import Options
 from .streams import Planner, RunStreamReader
 
 if TYPE_CHECKING:
+    from ..messages import Message
     from .commits import CommitService
+    from .intake import Intake
 
 
 class ServiceBusDataSource(DataSource):
@@ -119,14 +121,14 @@ class DriverStreamReader(RunStreamReader[Options]):
 
     def __init__(self, options: Options) -> None:
         super().__init__(options)
-        self._intake: Any = None
+        self._intake: Intake | None = None
         self.index = 0
-        self.pending: list[tuple[int, Any]] = []
+        self.pending: list[tuple[int, Message]] = []
         """(index, message) received and not yet completed, in index order."""
         self.drained = False
 
     @property
-    def intake(self) -> Any:
+    def intake(self) -> Intake:
         if self._intake is None:
             from .intake import Intake
 
