@@ -23,10 +23,10 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_args
+from typing import get_args
 
 from pydantic import BaseModel, ValidationError
-from pydantic_core import PydanticCustomError
+from pydantic_core import ErrorDetails, PydanticCustomError
 
 from .jsonlocations import json_locations, line_column
 
@@ -281,7 +281,7 @@ _BOUNDS = {
 
 
 def reason_for(
-    error: Mapping[str, Any], loc: Loc, model: type[BaseModel] | None, dialect: Dialect = YAML
+    error: ErrorDetails, loc: Loc, model: type[BaseModel] | None, dialect: Dialect = YAML
 ) -> str:
     """A pydantic error in plain words (``loc`` relative to ``model``)."""
     kind = error["type"]
@@ -329,7 +329,7 @@ def validation_problems(
     """``(location, reason)`` per error of ``model`` validating ``data`` (found at ``prefix``
     in the file); a union's failed members become one reason, ``located_problems`` each their
     own."""
-    merged: dict[Loc, list[tuple[str, Mapping[str, Any]]]] = {}
+    merged: dict[Loc, list[tuple[str, ErrorDetails]]] = {}
     problems: list[tuple[Loc, str]] = []
     for error in exc.errors(include_url=False):
         loc = _clean_loc(tuple(error["loc"]), data)
