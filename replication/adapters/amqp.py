@@ -263,7 +263,7 @@ def encode(message: Message, *, event_hub: bool = False) -> bytes:
     header = {key: write(value) for name, key, write in _HEADER_SENT
               if (value := getattr(message, name)) is not None}  # fmt: skip
     if header:
-        Header._amqp_encode(out, Header(**header))  # type: ignore[attr-defined]
+        Header._amqp_encode(out, Header(**header))  # type: ignore[attr-defined]  # @composite's
     annotations = _annotations(message, event_hub)
     if annotations:
         out += b"\x00\x53\x72"
@@ -271,7 +271,7 @@ def encode(message: Message, *, event_hub: bool = False) -> bytes:
     properties = {key: getattr(message, name) for name, key in _PROPERTIES_SENT}
     if properties["message_id"] is None:
         properties["message_id"] = str(uuid.uuid4())
-    Properties._amqp_encode(out, Properties(**properties))  # type: ignore[attr-defined]
+    Properties._amqp_encode(out, Properties(**properties))  # type: ignore[attr-defined]  # @composite's
     if message.application_properties:
         out += b"\x00\x53\x74"
         _enc_string_keyed_map(out, {

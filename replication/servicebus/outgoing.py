@@ -27,7 +27,7 @@ def encode_batch(
         out += b"\x00\x53\x72"
         codec.encode_symbol_keyed_map(out, {PARTITION_KEY: first.partition_key})
     if first.message_id is not None or first.session_id is not None:
-        Properties._amqp_encode(out, Properties(  # type: ignore[attr-defined]
+        Properties._amqp_encode(out, Properties(  # type: ignore[attr-defined]  # @composite's
             message_id=first.message_id, group_id=first.session_id,
         ))  # fmt: skip
     for payload in encoded:

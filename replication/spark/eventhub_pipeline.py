@@ -96,7 +96,7 @@ class EventHubPipelineReader(EventHubsStreamReader):
         return {"options": self.options, "job": self.job}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["options"], state["job"])  # type: ignore[misc]
+        self.__init__(state["options"], state["job"])  # type: ignore[misc]  # unpickling: re-initialise
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         from .worker import run_async

@@ -246,7 +246,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return {"options": self.options}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["options"])  # type: ignore[misc]
+        self.__init__(state["options"])  # type: ignore[misc]  # unpickling: re-initialise
 
     @property
     def hub(self) -> str:
