@@ -262,6 +262,15 @@ class Host:
             log.info("dashboard on http://127.0.0.1:%d/", self.config.metrics_port)
         return server
 
+    def _connections_by_service(self) -> tuple[set[str], set[str]]:
+        """The connection settings the pipelines use for Service Bus, and for event hubs."""
+        service_bus: set[str] = set()
+        hubs: set[str] = set()
+        for pipeline in self.pipeline_set:
+            for endpoint in [*pipeline.sources, *pipeline.target_endpoints().values()]:
+                (hubs if endpoint.is_event_hub else service_bus).add(endpoint.connection)
+        return service_bus, hubs
+
     def _dashboard(self) -> Dashboard | None:
         """The dashboard over the embedded brokers' namespaces and the pipelines (None with
         ``ui`` off); its sampling starts now, on the host's loop."""
@@ -269,10 +278,15 @@ class Host:
             return None
         from ..dashboard import Dashboard, Namespace, PipelineBoard
 
+        service_bus, hubs = self._connections_by_service()
         namespaces = []
         for broker in self.brokers:
             names = [name for name, value in sorted(self.settings.items())
                      if _port(value) == broker.port]  # fmt: skip
+            # the page shows a namespace's Service Bus entities: it is named by the settings
+            # pipelines reach them with (a local broker may serve event hubs too)
+            names = ([n for n in names if n in service_bus]
+                     or [n for n in names if n not in hubs] or names)  # fmt: skip
             namespaces.append(Namespace.of_broker(broker, " / ".join(names) or None))
         dashboard = Dashboard(namespaces, PipelineBoard(self))
         dashboard.start()
