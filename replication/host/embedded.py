@@ -114,8 +114,8 @@ def plan_brokers(pipelines: Iterable[Pipeline], settings: Mapping[str, str]) -> 
         endpoints = [(e, e.sessions) for e in pipeline.sources]
         # a replica of a session entity is a session entity (its messages keep their ids)
         endpoints += [(e, sessions or e.sessions) for e in targets]
-        if pipeline.error_target:
-            endpoints.append((pipeline.error_target, False))
+        errors = [pipeline.error_target, *pipeline.step_error_targets.values()]
+        endpoints += [(e, False) for e in errors if e]
         for endpoint, needs_sessions in endpoints:
             connection = settings.get(endpoint.connection)
             for candidate in _namespaces(endpoint, connection, hosts):
