@@ -109,7 +109,28 @@ class _Checker:
             if pipeline is not None:
                 pipelines.append(pipeline)
         self.check_unique(raw)
+        self.check_event_hub_readers(pipelines)
         return pipelines
+
+    def check_event_hub_readers(self, pipelines: list[Pipeline]) -> None:
+        """Two pipelines reading one event hub through one consumer group would share its
+        partitions (each function owns some of them), so each would miss events."""
+        readers: list[tuple[Endpoint, str]] = []
+        for pipeline in pipelines:
+            for index, source in enumerate(pipeline.sources):
+                if not source.is_event_hub:
+                    continue
+                for other, name in readers:
+                    same = (other.entity.lower(), other.group.lower()) == (
+                        source.entity.lower(), source.group.lower())  # fmt: skip
+                    if same and self.same_namespace(other.connection, source.connection):
+                        self.add(pipeline.source_loc(index), (
+                            f"pipeline {name!r} reads event hub {source.entity!r} with consumer "
+                            f"group {source.group!r} too: they would share its partitions and "
+                            "each see only some events; give each its own consumer_group"
+                        ))  # fmt: skip
+                        break
+                readers.append((source, pipeline.name))
 
     def check_unique(self, raw: list[Any]) -> None:
         names: dict[str, tuple[int, str]] = {}

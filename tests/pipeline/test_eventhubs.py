@@ -222,3 +222,21 @@ pipelines:
     )
     guarded = text + "    error_target: {connection: PrimaryServiceBus, queue: errors}\n"
     assert event_hub_warnings(parse_pipelines(guarded)) == []
+
+
+def test_two_pipelines_cannot_read_one_event_hub_through_one_consumer_group() -> None:
+    text = """\
+pipelines:
+  - name: a
+    source: {connection: EventHubs, eventhub: orders}
+    target: {connection: PrimaryServiceBus, queue: orders}
+  - name: b
+    source: {connection: EventHubs, eventhub: Orders, consumer_group: %s}
+    target: {connection: SecondaryServiceBus, queue: orders}
+"""
+    load(text % "audit")  # its own consumer group: fine
+    assert problems(text % "$Default", settings=EH_SETTINGS) == [
+        "pipelines.yaml:6:5: pipelines[1].source: pipeline 'a' reads event hub 'Orders' with "
+        "consumer group '$Default' too: they would share its partitions and each see only some "
+        "events; give each its own consumer_group"
+    ]
