@@ -76,6 +76,7 @@ import azurefunctions.extensions.bindings.servicebus as servicebus
 from . import metrics
 from .adapters.eventhubs import from_event_hub_event
 from .adapters.sdk import from_received
+from .generated import GeneratedFunction, mark
 from .messages import Message
 from .tasks.breaker import Breakers
 from .tasks.error_target import ERROR_TARGET, divert_to_error_target
@@ -368,11 +369,7 @@ def _event_handler(
         await runtime[0].handle_events(events, source)
 
     handler.__name__ = handler.__qualname__ = name
-    handler.pipeline_name = pipeline.name  # type: ignore[attr-defined]  # the host's metrics
-    handler.source_index = source  # type: ignore[attr-defined]  # the host: source failover
-    handler.runtime = runtime  # type: ignore[attr-defined]  # the dashboard: its targets now
-    handler.batch_size = pipeline.batch_size  # type: ignore[attr-defined]  # the local host
-    handler.concurrency = pipeline.concurrency  # type: ignore[attr-defined]  # the local host
+    mark(handler, GeneratedFunction(pipeline, source, runtime))  # for the local host
     handler.__annotations__ = {
         "events": typing.List[func.EventHubEvent],  # noqa: UP006
         "return": None,
@@ -396,13 +393,8 @@ def _handler(
         await runtime[0].handle(messages, message_actions, source, sessions=sessions)
 
     handler.__name__ = handler.__qualname__ = name
-    handler.pipeline_name = pipeline.name  # type: ignore[attr-defined]  # the host's metrics
-    handler.source_index = source  # type: ignore[attr-defined]  # the host: source failover
-    handler.runtime = runtime  # type: ignore[attr-defined]  # the dashboard: its targets now
-    # per-pipeline trigger settings: host.json-wide in Azure, applied per function locally
-    handler.batch_size = pipeline.batch_size  # type: ignore[attr-defined]  # the local host
-    handler.concurrency = pipeline.concurrency  # type: ignore[attr-defined]  # the local host
-    handler.backend = pipeline.backend  # type: ignore[attr-defined]  # how the host receives
+    # per-pipeline trigger settings (host.json-wide in Azure) the local host applies per function
+    mark(handler, GeneratedFunction(pipeline, source, runtime))
     # the worker reads the annotations to pick the bindings: the SDK types, real types
     handler.__annotations__ = {
         "messages": typing.List[servicebus.ServiceBusReceivedMessage],  # noqa: UP006

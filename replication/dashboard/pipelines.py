@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import metrics
 from ..failover.runtime import endpoint_host
+from ..generated import generated, pipeline_name
 
 if TYPE_CHECKING:
     from ..failover.runtime import Failover
@@ -174,7 +175,7 @@ def _pipeline(runner: Any) -> str:
     if isinstance(pipeline, str):  # the task pump of a transactional pipeline
         return pipeline
     trigger = runner.trigger
-    return str(getattr(trigger.function, "pipeline_name", trigger.name))
+    return pipeline_name(trigger.function, trigger.name)
 
 
 def _entity(runner: Any) -> str:
@@ -202,8 +203,7 @@ def _endpoints(pipeline: Pipeline | None) -> list[tuple[str, Endpoint]]:
 def _runtime_targets(runner: Any) -> list[Any]:
     """The targets of the pipeline a trigger's function runs (``tasks.targets.Target``),
     once its first batch built them (``functions.PipelineRuntime``)."""
-    function = getattr(getattr(runner, "trigger", None), "function", None)
-    runtime = getattr(function, "runtime", None)
-    if not runtime:
+    info = generated(getattr(getattr(runner, "trigger", None), "function", None))
+    if info is None or not info.runtime:
         return []
-    return list(runtime[0].targets.values())
+    return list(info.runtime[0].targets.values())

@@ -34,6 +34,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from .. import metrics
 from ..dashboard.threaded import serve
+from ..generated import generated, pipeline_name
 from .discovery import ServiceBusTrigger, load_app, service_bus_triggers
 from .embedded import plan_brokers, start_brokers
 from .eventhubs import EventHubOptions, EventHubTriggerRunner, event_hub_triggers
@@ -313,14 +314,10 @@ def source_failover(pipelines: PipelineFile | None, trigger: ServiceBusTrigger,
                     settings: dict[str, str]) -> Failover | None:  # fmt: skip
     """The ``Failover`` of the pipeline source a generated function reads, if it has one
     (what the Functions host cannot do in Azure, our host does: read where it resolves)."""
-    name = getattr(trigger.function, "pipeline_name", None)
-    index = getattr(trigger.function, "source_index", None)
-    if pipelines is None or name is None or index is None:
+    info = generated(trigger.function)
+    if pipelines is None or info is None:
         return None
-    try:
-        pipeline = pipelines.get(name)
-    except KeyError:
-        return None
+    pipeline, index, name = info.pipeline, info.source_index, info.pipeline.name
     endpoint = pipeline.sources[index]
     if endpoint.failover is None:
         return None
@@ -338,7 +335,7 @@ def _port(connection_string: str) -> int | None:
 
 def _pipeline(trigger: ServiceBusTrigger | Any) -> str:
     """The pipeline a generated function belongs to (its name without the source suffix)."""
-    return getattr(trigger.function, "pipeline_name", trigger.name)
+    return pipeline_name(trigger.function, trigger.name)
 
 
 def _runs(runner: TriggerRunner | PumpRunner | EventHubTriggerRunner) -> tuple[str, str]:

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..generated import pipeline_of
 from ..tasks.pump import Source
 
 if TYPE_CHECKING:
@@ -131,7 +132,8 @@ def _batch_settled(
         return [f"{app_file}: cannot check how it settles messages ({exc})"]
     warnings = []
     for trigger in triggers:
-        pipeline = getattr(trigger.function, "pipeline_name", None)
+        generated_by = pipeline_of(trigger.function)
+        pipeline = generated_by.name if generated_by is not None else None
         if pipeline is None:
             pipeline = sources.get((trigger.connection, trigger.entity))
         if pipeline not in risky:

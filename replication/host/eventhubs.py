@@ -36,6 +36,7 @@ import azure.functions as func
 import isodate
 
 from ..adapters.eventhubs import to_event_hub_events
+from ..generated import pipeline_of
 from ..servicebus.connection_string import ConnectionString
 from .discovery import _annotations, functions_of
 from .settings import resolve
@@ -123,8 +124,9 @@ class EventHubOptions:
             batch_checkpoint_frequency=max(1, int(hubs.get("batchCheckpointFrequency", 1))),
         )
 
-    def for_function(self, function: Any) -> EventHubOptions:
-        batch = getattr(function, "batch_size", None)
+    def for_function(self, function: object) -> EventHubOptions:
+        pipeline = pipeline_of(function)
+        batch = pipeline.batch_size if pipeline is not None else None
         if not batch:
             return self
         return replace(

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..adapters.functions import to_functions_message
 from ..clock import SYSTEM, Clock, wait_event
+from ..generated import pipeline_of
 from ..messages import Message
 from ..servicebus import sdk_source
 from ..servicebus.client import AmqpSource, SourceError
@@ -98,21 +99,21 @@ class HostOptions:
             raise ValueError(f"unknown receive backend {self.backend!r}: 'amqp' or 'sdk'")
 
     def for_function(self, function: object) -> HostOptions:
-        """These options with a pipeline's own batch size, concurrency and backend, when
-        ``function`` has them: a function ``replication.functions`` generated (they are set
-        on it), or a ``Pipeline`` the host pumps."""
+        """These options with a pipeline's own batch size, concurrency and backend: the
+        pipeline of a function ``replication.functions`` generated, or a ``Pipeline`` the
+        host pumps (other functions keep host.json's)."""
+        pipeline = pipeline_of(function)
+        if pipeline is None:
+            return self
         changes: dict[str, Any] = {}
-        batch = getattr(function, "batch_size", None)
-        if batch:
-            changes["max_message_batch_size"] = int(batch)
-            changes["prefetch_count"] = max(self.prefetch_count, int(batch))
-        concurrency = getattr(function, "concurrency", None)
-        if concurrency:
-            changes["max_concurrent_sessions"] = int(concurrency)
-            changes["max_concurrent_calls"] = min(int(concurrency), 4)
-        backend = getattr(function, "backend", None)
-        if backend:
-            changes["backend"] = backend
+        if pipeline.batch_size:
+            changes["max_message_batch_size"] = pipeline.batch_size
+            changes["prefetch_count"] = max(self.prefetch_count, pipeline.batch_size)
+        if pipeline.concurrency:
+            changes["max_concurrent_sessions"] = pipeline.concurrency
+            changes["max_concurrent_calls"] = min(pipeline.concurrency, 4)
+        if pipeline.backend:
+            changes["backend"] = pipeline.backend
         return replace(self, **changes)
 
     def for_trigger(self, trigger: ServiceBusTrigger) -> HostOptions:

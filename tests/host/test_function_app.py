@@ -5,6 +5,7 @@ from __future__ import annotations
 import azure.functions as func
 
 from replication.functions import register_pipelines
+from replication.generated import generated
 from replication.host.discovery import load_app, service_bus_triggers
 from replication.pipeline import load_pipelines, parse_pipelines
 from tests.broker.conftest import REPO_ROOT
@@ -30,7 +31,9 @@ def test_sample_functions_match_the_pipelines() -> None:
             source.queue, source.topic, source.subscription,
         )  # fmt: skip
         assert trigger.sessions == source.sessions and trigger.many
-        assert trigger.function.pipeline_name == pipeline.name  # type: ignore[attr-defined]
+        info = generated(trigger.function)
+        assert info is not None and info.pipeline.name == pipeline.name
+        assert info.pipeline.sources[info.source_index] == source
     assert triggers["orders_to_secondary"].sessions is True
     assert triggers["events_router"].topic == "events"
 
