@@ -121,6 +121,8 @@ class EntityStats:
 
     active: int = 0
     """Active and deferred messages (Service Bus counts deferred ones as active)."""
+    deferred: int = 0
+    """Of ``active``, the deferred ones (the broker's own figure: Service Bus has none)."""
     scheduled: int = 0
     size: int = 0
 
@@ -544,6 +546,7 @@ class MessageStore:
                 stats.scheduled += count
             else:
                 stats.active += count
+                stats.deferred += count if state == STATE_DEFERRED else 0
             stats.size += size or 0
         return stats
 

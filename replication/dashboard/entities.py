@@ -23,6 +23,7 @@ COUNTS = {
     "ActiveMessageCount": "active", "DeadLetterMessageCount": "dead_lettered",
     "ScheduledMessageCount": "scheduled", "TransferMessageCount": "transfer",
     "TransferDeadLetterMessageCount": "transfer_dead_lettered",
+    "DeferredMessageCount": "deferred",  # the embedded broker's own (of the active ones)
 }  # fmt: skip
 SETTINGS = (
     "RequiresSession", "RequiresDuplicateDetection", "DuplicateDetectionHistoryTimeWindow",

@@ -15,10 +15,12 @@ from urllib.parse import urlencode
 import pytest
 from azure.servicebus import ServiceBusMessage
 
+from replication.broker.admin.api import AdminApi
 from replication.broker.clock import ManualClock
 from replication.broker.httpapi import Request
 from replication.dashboard import Dashboard, Namespace
 from replication.servicebus.sas import mint
+from tests.broker.admin_harness import admin_client
 from tests.broker.conftest import BrokerHandle, make_config
 
 pytestmark = pytest.mark.timeout(60)
@@ -211,7 +213,7 @@ def test_resubmit_all_from_a_subscription_goes_through_its_topic(api: Api) -> No
     assert len(result["done"]) == 2 and result["target"] == "events"
     overview = api.ok("overview")
     assert _entity(overview, "events/Subscriptions/eu")["counts"] == {
-        "active": 2, "dead_lettered": 0, "scheduled": 0, "transfer": 0,
+        "active": 2, "deferred": 0, "dead_lettered": 0, "scheduled": 0, "transfer": 0,
         "transfer_dead_lettered": 0,
     }  # fmt: skip
     # the topic delivered the copies to every subscription whose rules match: 'all' too
@@ -342,3 +344,18 @@ def test_a_refused_copy_leaves_the_dead_letter_where_it_was(api: Api) -> None:
     assert len(api.ok("dead-letters/resubmit", {"sequence_numbers": "all"}, entity="work")[
         "done"]) == 2  # fmt: skip
     assert sorted(api.handle.message_ids("work")) == ["r0", "r1"]
+
+
+def test_deferred_messages_are_counted_among_the_active_ones(api: Api) -> None:
+    """Service Bus counts a deferred message as active and has no deferred count; the
+    embedded broker adds one (``DeferredMessageCount``), which the SDK's parser ignores."""
+    _send(api.handle, "work", *(ServiceBusMessage(f"w{i}", message_id=f"w{i}") for i in range(3)))
+    with api.handle.client() as client, client.get_queue_receiver("work", max_wait_time=5) as r:
+        (first,) = r.receive_messages(1, max_wait_time=5)
+        r.defer_message(first)
+    counts = _entity(api.ok("overview"), "work")["counts"]
+    assert (counts["active"], counts["deferred"]) == (3, 1)
+    assert api.handle.broker is not None
+    admin, _ = admin_client(api.handle, AdminApi(api.handle.broker))
+    runtime = admin.get_queue_runtime_properties("work")
+    assert (runtime.active_message_count, runtime.scheduled_message_count) == (3, 0)

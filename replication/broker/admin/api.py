@@ -605,7 +605,7 @@ class AdminApi:
         record = self.broker.registry.entity_record(path)
         created = record.created_ms if record else self.started_ms
         updated = record.updated_ms if record else created
-        active, dead, scheduled, size = self._runtime(entity)
+        active, dead, scheduled, deferred, size = self._runtime(entity)
         computed: dict[str, Any] = {
             "SizeInBytes": size, "MessageCount": active + dead + scheduled,
             "CreatedAt": atom.format_time(created), "UpdatedAt": atom.format_time(updated),
@@ -620,7 +620,7 @@ class AdminApi:
         body = atom.Xml()
         for name in LAYOUT[kind]:
             if name == "CountDetails":
-                body.raw(atom.count_details(active, dead, scheduled))
+                body.raw(atom.count_details(active, dead, scheduled, deferred))
             elif name == "AuthorizationRules":
                 body.raw("<AuthorizationRules/>")
             elif name in computed:
@@ -637,19 +637,20 @@ class AdminApi:
         return atom.entry(self._url(request, path), title, content, atom.format_time(created),
                           atom.format_time(updated), self.namespace)  # fmt: skip
 
-    def _runtime(self, entity: Entity) -> tuple[int, int, int, int]:
-        """(active, dead-lettered, scheduled, size in bytes) from the store."""
+    def _runtime(self, entity: Entity) -> tuple[int, int, int, int, int]:
+        """(active, dead-lettered, scheduled, deferred, size in bytes) from the store."""
         store = self.broker.store
         if isinstance(entity, Topic):
             stats = store.stats(entity.entity)
             size = stats.size + sum(
                 store.stats(s.queue.entity).size for s in entity.subscriptions.values()
             )
-            return 0, 0, stats.scheduled, size
+            return 0, 0, stats.scheduled, 0, size
         stats = store.stats(entity.entity)
         dead = store.stats(entity.dead_letter.entity) if entity.dead_letter else None
         dead_count = dead.active + dead.scheduled if dead else 0
-        return stats.active, dead_count, stats.scheduled, stats.size + (dead.size if dead else 0)
+        size = stats.size + (dead.size if dead else 0)
+        return stats.active, dead_count, stats.scheduled, stats.deferred, size
 
     # ------------------------------------------------------------------ helpers
 

@@ -221,12 +221,14 @@ def description(tag: str, body: str) -> str:
     return f'<{tag} xmlns="{SB}" xmlns:i="{XSI}">{body}</{tag}>'
 
 
-def count_details(active: int, dead_letter: int, scheduled: int) -> str:
+def count_details(active: int, dead_letter: int, scheduled: int, deferred: int = 0) -> str:
+    """Service Bus's five counts, then ``DeferredMessageCount``: the broker's own (deferred
+    messages are among the active ones; the SDKs read the elements they know by name)."""
     out = Xml()
     for name, value in (
         ("ActiveMessageCount", active), ("DeadLetterMessageCount", dead_letter),
         ("ScheduledMessageCount", scheduled), ("TransferMessageCount", 0),
-        ("TransferDeadLetterMessageCount", 0),
+        ("TransferDeadLetterMessageCount", 0), ("DeferredMessageCount", deferred),
     ):  # fmt: skip
         out.add(name, value, "d2p1:")
     return f'<CountDetails xmlns:d2p1="{SB_2011}">{out.text()}</CountDetails>'

@@ -181,7 +181,7 @@ function entityRow(namespace, path, kind, item, extra) {
     onclick: () => openEntity(namespace, path, kind, s),
   },
   el("td", {}, path), el("td", {}, kind + (s.RequiresSession ? ", sessions" : "")),
-  ...["active", "scheduled", "dead_lettered", "transfer", "transfer_dead_lettered"]
+  ...["active", "deferred", "scheduled", "dead_lettered", "transfer", "transfer_dead_lettered"]
     .map((f) => el("td", { class: "n", "data-field": f }, kind === "topic" && f !== "scheduled" &&
       f !== "active" ? "" : fmt(c[f]))),
   el("td", { class: "rules" }, extra || ""));
@@ -207,7 +207,9 @@ function renderNamespaces(namespaces) {
       ns.error ? el("p", { class: "ns-error" }, ns.error) : null,
       el("table", {},
         el("thead", {}, el("tr", {}, el("th", {}, "entity"), el("th", {}, "kind"),
-          el("th", { class: "n" }, "active"), el("th", { class: "n" }, "scheduled"),
+          el("th", { class: "n" }, "active"),
+          el("th", { class: "n", title: "of the active ones" }, "deferred"),
+          el("th", { class: "n" }, "scheduled"),
           el("th", { class: "n" }, "dead-lettered"), el("th", { class: "n" }, "transfer"),
           el("th", { class: "n" }, "transfer DLQ"), el("th", {}, "rules"))),
         el("tbody", {}, rows)));
