@@ -23,14 +23,13 @@ ranges so a micro-batch has at least that many tasks) and ``failOnDataLoss``.
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from .options import OptionError, _bool, _int
+from .options import OptionError, _bool, _int, connection_option
 
 PREFIX = "eventhubs."
 PositionKind = Literal["earliest", "latest", "sequence", "enqueued", "offset"]
@@ -189,17 +188,7 @@ class EventHubOptions:
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> EventHubOptions:
         options = {str(k).lower().removeprefix(PREFIX): v for k, v in raw.items()}
-        connection_string = options.get("connectionstring")
-        if not connection_string and options.get("connection"):
-            name = options["connection"]
-            connection_string = os.environ.get(name)
-            if not connection_string:
-                raise OptionError(
-                    f"option 'connection' names the setting {name!r}, which is not set in the "
-                    "environment (or give 'connectionString')"
-                )
-        if not connection_string:
-            raise OptionError("give option 'connectionString' (or 'connection': a setting name)")
+        connection_string = connection_option(options)
         entity = _entity_path(connection_string)
         hub = options.get("eventhub") or entity
         if not hub:

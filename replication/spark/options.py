@@ -17,6 +17,23 @@ class OptionError(ValueError):
     """A missing or malformed option (the message names it)."""
 
 
+def connection_option(options: Mapping[str, str]) -> str:
+    """The connection string of lower-cased ``options``: ``connectionString``, or the
+    environment setting ``connection`` names (as Functions bindings name app settings)."""
+    connection_string = options.get("connectionstring")
+    if not connection_string and options.get("connection"):
+        name = options["connection"]
+        connection_string = os.environ.get(name)
+        if not connection_string:
+            raise OptionError(
+                f"option 'connection' names the setting {name!r}, which is not set in the "
+                "environment (or give 'connectionString')"
+            )
+    if not connection_string:
+        raise OptionError("give option 'connectionString' (or 'connection': a setting name)")
+    return connection_string
+
+
 @dataclass(frozen=True, slots=True)
 class Options:
     connection_string: str
@@ -61,17 +78,7 @@ class Options:
         options = {str(k).lower(): v for k, v in raw.items()}
         if not reading and options.get("pipeline"):
             return cls._for_pipeline(options)
-        connection_string = options.get("connectionstring")
-        if not connection_string and options.get("connection"):
-            name = options["connection"]
-            connection_string = os.environ.get(name)
-            if not connection_string:
-                raise OptionError(
-                    f"option 'connection' names the setting {name!r}, which is not set in the "
-                    "environment (or give 'connectionString')"
-                )
-        if not connection_string:
-            raise OptionError("give option 'connectionString' (or 'connection': a setting name)")
+        connection_string = connection_option(options)
         if "endpoint=" not in connection_string.lower():
             raise OptionError("'connectionString' is not a Service Bus connection string")
         queue, topic, subscription = (
