@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from azure.servicebus import ServiceBusMessage
 
+from replication.broker.clock import ManualClock
 from replication.servicebus.client import AuthenticationError, NoSessionAvailable, SourceError
 from replication.servicebus.sdk_source import SdkReceiver, SdkSource, lock_token, split_path
 from replication.tasks.locks import LockKeeper, lock_lost
@@ -111,21 +113,36 @@ async def test_a_plain_receiver_abandons_what_it_cannot_release(
     assert broker.count("plain") == 0
 
 
-@pytest.mark.broker_config(CONFIG)
+async def until(condition: Callable[[], object], what: str) -> None:
+    """Polls for what the keeper does in real time (a renew request); not a measured wait."""
+    for _ in range(3000):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never: {what}")
+
+
 async def test_locks_are_kept_through_the_sdk_and_found_after_settling(
-    broker: BrokerHandle,
+    broker_factory: Callable[..., BrokerHandle],
 ) -> None:
-    """``LockKeeper`` renews an SDK receiver's held messages (LockDuration 5 s, held 7 s);
-    their lock tokens stay known after settlement (the SDK forgets them), so the keeper
-    lets them go."""
+    """``LockKeeper`` renews an SDK receiver's held messages (LockDuration 5 s, held 7 s on
+    a ``ManualClock`` the broker and the keeper share); their lock tokens stay known after
+    settlement (the SDK forgets them), so the keeper lets them go. Real-time renewal:
+    tests/tasks/test_pump_locks.py ``test_slow_batch_keeps_its_locks``."""
+    clock = ManualClock()
+    broker = broker_factory(CONFIG, clock=clock)
     send(broker, "plain", 2)
     async with SdkSource.from_connection_string(broker.connection_string) as source:
         receiver = await source.receiver("plain", prefetch=2)
         batch = await receive_all(receiver, 2)
-        async with LockKeeper(receiver) as keeper:
+        async with LockKeeper(receiver, clock=clock.time, sleep=clock.sleep) as keeper:
             keeper.hold(batch)
-            await asyncio.sleep(7)
+            await until(lambda: clock.sleeping, "the keeper asleep")
+            for second in range(7):  # the keeper looks once a second at most
+                await asyncio.to_thread(broker.advance, 1.0)  # expires what was not renewed
+                await until(lambda: (clock.next_wake() or 0) > 0, f"the keeper asleep ({second})")
             assert keeper.renewals >= 1
+            assert broker.call(lambda: len(broker.broker.queues["plain"].locks)) == 2
             tokens = [lock_token(m) for m in batch]
             assert receiver.complete(batch) == 2
             await receiver.receive(1, 0.2)  # the completes go out first
