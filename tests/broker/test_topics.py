@@ -7,12 +7,14 @@ delivery count, TTL, defer, peek, scheduling and duplicate detection at the topi
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
 from azure.servicebus.exceptions import ServiceBusError
+
+from replication.broker.clock import ManualClock
 
 from .conftest import BrokerHandle, make_config, receive_n
 
@@ -146,8 +148,10 @@ def test_subscription_dead_letter_queue_and_max_delivery(broker: BrokerHandle) -
     assert dead["md"].dead_letter_source == "orders/Subscriptions/short"
 
 
-@pytest.mark.broker_config(CONFIG)
-def test_subscription_lock_expiry_and_ttl(broker: BrokerHandle) -> None:
+def test_subscription_lock_expiry_and_ttl(broker_factory: Callable[..., BrokerHandle]) -> None:
+    """On a ``ManualClock``: the lock and the TTL run out when the test says, not after a
+    sleep (real-time lock expiry and TTL: test_sdk_settlement)."""
+    broker = broker_factory(CONFIG, clock=ManualClock())
     with broker.client() as client:
         with client.get_topic_sender("orders") as sender:
             sender.send_messages(ServiceBusMessage("locked", message_id="locked", to="short"))
@@ -158,7 +162,7 @@ def test_subscription_lock_expiry_and_ttl(broker: BrokerHandle) -> None:
             assert 3 < lock_seconds <= 5.5
         # not settled: the lock runs out (5 s) and then the TTL (3 s from the send) has
         # passed, so the message goes to the DLQ as expired rather than being redelivered
-        time.sleep(6.5)
+        broker.advance(6.5)
         with client.get_subscription_receiver(
             "orders", "short", sub_queue=ServiceBusSubQueue.DEAD_LETTER
         ) as dlq:
