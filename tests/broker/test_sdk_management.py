@@ -4,7 +4,7 @@ schedule-message and cancel-scheduled-message."""
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -15,6 +15,8 @@ from azure.servicebus import (
     ServiceBusReceiver,
 )
 from azure.servicebus.exceptions import MessageNotFoundError
+
+from replication.broker.clock import ManualClock
 
 from .conftest import BrokerHandle, dead_letters, nothing_more, receive_n, send
 
@@ -30,21 +32,28 @@ def now() -> datetime:
 # ---------------------------------------------------------------------------- renew-lock
 
 
-def test_renew_lock_extends_locked_until(broker: BrokerHandle) -> None:
+def test_renew_lock_extends_locked_until(broker_factory: Callable[..., BrokerHandle]) -> None:
+    """On the broker's ``ManualClock``: a renew 2.5 s into a 5 s lock moves it to 5 s from
+    then, exactly, and past the original expiry the renewed lock holds (real-time lock
+    expiry: test_sdk_settlement's ``test_lock_expiry_redelivers_and_old_lock_is_lost``)."""
+    clock = ManualClock()
+    broker = broker_factory(clock=clock)
     send(broker, "short-lock", ServiceBusMessage("hold on", message_id="r1"))
     with broker.client() as client, client.get_queue_receiver("short-lock") as receiver:
         (message,) = receive_n(receiver, 1)
         original = message.locked_until_utc
         assert original is not None
-        time.sleep(2.5)
+        assert original.timestamp() == pytest.approx(clock.time() + 5, abs=0.001)
+        broker.advance(2.5)
         renewed = receiver.renew_message_lock(message)
-        renewed_at = now()
-        assert abs((renewed - (renewed_at + timedelta(seconds=5))).total_seconds()) <= 1
-        assert renewed - original >= timedelta(seconds=2)
+        assert renewed.timestamp() == pytest.approx(clock.time() + 5, abs=0.001)
+        assert renewed - original == pytest.approx(
+            timedelta(seconds=2.5), abs=timedelta(milliseconds=1)
+        )
         assert message.locked_until_utc == renewed
         # Past the original expiry the renewed lock still holds: nobody else gets the
         # message, it can be renewed again, and completing it works.
-        time.sleep(max(0.0, (original - now()).total_seconds()) + 0.5)
+        broker.advance(3)
         assert nothing_more(receiver)
         again = receiver.renew_message_lock(message)
         assert again > renewed
