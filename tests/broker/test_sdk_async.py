@@ -4,8 +4,8 @@ loop in another thread; the client runs on the test's loop."""
 
 from __future__ import annotations
 
-import asyncio
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -19,6 +19,7 @@ from azure.servicebus import (
 from azure.servicebus.aio import ServiceBusReceiver
 
 from replication.broker.auth import EMULATOR_KEY, EMULATOR_RULE_NAME
+from replication.broker.clock import ManualClock
 from replication.servicebus.sas import generate_sas_token
 
 from .conftest import BrokerHandle, QuickCloseAsyncClient, body_bytes
@@ -189,7 +190,10 @@ async def test_peek(broker: BrokerHandle) -> None:
                 await receiver.complete_message(m)
 
 
-async def test_renew_lock(broker: BrokerHandle) -> None:
+async def test_renew_lock(broker_factory: Callable[..., BrokerHandle]) -> None:
+    """On the broker's ``ManualClock``: renewed 1.5 s in, the 5 s lock ends 5 s from then."""
+    clock = ManualClock()
+    broker = broker_factory(clock=clock)
     async with broker.aio_client() as client:
         async with client.get_queue_sender("short-lock") as sender:
             await sender.send_messages(ServiceBusMessage("renew"))
@@ -197,10 +201,10 @@ async def test_renew_lock(broker: BrokerHandle) -> None:
             (message,) = await receive_n(receiver, 1)
             original = message.locked_until_utc
             assert original is not None
-            await asyncio.sleep(1.5)
+            broker.advance(1.5)
             renewed = await receiver.renew_message_lock(message)
-            assert abs((renewed - (now() + timedelta(seconds=5))).total_seconds()) <= 1
-            assert renewed - original >= timedelta(seconds=1)
+            assert renewed.timestamp() == pytest.approx(clock.time() + 5, abs=0.001)
+            assert (renewed - original).total_seconds() == pytest.approx(1.5, abs=0.001)
             await receiver.complete_message(message)
 
 
