@@ -29,6 +29,7 @@ from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient as AsyncServiceBusClient
 
 from replication.amqp.client import ReceivedMessage
+from replication.clock import ManualClock
 from replication.messages import Message
 from replication.servicebus.client import AmqpSource
 from replication.servicebus.management import lock_token
@@ -139,6 +140,15 @@ def receive_all(connection: str, queue: str, session_id: str | None = None) -> l
                 receiver.complete_message(message)
             out += batch
     return out
+
+
+async def until(condition: Callable[[], object], what: str) -> None:
+    """Polls for what the keeper does in real time (a renew request); not a measured wait."""
+    for _ in range(3000):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never: {what}")
 
 
 def dead_lettered(broker: BrokerHandle, queue: str) -> int:
@@ -637,10 +647,12 @@ async def test_lock_keeper_keeps_held_and_prefetched_locks(
     broker_factory: Callable[..., BrokerHandle], sessions: bool
 ) -> None:
     """One message taken and held, two waiting in the prefetch buffer, for 8 s with a 5 s
-    LockDuration: the keeper renewed (the message locks, or the session lock), the broker
-    still holds the locks past their first expiry, and completing the three works; nothing
-    came twice."""
-    broker = broker_factory(make_config({"q": {**LOCK, "RequiresSession": sessions}}))
+    LockDuration on a ``ManualClock`` the broker and the keeper share: the keeper renewed
+    (the message locks, or the session lock), the broker still holds the locks past their
+    first expiry, and completing the three works; nothing came twice. Real-time renewal:
+    ``test_slow_batch_keeps_its_locks``."""
+    clock = ManualClock()
+    broker = broker_factory(make_config({"q": {**LOCK, "RequiresSession": sessions}}), clock=clock)
     session_id = "s" if sessions else None
     send(
         broker,
@@ -657,9 +669,14 @@ async def test_lock_keeper_keeps_held_and_prefetched_locks(
             assert [m.message_id for m in held] == ["k-0"] and len(receiver.unread()) == 2
             first_expiry = held[0].locked_until
             assert first_expiry is not None
-            async with LockKeeper(receiver) as keeper:
+            async with LockKeeper(receiver, clock=clock.time, sleep=clock.sleep) as keeper:
                 keeper.hold(held)
-                await asyncio.sleep(8)
+                await until(lambda: clock.sleeping, "the keeper asleep")
+                for second in range(8):  # the keeper looks once a second at most
+                    await asyncio.to_thread(broker.advance, 1.0)  # expires what was not renewed
+                    await until(
+                        lambda: (clock.next_wake() or 0) > 0, f"the keeper asleep ({second})"
+                    )
                 assert keeper.renewals >= 2
                 assert keeper.held == 3  # the batch and the buffer
 
@@ -672,7 +689,7 @@ async def test_lock_keeper_keeps_held_and_prefetched_locks(
 
                 until_ms = broker.call(lock_until)
                 assert until_ms / 1000 > first_expiry.timestamp() + 2.5
-                assert until_ms / 1000 > time.time()
+                assert until_ms / 1000 > clock.time()
                 rest = await receiver.receive(10, 0.5)
                 assert [m.message_id for m in rest] == ["k-1", "k-2"]
                 everything = held + rest
