@@ -180,6 +180,9 @@ def test_max_delivery_count_exceeded_goes_to_dead_letter(broker: BrokerHandle) -
 
 
 def test_lock_expiry_redelivers_and_old_lock_is_lost(broker: BrokerHandle) -> None:
+    """Lock expiry's real-time smoke test (kept on the system clock: the SDK judges the
+    lock itself, by real time, before the broker does; the exact versions run on a
+    ``ManualClock``: test_sdk_management's renew-lock, test_sessions' session lock)."""
     send(broker, "short-lock", ServiceBusMessage("slow", message_id="le"))
     with (
         broker.client(retry_total=0) as client,
