@@ -391,7 +391,7 @@ def test_a_dropped_source_connection_is_reopened_by_the_next_task(
     runner = threading.Thread(target=stream, name="spark-dropped")
     runner.start()
     try:
-        for threshold in (800, 2000):
+        for threshold in (200, 1200):  # early: a loaded machine may finish the rest first
             wait_until(lambda t=threshold: broker.count("dst") >= t or not runner.is_alive())
 
             def drop() -> bool:  # receivers live while a task runs: try until one is
