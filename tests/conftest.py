@@ -17,6 +17,12 @@ settings.register_profile(
 )
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
+# The Functions Service Bus binding's settlement client runs gRPC threads in the xdist worker
+# that ran a host test; pyspark then forks its JVM launcher with a preexec_fn, and gRPC's fork
+# handlers made that launch fail now and then (JAVA_GATEWAY_EXITED, "Other threads are
+# currently calling into gRPC, skipping fork() handlers"). Fork+exec needs none of them.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 
 @pytest.fixture
 def processes() -> Iterator[Processes]:

@@ -3,6 +3,7 @@ the slow part), and the broker fixtures."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,6 +30,7 @@ def spark() -> Iterator[Any]:
     import os
     import sys
 
+    from pyspark.errors import PySparkRuntimeError
     from pyspark.sql import SparkSession
 
     # the Python workers must be this interpreter (with pyarrow and this package)
@@ -36,15 +38,21 @@ def spark() -> Iterator[Any]:
 
     from replication.spark import register
 
-    session = (
+    builder = (
         SparkSession.builder.master("local[2]")
         .appName("replication-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
     )
+    try:
+        session = builder.getOrCreate()
+    except PySparkRuntimeError as exc:  # a JVM launch lost to a fork race (tests/conftest.py)
+        if "JAVA_GATEWAY_EXITED" not in str(exc):
+            raise
+        warnings.warn(f"the Spark JVM did not start, starting it once more: {exc}", stacklevel=1)
+        session = builder.getOrCreate()
     register(session)
     yield session
     session.stop()
