@@ -76,6 +76,7 @@ import azurefunctions.extensions.bindings.servicebus as servicebus
 from . import metrics
 from .adapters.eventhubs import from_event_hub_event
 from .adapters.sdk import from_received
+from .clock import SYSTEM, Clock
 from .generated import GeneratedFunction, mark
 from .messages import Message
 from .tasks.breaker import Breakers
@@ -98,7 +99,10 @@ _PUMPED: ContextVar[list[Pipeline] | None] = ContextVar("replication_pumped", de
 class PipelineRuntime:
     """One pipeline in a worker: its task and targets, built once, senders kept open."""
 
-    def __init__(self, pipeline: Pipeline, settings: Mapping[str, str]) -> None:
+    def __init__(
+        self, pipeline: Pipeline, settings: Mapping[str, str], clock: Clock = SYSTEM
+    ) -> None:
+        """``clock``: what send retries, breaker probes and lock renewals wait on."""
         from .tasks.targets import SenderPool
 
         self.name: str = pipeline.name
@@ -108,7 +112,8 @@ class PipelineRuntime:
         self.task = built.task
         self.targets = built.targets
         self._pool = SenderPool(self.targets, backend=built.pipeline.backend)
-        self.breakers = Breakers()
+        self.clock = clock
+        self.breakers = Breakers(clock=clock.monotonic, sleep=clock.sleep)
 
     async def handle(
         self,
@@ -123,11 +128,11 @@ class PipelineRuntime:
         metrics.RECEIVED.labels(self.name).inc(len(messages))
         async with self._locks_kept(messages, actions, sessions):
             settlements = await process_batch(
-                self.tasks[source], messages, self._pool, self.breakers
+                self.tasks[source], messages, self._pool, self.breakers, self.clock
             )
             dead = [s for s in settlements if s.decision is Decision.DEAD_LETTER]
             if dead and ERROR_TARGET in self.targets:
-                await divert_to_error_target(dead, self.task, self._pool, self.breakers)
+                await divert_to_error_target(dead, self.task, self._pool, self.breakers, self.clock)
         # a plain source's function is registered with auto-complete (see the module): a
         # batch that only completes leaves everything to the host, no thread hop needed
         failures: list[str] = []
@@ -145,10 +150,12 @@ class PipelineRuntime:
         when a copy was refused, so the batch is not checkpointed (see the module)."""
         messages = [from_event_hub_event(event, i) for i, event in enumerate(events)]
         metrics.RECEIVED.labels(self.name).inc(len(messages))
-        settlements = await process_batch(self.tasks[source], messages, self._pool, self.breakers)
+        settlements = await process_batch(
+            self.tasks[source], messages, self._pool, self.breakers, self.clock
+        )
         dead = [s for s in settlements if s.decision is Decision.DEAD_LETTER]
         if dead and ERROR_TARGET in self.targets:
-            await divert_to_error_target(dead, self.task, self._pool, self.breakers)
+            await divert_to_error_target(dead, self.task, self._pool, self.breakers, self.clock)
         elif dead:
             log.warning("%s: %d event(s) a step dead-lettered are left behind (an event hub "
                         "has no dead-letter queue; set error_target to keep them), first: %s %s",
@@ -182,7 +189,9 @@ class PipelineRuntime:
     ) -> AsyncIterator[None]:
         """While one of the targets is held by its breaker, renews the batch's locks (the
         host renews them only up to ``maxAutoLockRenewalDuration``)."""
-        keeper = asyncio.create_task(_keep_locks(messages, actions, sessions, self.breakers))
+        keeper = asyncio.create_task(_keep_locks(
+            messages, actions, sessions, self.breakers, self.clock.time, self.clock.sleep
+        ))  # fmt: skip
         try:
             yield
         finally:

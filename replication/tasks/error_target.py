@@ -8,6 +8,7 @@ completed once the error target accepted it, and abandoned (comes again) if it r
 
 from __future__ import annotations
 
+from ..clock import SYSTEM, Clock
 from .breaker import Breakers
 from .sender import SenderFor, send_ordered
 from .task import Decision, ReplicationTask, Settlement
@@ -18,7 +19,7 @@ ERROR_TARGET = "error_target"
 
 async def divert_to_error_target(
     dead: list[Settlement], task: ReplicationTask, sender_for: SenderFor,
-    breakers: Breakers | None = None,
+    breakers: Breakers | None = None, clock: Clock = SYSTEM,
 ) -> None:  # fmt: skip
     """Sends ``dead`` (dead-letter decisions) to the error target and turns each decision
     into complete (accepted) or abandon (refused)."""
@@ -28,7 +29,7 @@ async def divert_to_error_target(
         props["DeadLetterReason"] = item.reason
         props["DeadLetterErrorDescription"] = item.description
         copies.append(item.message.copy(application_properties=props, target=ERROR_TARGET))
-    result = await send_ordered(copies, sender_for, task.policy, breakers)
+    result = await send_ordered(copies, sender_for, task.policy, breakers, clock)
     for index, item in enumerate(dead):
         error = result.errors[index]
         if error is None:

@@ -159,9 +159,11 @@ async def pump(
     ``BuiltPipeline.transaction_targets()``): each batch is one transaction (see the
     module); ``sender_for`` is then not used. Needs the AMQP backend and a queue source.
 
-    ``clock``: what retry pauses and lock renewals wait on (tests pass a ``ManualClock``).
+    ``clock``: what retry pauses, lock renewals and the default breakers' probes wait on
+    (tests pass a ``ManualClock``).
     """
-    breakers = Breakers() if breakers is None else breakers
+    if breakers is None:
+        breakers = Breakers(clock=clock.monotonic, sleep=clock.sleep)
     if transaction_targets is not None:
         if backend == "sdk":
             raise ValueError("a transactional pump needs the amqp backend, not 'sdk'")
@@ -265,7 +267,7 @@ class _Loop:
 
     async def processed(self, batch: list[Message]) -> list[Settlement]:
         self.stats.received += len(batch)
-        return await process_batch(self.task, batch, self.sender_for, self.breakers)
+        return await process_batch(self.task, batch, self.sender_for, self.breakers, self.clock)
 
     def batch_done(self, settlements: list[Settlement], until_empty: bool) -> bool:
         """After settling: True when a session worker should give its session back (an
@@ -315,10 +317,10 @@ class _Loop:
         txn = await declare(via.namespace)
         try:
             sender = via.within(txn)
-            settlements = await process_batch(self.task, batch, sender)
+            settlements = await process_batch(self.task, batch, sender, clock=self.clock)
             dead = [s for s in settlements if s.decision is Decision.DEAD_LETTER]
             if dead and ERROR_TARGET in via.targets:
-                await divert_to_error_target(dead, self.task, sender)
+                await divert_to_error_target(dead, self.task, sender, clock=self.clock)
             if any(s.decision in (Decision.ABANDON, Decision.RELEASE) for s in settlements):
                 await txn.rollback()  # the copies that went out go with it
                 give_back_amqp(receiver, settlements, self.stats)

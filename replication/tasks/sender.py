@@ -33,6 +33,7 @@ from azure.servicebus.exceptions import (
     ServiceBusError,
 )
 
+from ..clock import SYSTEM, Clock
 from ..messages import Message
 from ..servicebus.client import SourceError
 from ..servicebus.sender import MESSAGE_SIZE_EXCEEDED
@@ -110,12 +111,14 @@ async def send_ordered(
     sender_for: SenderFor,
     policy: SendPolicy | None = None,
     breakers: Breakers | None = None,
+    clock: Clock = SYSTEM,
 ) -> SendResult:
     """Sends ``messages`` (each to its ``target``) keeping per-group order; see the module.
 
     With ``breakers``, a target that stays unreachable after the policy's attempts does not
     fail the messages: its breaker opens and the sends wait for it (see ``breaker``); they
-    fail only with errors the target gave (or ``TargetUnavailable`` when it is stopped)."""
+    fail only with errors the target gave (or ``TargetUnavailable`` when it is stopped).
+    ``clock``: what the pauses between retries wait on (tests pass a ``ManualClock``)."""
     policy = policy or SendPolicy()
     errors: list[BaseException | None] = [None] * len(messages)
     groups: dict[tuple[str | None, str | None, str | None], _Group] = {}
@@ -128,7 +131,7 @@ async def send_ordered(
     async def run(group: _Group) -> None:
         async with limit:
             breaker = breakers(group.target) if breakers is not None else None
-            await _send_group(group, messages, errors, sender_for, policy, breaker)
+            await _send_group(group, messages, errors, sender_for, policy, breaker, clock)
 
     await asyncio.gather(*(run(group) for group in groups.values()))
     return SendResult(errors)
@@ -141,10 +144,11 @@ async def _send_group(
     sender_for: SenderFor,
     policy: SendPolicy,
     breaker: Breaker | None,
+    clock: Clock,
 ) -> None:
     try:
         async with sender_for(group.target) as sender:
-            await _send_in_order(sender, group, messages, errors, policy, breaker)
+            await _send_in_order(sender, group, messages, errors, policy, breaker, clock)
     except Exception as exc:  # no sender for the target (unknown name, cannot connect)
         for index in group.indexes:
             if errors[index] is None:
@@ -158,6 +162,7 @@ async def _send_in_order(
     errors: list[BaseException | None],
     policy: SendPolicy,
     breaker: Breaker | None,
+    clock: Clock,
 ) -> None:
     pending = list(group.indexes)
     while pending:
@@ -167,7 +172,7 @@ async def _send_in_order(
             for index in pending:
                 errors[index] = exc
             return
-        error = await _send_with_retries(sender, batch, policy, group.target, breaker)
+        error = await _send_with_retries(sender, batch, policy, group.target, breaker, clock)
         if _too_large(error) and count > 1:
             policy = replace(policy, max_batch_messages=max(1, count // 2))
             continue  # the estimate was short: the same messages in smaller batches
@@ -226,7 +231,7 @@ async def _fill_batch(
 
 async def _send_with_retries(
     sender: AsyncSender, batch: Any, policy: SendPolicy, target: str | None,
-    breaker: Breaker | None = None,
+    breaker: Breaker | None = None, clock: Clock = SYSTEM,
 ) -> BaseException | None:  # fmt: skip
     """None once the batch was accepted, else the error that ends trying. Without a
     breaker, transient errors are retried ``policy.attempts`` times; with one, a target
@@ -265,7 +270,7 @@ async def _send_with_retries(
             pause = random.uniform(0, delay)  # full jitter
             log.info("send to %s failed (attempt %d), retrying in %.2fs: %r",
                      target, attempt, pause, exc)  # fmt: skip
-            await asyncio.sleep(pause)
+            await clock.sleep(pause)
             delay = min(delay * 2, policy.backoff_max)
             continue
         if breaker is not None:

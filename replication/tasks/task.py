@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum
 
+from ..clock import SYSTEM, Clock
 from ..messages import Message
 from .breaker import Breakers
 from .sender import SenderFor, SendPolicy, send_ordered
@@ -104,11 +105,13 @@ async def process_batch(
     messages: list[Message],
     sender_for: SenderFor,
     breakers: Breakers | None = None,
+    clock: Clock = SYSTEM,
 ) -> list[Settlement]:
     """Plans, sends and decides; the caller settles each source message as decided.
 
     With ``breakers`` an unreachable target holds the batch here until it answers again
-    (the caller keeps the source locks meanwhile), so an outage costs no delivery."""
+    (the caller keeps the source locks meanwhile), so an outage costs no delivery.
+    ``clock``: what the pauses between send retries wait on."""
     outcomes = [task.plan(message) for message in messages]
     outputs: list[Message] = []
     owners: list[int] = []
@@ -116,7 +119,7 @@ async def process_batch(
         for output in outcome.outputs:
             outputs.append(output)
             owners.append(index)
-    result = await send_ordered(outputs, sender_for, task.policy, breakers)
+    result = await send_ordered(outputs, sender_for, task.policy, breakers, clock)
     failed = {owners[i]: result.errors[i] for i in result.failed()}
     settlements = []
     failed_sessions: set[str] = set()
