@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 from typing import Protocol
 
@@ -31,6 +32,11 @@ class Clock(Protocol):
         """Returns once ``seconds`` have passed on this clock."""
         ...
 
+    def blocking_sleep(self, seconds: float) -> None:
+        """Blocks the calling thread until ``seconds`` have passed on this clock (synchronous
+        code run in a worker thread: the DNS resolver's retries)."""
+        ...
+
 
 class SystemClock:
     def time(self) -> float:
@@ -42,16 +48,23 @@ class SystemClock:
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
 
+    def blocking_sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
 
 class ManualClock:
     """Stands still until ``advance``; starts at the real wall time (so what clients compute
     from the broker's timestamps still makes sense). ``advance`` may be called from another
-    thread than the loops whose tasks sleep on it (a broker on its own thread)."""
+    thread than the loops whose tasks sleep on it (a broker on its own thread), and threads
+    may sleep on it too (``blocking_sleep``)."""
 
     def __init__(self, start: float | None = None) -> None:
         self._wall = time.time() if start is None else start
         self._monotonic = 1_000.0
         self._sleepers: list[tuple[float, asyncio.Future[None]]] = []
+        self._blocked: list[float] = []
+        """When each thread in ``blocking_sleep`` is due."""
+        self._moved = threading.Condition()
 
     def time(self) -> float:
         return self._wall
@@ -71,23 +84,41 @@ class ManualClock:
             with contextlib.suppress(ValueError):
                 self._sleepers.remove(sleeper)
 
+    def blocking_sleep(self, seconds: float) -> None:
+        with self._moved:
+            due = self._monotonic + max(seconds, 0.0)
+            self._blocked.append(due)
+            try:
+                while self._monotonic < due:
+                    self._moved.wait()
+            finally:
+                self._blocked.remove(due)
+
     @property
     def sleeping(self) -> int:
-        """Tasks sleeping on this clock now (a test waits for the code to get there)."""
-        return sum(1 for _, future in self._sleepers if not future.done())
+        """Tasks and threads sleeping on this clock now (a test waits for the code to get
+        there)."""
+        return len(self._due())
 
     def next_wake(self) -> float | None:
         """Seconds until the first sleeper is due, or None when nobody sleeps."""
-        due = [at for at, future in self._sleepers if not future.done()]
+        due = self._due()
         return max(0.0, min(due) - self._monotonic) if due else None
 
+    def _due(self) -> list[float]:
+        with self._moved:
+            threads = [at for at in self._blocked if at > self._monotonic]
+        return [at for at, future in self._sleepers if not future.done()] + threads
+
     def advance(self, seconds: float) -> None:
-        """Moves both clocks on and wakes the sleepers that are due (they run when their
-        loop next gets to them)."""
+        """Moves both clocks on and wakes the sleepers that are due (a task runs when its
+        loop next gets to it, a thread at once)."""
         if seconds < 0:
             raise ValueError("time does not go back")
-        self._wall += seconds
-        self._monotonic += seconds
+        with self._moved:
+            self._wall += seconds
+            self._monotonic += seconds
+            self._moved.notify_all()
         for at, future in list(self._sleepers):
             if at <= self._monotonic and not future.done():
                 future.get_loop().call_soon_threadsafe(_wake, future)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import ipaddress
 import random
 import socket
-import time
 from dataclasses import dataclass
 
 import dns.exception
@@ -118,7 +117,7 @@ class DnsResolver:
         self.rng = rng or random.Random()
         self.min_ttl = min_ttl
         self.clock = clock
-        """Measures how long an answer is cached (its TTL)."""
+        """Measures how long an answer is cached (its TTL) and the pauses between attempts."""
         self._cached: tuple[Resolution, float] | None = None
         self._resolver: dns.resolver.Resolver | None = None
 
@@ -228,7 +227,7 @@ class DnsResolver:
             except (dns.exception.DNSException, OSError) as exc:
                 last = f"{type(exc).__name__}: {exc}"
             if attempt < self.attempts:
-                time.sleep(delay)
+                self.clock.blocking_sleep(delay)
                 delay *= 2
         server = "the system resolver" if self.nameserver is None else f"DNS server {self.server}"
         raise FailoverError(

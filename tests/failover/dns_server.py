@@ -28,11 +28,14 @@ ALIAS = "servicebus.test.example.com"
 @dataclass
 class DnsServer:
     """``set_cname``, ``set_srv``, ``set_a``, ``remove`` change the zone at any time;
-    ``queries`` counts the questions received, by (name, type)."""
+    ``fail_next`` makes the next questions fail (SERVFAIL, as a server whose upstream is
+    down); ``queries`` counts the questions received, by (name, type)."""
 
     records: dict[tuple[str, str], tuple[int, list[str]]] = field(default_factory=dict)
     queries: dict[tuple[str, str], int] = field(default_factory=dict)
     address: str = ""
+    failing: int = 0
+    """Questions still to answer with SERVFAIL."""
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -60,6 +63,10 @@ class DnsServer:
             for key in [k for k in self.records if k[0] == _key(name)]:
                 if kind is None or key[1] == kind.upper():
                     del self.records[key]
+
+    def fail_next(self, count: int) -> None:
+        with self._lock:
+            self.failing = count
 
     def asked(self, name: str, kind: str) -> int:
         with self._lock:
@@ -113,6 +120,10 @@ class DnsServer:
         name, kind = _key(question.name.to_text()), dns.rdatatype.to_text(question.rdtype)
         with self._lock:
             self.queries[(name, kind)] = self.queries.get((name, kind), 0) + 1
+            if self.failing > 0:
+                self.failing -= 1
+                response.set_rcode(dns.rcode.SERVFAIL)
+                return response
             found = self.records.get((name, kind))
             known = any(key[0] == name for key in self.records)
         if found is not None:

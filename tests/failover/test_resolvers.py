@@ -10,6 +10,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -174,6 +175,10 @@ def silent_server() -> Iterator[tuple[str, list[bytes]]]:
 def test_a_silent_dns_server_is_retried_then_reported(
     silent_server: tuple[str, list[bytes]],
 ) -> None:
+    """The real-time smoke test of the retries (the exact pauses are tested on a
+    ``ManualClock`` below): a server that never answers costs each attempt its timeout
+    (0.2 s of the socket's real time) plus 0.05 s and 0.1 s of pauses, about 0.75 s; 3 s
+    is the bound that says the resolver did not hang on it."""
     address, seen = silent_server
     dns = DnsResolver(ALIAS, address, timeout=0.2, attempts=3, backoff=0.05)
     message = f"no answer from DNS server {address} for CNAME {ALIAS} after 3 attempts: timed out"
@@ -182,6 +187,60 @@ def test_a_silent_dns_server_is_retried_then_reported(
         dns.resolve()
     assert time.monotonic() - started < 3.0
     assert len(seen) >= 3
+
+
+def resolve_stepping(dns: DnsResolver, clock: ManualClock, server: DnsServer) -> tuple[
+    list[tuple[float, int]], Future[object]
+]:  # fmt: skip
+    """Resolves in a thread, stepping ``clock`` over each pause the resolver takes; returns
+    each pause with the CNAME questions the server had had by then, and the outcome."""
+    taken: list[tuple[float, int]] = []
+    with ThreadPoolExecutor(1) as pool:
+        outcome: Future[object] = pool.submit(dns.resolve)
+        deadline = time.monotonic() + 30
+        while not outcome.done():
+            wake = clock.next_wake()
+            if wake is not None:
+                taken.append((wake, server.asked(ALIAS, "CNAME")))
+                clock.advance(wake)
+            assert time.monotonic() < deadline, f"no end after pauses {taken}"
+            time.sleep(0.005)  # the question is real I/O
+    return taken, outcome
+
+
+def test_a_failing_dns_server_is_asked_again_after_doubling_pauses(
+    dns_server: DnsServer,
+) -> None:
+    """The server fails the first two questions (SERVFAIL): the resolver asks again after
+    0.5 s, then 1 s, on its clock, and not before; the third answer is the resolution."""
+    clock = ManualClock()
+    dns = resolver(dns_server, attempts=4, backoff=0.5, clock=clock)
+    dns_server.fail_next(2)
+    taken, outcome = resolve_stepping(dns, clock, dns_server)
+    assert taken == [(0.5, 1), (1.0, 2)]
+    assert outcome.result().host == SB1  # type: ignore[attr-defined]
+    assert dns_server.asked(ALIAS, "CNAME") == 3
+    assert dns_server.asked(SRV1, "SRV") == 1
+
+
+def test_a_dns_server_failing_for_good_is_reported_after_its_attempts(
+    dns_server: DnsServer,
+) -> None:
+    """Three attempts, backoff 0.5 s: pauses of 0.5 and 1 s, then the failure names the
+    server, the question and the last reason."""
+    clock = ManualClock()
+    dns = resolver(dns_server, attempts=3, backoff=0.5, clock=clock)
+    dns_server.fail_next(1_000)
+    taken, outcome = resolve_stepping(dns, clock, dns_server)
+    assert taken == [(0.5, 1), (1.0, 2)]
+    host, port = dns_server.address.split(":")
+    message = (
+        f"no answer from DNS server {dns_server.address} for CNAME {ALIAS} after 3 attempts: "
+        f"Server Do53:{host}@{port} answered SERVFAIL"
+    )
+    with pytest.raises(FailoverError, match="^" + _escape(message) + "$"):
+        outcome.result()
+    assert dns_server.asked(ALIAS, "CNAME") == 3
 
 
 def test_a_closed_dns_port_is_reported_not_raised_otherwise() -> None:
