@@ -23,8 +23,6 @@ cancel-scheduled-message): the request transfer carries its ``TransactionalState
 
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -32,13 +30,11 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..adapters.amqp import decode_to_message, encode
-from ..amqp.client import ReceivedMessage, Receiver, Sender
-from ..amqp.errors import AMQPError
-from ..amqp.message import BodyType, Properties, encode_message
-from ..amqp.message import Message as AmqpMessage
+from ..amqp.client import ReceivedMessage
 from ..amqp.types import AMQPType, Array, int32, uint
 from ..messages import Message
-from .client import AmqpConnection, AmqpReceiver, SourceError, error_for, source_error
+from .client import AmqpConnection, AmqpReceiver
+from .management_link import SERVICE_BUS_STATUS, ManagementLink
 from .rules import (
     TRUE_FILTER,
     Rule,
@@ -101,7 +97,7 @@ class Management:
 
     def __init__(self, connection: AmqpConnection) -> None:
         self.connection = connection
-        self._links: dict[str, tuple[Sender, Receiver, asyncio.Lock]] = {}
+        self._links: dict[str, ManagementLink] = {}
 
     async def request(
         self, path: str, operation: str, body: dict[str, Any], *,
@@ -112,34 +108,14 @@ class Management:
         ``associated_link``: the receiver link whose messages or session it is about;
         ``transaction``: the request is part of it (the service applies it at commit)."""
         state = None if transaction is None else transaction.enlist(self.connection)
-        sender, receiver, lock = await self._pair(path)
-        message_id = uuid.uuid4()
-        reply_to = str(receiver.link.target.address)
+        link = await self._link(path)
         properties: dict[str, Any] = {
             "operation": operation,
             SERVER_TIMEOUT: uint(min(2**32 - 1, int(self.connection.timeout * 1000))),
         }
         if associated_link is not None:
             properties[ASSOCIATED_LINK_NAME] = associated_link
-        request = AmqpMessage(
-            body=body, body_type=BodyType.VALUE,
-            properties=Properties(message_id=message_id, reply_to=reply_to),
-            application_properties=properties,
-        )  # fmt: skip
-        async with lock:
-            try:
-                await sender.send_encoded(encode_message(request), state=state)
-                reply = await self._reply(receiver, message_id, operation, path)
-            except (AMQPError, OSError) as exc:
-                raise source_error(exc, f"{operation} on {path} failed") from exc
-        props = reply.application_properties or {}
-        status = props.get("statusCode", props.get("status-code"))
-        if not isinstance(status, int) or not 200 <= status < 300:
-            description = props.get("statusDescription", props.get("status-description", ""))
-            condition = props.get("errorCondition", props.get("error-condition"))
-            raise error_for(f"{operation} on {path}: {status} {description}".strip(),
-                            str(condition) if condition else None)  # fmt: skip
-        return reply.body if isinstance(reply.body, dict) else {}
+        return await link.request(properties, body, f"{operation} on {path}", state=state)
 
     async def renew_locks(self, receiver: AmqpReceiver, messages: Iterable[Message]) -> datetime:
         """Renews the locks of ``messages`` (received on ``receiver``); the earliest new
@@ -361,38 +337,14 @@ class Management:
 
     # ------------------------------------------------------------------ links
 
-    async def _pair(self, path: str) -> tuple[Sender, Receiver, asyncio.Lock]:
+    async def _link(self, path: str) -> ManagementLink:
         node = f"{path}/$management"
-        pair = self._links.get(node)
-        if pair is None:
+        link = self._links.get(node)
+        if link is None:
             await self.connection.authorize(path)
-            client, timeout = self.connection.client, self.connection.timeout
-            reply_to = f"{node}-reply-{uuid.uuid4()}"
-            try:
-                receiver = await client.receiver(node, credit=10, target=reply_to,
-                                                 timeout=timeout)  # fmt: skip
-                sender = await client.sender(node, timeout=timeout)
-            except (AMQPError, OSError) as exc:
-                raise source_error(exc, f"cannot attach to {node}") from exc
-            pair = self._links[node] = (sender, receiver, asyncio.Lock())
-        return pair
-
-    async def _reply(self, receiver: Receiver, message_id: uuid.UUID, operation: str,
-                     path: str) -> AmqpMessage:  # fmt: skip
-        deadline = time.monotonic() + self.connection.timeout
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise SourceError(f"no answer to {operation} on {path}", "com.microsoft:timeout")
-            try:
-                received = await receiver.receive(remaining)
-            except TimeoutError:
-                continue
-            received.accept()
-            reply: AmqpMessage = received.message
-            properties = reply.properties
-            if properties is not None and properties.correlation_id == message_id:
-                return reply
+            link = await ManagementLink.attach(self.connection, node, SERVICE_BUS_STATUS)
+            self._links[node] = link
+        return link
 
 
 def _longs(sequence_numbers: int | Iterable[int]) -> Array:

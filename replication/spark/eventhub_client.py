@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -37,14 +36,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..adapters.amqp import decode_arrived
-from ..amqp.client import Receiver, Sender
+from ..amqp.client import Receiver
 from ..amqp.errors import AMQPError
-from ..amqp.message import BodyType, Properties, decode_message
-from ..amqp.message import Message as AmqpMessage
 from ..amqp.performatives import RCV_FIRST, SND_SETTLED
 from ..amqp.types import Described, symbol
 from ..messages import Message
-from ..servicebus.client import AmqpConnection, AmqpSource, SourceError, error_for, source_error
+from ..servicebus.client import AmqpSource, SourceError, source_error
+from ..servicebus.management_link import EVENT_HUBS_STATUS, ManagementLink
 
 log = logging.getLogger("replication.spark")
 
@@ -117,7 +115,7 @@ class EventHubClient:
         self.source = source
         self.hub = hub
         self.group = group
-        self._management: tuple[AmqpConnection, Sender, Receiver, asyncio.Lock] | None = None
+        self._management: ManagementLink | None = None
 
     # ------------------------------------------------------------------ $management
 
@@ -144,72 +142,21 @@ class EventHubClient:
         return {p.id: p for p in found}
 
     async def _read(self, properties: dict[str, Any]) -> dict[str, Any]:
-        connection, sender, receiver, lock = await self._pair()
-        endpoint = connection.endpoint
+        link = await self._link()
+        endpoint = link.connection.endpoint
         token, _ = await endpoint.token_provider(endpoint.audience(self.hub))
-        message_id = uuid.uuid4()
-        reply_to = str(receiver.link.target.address)
-        request = AmqpMessage(
-            body=None, body_type=BodyType.VALUE,
-            properties=Properties(message_id=message_id, reply_to=reply_to),
-            application_properties={
-                "operation": "READ", "name": self.hub, "security_token": token, **properties,
-            },
-        )  # fmt: skip
         what = f"reading {properties['type'].split(':')[-1]} properties of {self.hub}"
-        async with lock:
-            try:
-                await sender.send(request)
-                reply = await self._reply(receiver, message_id, connection.timeout, what)
-            except (AMQPError, OSError) as exc:
-                raise source_error(exc, f"{what} failed") from exc
-        props = reply.application_properties or {}
-        status = props.get("status-code", props.get("statusCode"))
-        if not isinstance(status, int) or not 200 <= status < 300:
-            description = props.get("status-description", props.get("statusDescription", ""))
-            condition = {401: "amqp:unauthorized-access", 404: "amqp:not-found"}.get(
-                status if isinstance(status, int) else 0
-            )
-            raise error_for(f"{what}: {status} {description}".strip(), condition)
-        return reply.body if isinstance(reply.body, dict) else {}
+        request = {"operation": "READ", "name": self.hub, "security_token": token, **properties}
+        return await link.request(request, None, what)
 
-    async def _pair(self) -> tuple[AmqpConnection, Sender, Receiver, asyncio.Lock]:
+    async def _link(self) -> ManagementLink:
         connection = await self.source.connection()
-        pair = self._management
-        if pair is not None and pair[0] is connection and not connection.closed:
-            return pair
-        await connection.authorize(self.hub)
-        client, timeout = connection.client, connection.timeout
-        try:
-            receiver = await client.receiver(
-                MANAGEMENT_NODE, credit=10, target=f"{MANAGEMENT_NODE}-reply-{uuid.uuid4()}",
-                timeout=timeout,
-            )  # fmt: skip
-            sender = await client.sender(MANAGEMENT_NODE, timeout=timeout)
-        except (AMQPError, OSError) as exc:
-            raise source_error(exc, f"cannot attach to {MANAGEMENT_NODE}") from exc
-        self._management = (connection, sender, receiver, asyncio.Lock())
-        return self._management
-
-    @staticmethod
-    async def _reply(
-        receiver: Receiver, message_id: uuid.UUID, timeout: float, what: str
-    ) -> AmqpMessage:
-        deadline = time.monotonic() + timeout
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise SourceError(f"no answer {what}", "com.microsoft:timeout")
-            try:
-                received = await receiver.receive(remaining)
-            except TimeoutError:
-                continue
-            received.accept()
-            reply = received.message
-            if not isinstance(reply, AmqpMessage):
-                reply = decode_message(received.delivery.payload)
-            if reply.properties is not None and reply.properties.correlation_id == message_id:
-                return reply
+        link = self._management
+        if link is None or link.connection is not connection or connection.closed:
+            await connection.authorize(self.hub)
+            link = await ManagementLink.attach(connection, MANAGEMENT_NODE, EVENT_HUBS_STATUS)
+            self._management = link
+        return link
 
     # ------------------------------------------------------------------ reading
 

@@ -13,6 +13,7 @@ import pytest
 from azure.eventhub import EventData
 
 from replication.broker.clock import ManualClock
+from replication.servicebus.client import EntityNotFound
 from replication.spark.eventhub_client import DataLoss, EventHubClient, hub_source
 from replication.spark.eventhub_options import EventHubOptions, Position, parse_position
 from replication.spark.eventhub_ranges import EventRange, advance, from_offset, plan, to_offset
@@ -79,6 +80,22 @@ def test_events_retention_removed_fail_the_read_unless_told_to_go_on(
         asyncio.run(_read(handle.port, "0", 0, 3))
     batches = asyncio.run(_read(handle.port, "0", 0, 3, fail_on_data_loss=False))
     assert [e.body for b in batches for e in b] == [b"new"]
+
+
+def test_a_partition_the_hub_lacks_is_entity_not_found(broker_factory: Any) -> None:
+    """The answer names no condition: its 404 stands for one (``management_link``)."""
+    handle = broker_factory(eventhub_config())
+
+    async def partition_9() -> Any:
+        source, hub = hub_source(eventhub_connection_string(handle.port))
+        assert hub is not None
+        try:
+            return await EventHubClient(source, hub).partition("9")
+        finally:
+            await source.close()
+
+    with pytest.raises(EntityNotFound, match=r"partition properties of eh1: 404 The partition '9'"):
+        asyncio.run(partition_9())
 
 
 def test_a_trigger_s_events_are_shared_by_what_each_partition_has_waiting() -> None:
