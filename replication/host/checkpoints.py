@@ -37,6 +37,16 @@ CREATE TABLE IF NOT EXISTS checkpoint (
 """
 
 
+# the SDK's key of each column the lists read (``offset`` is an SQL keyword: quoted)
+_OWNERSHIP = {
+    "partition_id": "partition_id", "owner_id": "owner_id", "etag": "etag",
+    "last_modified_time": "last_modified",
+}  # fmt: skip
+_CHECKPOINT = {
+    "partition_id": "partition_id", "offset": '"offset"', "sequence_number": "sequence_number"
+}  # fmt: skip
+
+
 def _key(namespace: str, eventhub: str, group: str) -> tuple[str, str, str]:
     """Names compare without case, as Event Hubs resolves them."""
     return namespace.lower(), eventhub.lower(), group.lower()
@@ -65,23 +75,9 @@ class SqliteCheckpointStore(CheckpointStore):
         self, fully_qualified_namespace: str, eventhub_name: str, consumer_group: str,
         **kwargs: Any,
     ) -> Iterable[dict[str, Any]]:  # fmt: skip
-        rows = self._db.execute(
-            "SELECT partition_id, owner_id, etag, last_modified FROM ownership "
-            "WHERE namespace = ? AND eventhub = ? AND consumer_group = ?",
-            _key(fully_qualified_namespace, eventhub_name, consumer_group),
-        ).fetchall()
-        return [
-            {
-                "fully_qualified_namespace": fully_qualified_namespace,
-                "eventhub_name": eventhub_name,
-                "consumer_group": consumer_group,
-                "partition_id": partition,
-                "owner_id": owner,
-                "etag": etag,
-                "last_modified_time": modified,
-            }
-            for partition, owner, etag, modified in rows
-        ]
+        return self._rows(
+            "ownership", _OWNERSHIP, fully_qualified_namespace, eventhub_name, consumer_group
+        )
 
     async def claim_ownership(
         self, ownership_list: Iterable[dict[str, Any]], **kwargs: Any
@@ -132,22 +128,25 @@ class SqliteCheckpointStore(CheckpointStore):
         self, fully_qualified_namespace: str, eventhub_name: str, consumer_group: str,
         **kwargs: Any,
     ) -> Iterable[dict[str, Any]]:  # fmt: skip
+        return self._rows(
+            "checkpoint", _CHECKPOINT, fully_qualified_namespace, eventhub_name, consumer_group
+        )
+
+    def _rows(
+        self, table: str, columns: dict[str, str], namespace: str, eventhub: str, group: str
+    ) -> list[dict[str, Any]]:
+        """``table``'s rows of one hub and consumer group as the SDK's dicts (``columns``:
+        the SDK's key for each column), named as the caller named them."""
         rows = self._db.execute(
-            'SELECT partition_id, "offset", sequence_number FROM checkpoint '
+            f"SELECT {', '.join(columns.values())} FROM {table} "
             "WHERE namespace = ? AND eventhub = ? AND consumer_group = ?",
-            _key(fully_qualified_namespace, eventhub_name, consumer_group),
+            _key(namespace, eventhub, group),
         ).fetchall()
-        return [
-            {
-                "fully_qualified_namespace": fully_qualified_namespace,
-                "eventhub_name": eventhub_name,
-                "consumer_group": consumer_group,
-                "partition_id": partition,
-                "offset": offset,
-                "sequence_number": sequence,
-            }
-            for partition, offset, sequence in rows
-        ]
+        names = {
+            "fully_qualified_namespace": namespace, "eventhub_name": eventhub,
+            "consumer_group": group,
+        }  # fmt: skip
+        return [{**names, **dict(zip(columns, row, strict=True))} for row in rows]
 
     def close(self) -> None:
         self._db.close()
