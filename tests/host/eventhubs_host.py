@@ -4,7 +4,6 @@ host does (the real SDKs against the real embedded broker), and reads event hubs
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from replication.host.eventhubs import EventHubOptions, EventHubTriggerRunner, e
 from replication.host.trigger import TriggerRunner
 from replication.host.worker import Worker
 
-from .support import FAST
+from .support import FAST, run_until
 
 Runner = TriggerRunner | EventHubTriggerRunner
 
@@ -35,7 +34,6 @@ async def run_host(
 ) -> list[Runner]:
     """Every trigger of ``app`` (both kinds) until ``until(runners)`` is true."""
     worker = Worker()
-    stop = asyncio.Event()
     store = SqliteCheckpointStore.in_directory(data_dir)
     runners: list[Runner] = [
         TriggerRunner(t, settings[t.connection], FAST.for_trigger(t), worker=worker)
@@ -45,22 +43,10 @@ async def run_host(
         EventHubTriggerRunner(t, settings[t.connection], store, worker, EventHubOptions(batch))
         for t in event_hub_triggers(app, settings)
     ]
-    jobs = [asyncio.create_task(r.run(stop)) for r in runners]
-    deadline = time.monotonic() + timeout
     try:
-        while not until(runners):
-            for job in jobs:
-                if job.done():
-                    job.result()
-            if time.monotonic() > deadline:
-                raise AssertionError(f"not done within {timeout} s: {[r.stats for r in runners]}")
-            await asyncio.sleep(0.1)
+        return await run_until(runners, worker, until, timeout)
     finally:
-        stop.set()
-        await asyncio.gather(*jobs, return_exceptions=True)
-        worker.stop()
         store.close()
-    return runners
 
 
 def events_done(total: int) -> Callable[[list[Runner]], bool]:

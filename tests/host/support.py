@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 import azure.functions as func
 
@@ -37,11 +38,30 @@ async def run_app(
 ) -> list[TriggerRunner]:
     """Runs every Service Bus trigger of ``app`` until ``until(runners)`` is true."""
     worker = Worker()
-    stop = asyncio.Event()
     runners = [
         TriggerRunner(t, settings[t.connection], options.for_trigger(t), worker=worker)
         for t in service_bus_triggers(app, settings)
     ]
+    return await run_until(runners, worker, until, timeout)
+
+
+class Runner(Protocol):
+    """What ``run_until`` needs of a trigger runner (Service Bus or Event Hubs)."""
+
+    stats: Any
+
+    async def run(self, stop: asyncio.Event) -> None: ...
+
+
+R = TypeVar("R", bound=Runner)
+
+
+async def run_until(
+    runners: list[R], worker: Worker, until: Callable[[list[R]], bool], timeout: float
+) -> list[R]:
+    """Runs ``runners`` until ``until(runners)`` is true (a runner's failure is raised at
+    once, a slow run after ``timeout`` s), then stops them and ``worker``."""
+    stop = asyncio.Event()
     jobs = [asyncio.create_task(r.run(stop)) for r in runners]
     deadline = time.monotonic() + timeout
     try:
