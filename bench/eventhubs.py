@@ -57,7 +57,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +70,7 @@ from azure.servicebus.aio import ServiceBusClient
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.local_host import host_seconds  # noqa: E402
 from replication.messages import Message  # noqa: E402
 from replication.tasks.pump import PumpStats, Source, pump  # noqa: E402
 from replication.tasks.targets import SenderPool, Target  # noqa: E402
@@ -386,15 +386,6 @@ async def replicate(conn: str, count: int, batch: int, backend: str) -> float:
 async def host(conn: str, count: int, batch: int) -> float:
     """Seconds for the local host's trigger runner to move ``count`` messages from queue hsrc
     to hub hdst through the generated function of an ``eventhub:`` target pipeline."""
-    import azure.functions as func
-
-    from replication.functions import register_pipelines
-    from replication.host.discovery import service_bus_triggers
-    from replication.host.trigger import HostOptions, TriggerRunner
-    from replication.host.worker import Worker
-    from replication.pipeline import parse_pipelines
-
-    settings = {"Bus": conn, "Hubs": conn}
     text = f"""\
 pipelines:
   - name: bench-eventhubs-host
@@ -402,27 +393,7 @@ pipelines:
     target: {{connection: Hubs, eventhub: hdst}}
     batch_size: {batch}
 """
-    app = func.FunctionApp()
-    register_pipelines(app, parse_pipelines(text), settings)
-    (trigger,) = service_bus_triggers(app, settings)
-    worker = Worker()
-    host_json = json.loads((ROOT / "host.json").read_text())
-    options = replace(HostOptions.from_host_json(host_json), prefetch_count=2 * batch,
-                      max_message_batch_size=batch)  # fmt: skip
-    runner = TriggerRunner(trigger, conn, options.for_trigger(trigger), worker=worker)
-    stop = asyncio.Event()
-    started = time.perf_counter()
-    job = asyncio.create_task(runner.run(stop))
-    try:
-        while runner.stats.completed < count:
-            if job.done():
-                job.result()
-            await asyncio.sleep(0.01)
-        return time.perf_counter() - started
-    finally:
-        stop.set()
-        await asyncio.gather(job, return_exceptions=True)
-        worker.stop()
+    return await host_seconds(text, {"Bus": conn, "Hubs": conn}, count, batch)
 
 
 async def partitions_used(conn: str, hub: str) -> dict[str, int]:

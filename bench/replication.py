@@ -50,7 +50,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import azure.servicebus
@@ -60,6 +59,7 @@ from azure.servicebus.aio import ServiceBusClient
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.local_host import host_seconds  # noqa: E402
 from replication.messages import Message  # noqa: E402
 from replication.servicebus.client import AmqpSource  # noqa: E402
 from replication.servicebus.sender import AmqpSender  # noqa: E402
@@ -189,15 +189,6 @@ async def replicate(
 async def host(connection_string: str, count: int, batch: int) -> float:
     """Seconds for the local host's trigger runner to move ``count`` messages hsrc -> hdst
     through the generated function (per-message settlement over gRPC)."""
-    import azure.functions as func
-
-    from replication.functions import register_pipelines
-    from replication.host.discovery import service_bus_triggers
-    from replication.host.trigger import HostOptions, TriggerRunner
-    from replication.host.worker import Worker
-    from replication.pipeline import parse_pipelines
-
-    settings = {"Bus": connection_string}
     text = f"""\
 pipelines:
   - name: bench-host
@@ -205,27 +196,7 @@ pipelines:
     target: {{connection: Bus, queue: hdst}}
     batch_size: {batch}
 """
-    app = func.FunctionApp()
-    register_pipelines(app, parse_pipelines(text), settings)
-    (trigger,) = service_bus_triggers(app, settings)
-    worker = Worker()
-    # what `python -m replication start` runs with: the app's host.json, this batch size
-    host_json = json.loads((ROOT / "host.json").read_text())
-    options = replace(HostOptions.from_host_json(host_json), prefetch_count=2 * batch,
-                      max_message_batch_size=batch)  # fmt: skip
-    runner = TriggerRunner(trigger, connection_string, options.for_trigger(trigger), worker=worker)
-    stop = asyncio.Event()
-    started = time.perf_counter()
-    job = asyncio.create_task(runner.run(stop))
-    while runner.stats.completed < count:
-        if job.done():
-            job.result()
-        await asyncio.sleep(0.01)
-    elapsed = time.perf_counter() - started
-    stop.set()
-    await job
-    worker.stop()
-    return elapsed
+    return await host_seconds(text, {"Bus": connection_string}, count, batch)
 
 
 async def profile_broker(args: argparse.Namespace) -> None:
