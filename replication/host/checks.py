@@ -132,17 +132,16 @@ def _batch_settled(
         return [f"{app_file}: cannot check how it settles messages ({exc})"]
     warnings = []
     for trigger in triggers:
-        generated_by = pipeline_of(trigger.function)
-        pipeline = generated_by.name if generated_by is not None else None
-        if pipeline is None:
-            pipeline = sources.get((trigger.connection, trigger.entity))
-        if pipeline not in risky:
+        pipeline = pipeline_of(trigger.function)
+        source = (trigger.connection, trigger.entity)
+        name = sources.get(source) if pipeline is None else pipeline.name
+        if name not in risky:
             continue
         per_message = is_sdk_type(trigger.annotation) and trigger.settlement_arg is not None
         if not per_message:
             warnings.append(
                 f"{app_file}: function {trigger.name} settles its batch as a whole, but pipeline "
-                f"{pipeline!r} can dead-letter ({risky[pipeline]}): one bad message fails the "
+                f"{name!r} can dead-letter ({risky[name]}): one bad message fails the "
                 "batch and its healthy neighbours are redelivered until MaxDeliveryCount "
                 "dead-letters them too. Take ServiceBusReceivedMessage and "
                 "ServiceBusMessageActions (as replication.functions.register_pipelines "
