@@ -1,36 +1,36 @@
 """The namespace's entities: queues, topics, subscriptions and dead-letter queues by path,
 built from Config.json and changed at runtime (the management API), with auto-forwarding.
 
-Runtime changes: each change is one ``managed_entity`` row, committed before the API answers.
-Config.json stays the starting point: at start its entities are built first, then the rows
-are replayed over them. A row remembers the Config.json definition it started from
-(``configured``); when the file has changed that entity since, the file wins and the row is
-dropped (as for subscription rules). API-made entities whose name the file now defines give
-way to the file's definition too. A Config.json entity deleted through the API stays deleted
-while the file's definition of it is unchanged.
+Runtime changes are kept as store records and replayed over the Config.json entities at
+start (``entity_records``: which record wins).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 from urllib.parse import urlparse
 
 from .clock import Clock, now_ms
-from .queue import DEAD_LETTER_SUFFIX, DEFAULT_MAX_SIZE_MB, Queue, QueueSettings
+from .entity_records import (
+    QUEUE,
+    SUBSCRIPTION,
+    TOPIC,
+    definitions,
+    dump_settings,
+    load_settings,
+    reconcile,
+    unrecorded,
+)
+from .queue import DEAD_LETTER_SUFFIX, Queue, QueueSettings
 from .rules import DEFAULT_RULE, RuleSet, RuleSpec, dump_rules, load_rules
 from .store import ManagedEntity, MessageStore
 from .topic import SUBSCRIPTIONS, Subscription, Topic, TopicSettings
 
 log = logging.getLogger("replication.broker")
-
-QUEUE, TOPIC, SUBSCRIPTION = "queue", "topic", "subscription"
-"""Kinds of entity the management API creates (``ManagedEntity.kind``)."""
 
 Entity = Queue | Topic
 
@@ -82,30 +82,6 @@ def last_use(entity: Entity) -> int:
     is used while its subscriptions are (Service Bus: "no operations on the topic's
     subscriptions")."""
     return max([entity.accessed_ms, *(queue.accessed_ms for queue in queues_of(entity))])
-
-
-def dump_settings(settings: QueueSettings | TopicSettings) -> str:
-    """Entity settings as JSON (durations in seconds), to store and to compare definitions."""
-    values = {
-        name: {"seconds": value.total_seconds()} if isinstance(value, timedelta) else value
-        for name, value in dataclasses.asdict(settings).items()
-        if name not in _LATER_SETTINGS or value != _LATER_SETTINGS[name]
-    }
-    return json.dumps(values, sort_keys=True)
-
-
-_LATER_SETTINGS: dict[str, Any] = {"max_size_mb": DEFAULT_MAX_SIZE_MB, "auto_delete_on_idle": None}
-"""Settings added after records were first stored: left out at their defaults, so an
-unchanged Config.json entity still matches its record (and keeps its API-made changes)."""
-
-
-def load_settings(kind: str, text: str) -> QueueSettings | TopicSettings:
-    """``dump_settings`` reversed; ``kind`` is queue, topic or subscription."""
-    values: dict[str, Any] = {
-        name: timedelta(seconds=value["seconds"]) if isinstance(value, dict) else value
-        for name, value in json.loads(text).items()
-    }
-    return TopicSettings(**values) if kind == TOPIC else QueueSettings(**values)
 
 
 _FORWARDS = (
@@ -210,35 +186,14 @@ class Registry:
     def _restore_managed(
         self, queues: dict[str, QueueSettings], topics: dict[str, TopicSpec]
     ) -> None:
-        configured: dict[str, tuple[str, str, str]] = {}  # lower path -> (kind, spelling, json)
-        for name, settings in queues.items():
-            configured[name.lower()] = (QUEUE, name, dump_settings(settings))
-        for name, spec in topics.items():
-            configured[name.lower()] = (TOPIC, name, dump_settings(spec.settings))
-            for sub, (settings, _) in spec.subscriptions.items():
-                path = f"{name}{SUBSCRIPTIONS}{sub}"
-                configured[path.lower()] = (SUBSCRIPTION, path, dump_settings(settings))
+        defined = definitions(queues, topics)
         now = now_ms(self.clock)
-        order = {TOPIC: 0, QUEUE: 1, SUBSCRIPTION: 2}
-        for record in sorted(self.store.managed_entities(), key=lambda r: order[r.kind]):
-            file = configured.get(record.name.lower())
-            if file is not None and (record.configured != file[2] or record.kind != file[0]):
-                record = ManagedEntity(  # the file changed it (or now defines it): file wins
-                    file[1], file[0], file[2], None, None, False, record.created_ms, now
-                )
-                self.store.save_managed_entity(record)
-            elif file is None and record.configured is not None:
-                self.store.forget_managed_entity(record.name)  # gone from the file
-                continue
-            if not self._replay(record):
+        for record in reconcile(self.store, defined, now):
+            if self._replay(record):
+                self.managed[record.name.lower()] = record
+            else:
                 self.store.forget_managed_entity(record.name)
-                continue
-            self.managed[record.name.lower()] = record
-        for key, (kind, name, text) in configured.items():
-            if key not in self.managed:
-                record = ManagedEntity(name, kind, text, None, None, False, now, now)
-                self.store.save_managed_entity(record)
-                self.managed[key] = record
+        self.managed.update(unrecorded(self.store, defined, self.managed, now))
         for queue in self.queues.values():  # targets deleted through the API
             for _, attribute in _FORWARDS:
                 target = getattr(queue.settings, attribute)

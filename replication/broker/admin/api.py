@@ -26,9 +26,10 @@ from urllib.parse import quote, unquote
 
 from ..auth import MANAGE, SEND, AuthorizationError, Grant, normalize_resource, parse_sas_token
 from ..config import validate_entity_name
+from ..entity_records import QUEUE, SUBSCRIPTION, TOPIC
 from ..httpapi import Request, Response
 from ..queue import Queue
-from ..registry import QUEUE, SUBSCRIPTION, TOPIC, Entity, last_use
+from ..registry import Entity, last_use
 from ..rules import (
     CORRELATION_FIELDS,
     DEFAULT_RULE_NAME,

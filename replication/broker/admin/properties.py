@@ -26,8 +26,9 @@ from ..config import (
     format_duration,
     parse_duration,
 )
+from ..entity_records import QUEUE, SUBSCRIPTION, TOPIC
 from ..queue import DEFAULT_MAX_SIZE_MB, QueueSettings
-from ..registry import QUEUE, SUBSCRIPTION, TOPIC, entity_path
+from ..registry import entity_path
 from ..topic import TopicSettings
 
 Description = dict[str, Any]
