@@ -30,6 +30,7 @@ from operator import attrgetter, itemgetter
 from typing import Any
 
 from ..amqp import codec, scan
+from ..amqp.composite import encoder
 from ..amqp.message import BodyType, Header, Properties, _enc_string_keyed_map, decode_message
 from ..amqp.message import Message as AmqpMessage
 from ..amqp.types import int32, timestamp
@@ -44,11 +45,21 @@ _INT32 = range(-(2**31), 2**31)
 
 
 def _time(ms: Any) -> datetime | None:
+    global _last_time
     if not ms or not isinstance(ms, int):
         return None
+    last_ms, last = _last_time
+    if ms == last_ms:  # a batch's messages were mostly enqueued in the same millisecond
+        return last
     if ms == _CE_ZERO_MS:
         return datetime.min.replace(tzinfo=UTC)
-    return datetime.fromtimestamp(ms / 1000.0, UTC)  # as the SDK does (float seconds)
+    moment = datetime.fromtimestamp(ms / 1000.0, UTC)  # as the SDK does (float seconds)
+    _last_time = (ms, moment)
+    return moment
+
+
+_last_time: tuple[int, datetime] = (0, datetime.min.replace(tzinfo=UTC))
+"""The last time ``_time`` made (a datetime is immutable: sharing it is safe)."""
 
 
 def _duration(ms: Any) -> timedelta | None:
@@ -256,6 +267,9 @@ _message = _written_out()
 # ---------------------------------------------------------------------- encoding
 
 
+_write_header, _write_properties = encoder(Header), encoder(Properties)
+
+
 def encode(message: Message, *, event_hub: bool = False) -> bytes:
     """The bytes of ``message`` as a sender puts them on the wire (see the module);
     ``event_hub``: as an event, whose partition key goes with a session id (group-id) too."""
@@ -263,7 +277,7 @@ def encode(message: Message, *, event_hub: bool = False) -> bytes:
     header = {key: write(value) for name, key, write in _HEADER_SENT
               if (value := getattr(message, name)) is not None}  # fmt: skip
     if header:
-        Header._amqp_encode(out, Header(**header))  # type: ignore[attr-defined]  # @composite's
+        _write_header(out, Header(**header))
     annotations = _annotations(message, event_hub)
     if annotations:
         out += b"\x00\x53\x72"
@@ -271,7 +285,7 @@ def encode(message: Message, *, event_hub: bool = False) -> bytes:
     properties = {key: getattr(message, name) for name, key in _PROPERTIES_SENT}
     if properties["message_id"] is None:
         properties["message_id"] = str(uuid.uuid4())
-    Properties._amqp_encode(out, Properties(**properties))  # type: ignore[attr-defined]  # @composite's
+    _write_properties(out, Properties(**properties))
     if message.application_properties:
         out += b"\x00\x53\x74"
         _enc_string_keyed_map(out, {

@@ -9,14 +9,15 @@ A composite is a slotted dataclass whose fields carry their AMQP type in metadat
 
 ``composite`` generates, once per class, a straight-line encoder (typed by the field, trailing
 nulls trimmed, the 8-bit list form when it fits) and a decoder that maps null to the field's
-default and rejects a missing mandatory field, then registers both with the codec.
+default and rejects a missing mandatory field, then registers both with the codec;
+``encoder(cls)`` and ``decoder(cls)`` hand them, typed, to code that knows the class.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from . import codec, types
 from .errors import DecodeError, EncodeError
@@ -57,7 +58,9 @@ def composite(code: int, name: str, *, trim: bool = True) -> Callable[[type[T]],
     """
 
     def decorate(cls: type[T]) -> type[T]:
-        fields = dataclasses.fields(cls)  # type: ignore[arg-type]  # T is a dataclass
+        if not dataclasses.is_dataclass(cls):
+            raise TypeError(f"@composite makes a dataclass a composite; {cls.__name__} is not one")
+        fields = dataclasses.fields(cls)
         label = name.split(":")[1] if ":" in name else name
         namespace: dict[str, Any] = {
             "EncodeError": EncodeError,
@@ -147,11 +150,7 @@ def composite(code: int, name: str, *, trim: bool = True) -> Callable[[type[T]],
         dec.append(f"    return cls({', '.join(dec_args)})")
         exec("\n".join(enc), namespace)
         exec("\n".join(dec), namespace)
-        cls._amqp_encode = staticmethod(namespace["_amqp_encode"])  # type: ignore[attr-defined]  # added here
-        cls._from_value = staticmethod(namespace["_from_value"])  # type: ignore[attr-defined]  # added here
-        cls.DESCRIPTOR = code  # type: ignore[attr-defined]  # added here
-        cls.DESCRIPTOR_NAME = name  # type: ignore[attr-defined]  # added here
-        codec.register_composite(code, name, namespace["_from_value"], cls)
+        _install(cls, code, name, namespace["_amqp_encode"], namespace["_from_value"])
         return cls
 
     return decorate
@@ -206,28 +205,67 @@ def _as_tuple(value: Any) -> tuple[Any, ...] | None:
     return tuple(value)
 
 
+class Wrapper(Protocol):
+    """A restricted type that describes one non-list value (a message section)."""
+
+    value: Any
+
+    def __init__(self, value: Any) -> None: ...
+
+
+W = TypeVar("W", bound=Wrapper)
+
+
 def described_wrapper(
     code: int, name: str, write_value: codec.Encoder, check: Callable[[Any], bool] | None = None
-) -> Callable[[type[T]], type[T]]:
+) -> Callable[[type[W]], type[W]]:
     """Class decorator for restricted types that describe a non-list value (sections)."""
 
     header = bytes((0x00, 0x53, code))
 
-    def decorate(cls: type[T]) -> type[T]:
-        def _amqp_encode(out: bytearray, self: Any) -> None:
+    def decorate(cls: type[W]) -> type[W]:
+        def _amqp_encode(out: bytearray, self: W) -> None:
             out += header
             write_value(out, self.value)
 
-        def _from_value(value: Any) -> Any:
+        def _from_value(value: Any) -> W:
             if check is not None and not check(value):
                 raise DecodeError(f"{name} holds the wrong type: {type(value).__name__}")
-            return cls(value)  # type: ignore[call-arg]  # a wrapper's one field
+            return cls(value)
 
-        cls._amqp_encode = staticmethod(_amqp_encode)  # type: ignore[attr-defined]  # added here
-        cls._from_value = staticmethod(_from_value)  # type: ignore[attr-defined]  # added here
-        cls.DESCRIPTOR = code  # type: ignore[attr-defined]  # added here
-        cls.DESCRIPTOR_NAME = name  # type: ignore[attr-defined]  # added here
-        codec.register_composite(code, name, _from_value, cls)
+        _install(cls, code, name, _amqp_encode, _from_value)
         return cls
 
     return decorate
+
+
+_ENCODERS: dict[type, codec.Encoder] = {}
+_DECODERS: dict[type, Callable[[Any], Any]] = {}
+
+
+def encoder(cls: type[T]) -> Callable[[bytearray, T], None]:
+    """What writes a value of the composite (or wrapper) class ``cls``, descriptor first:
+    for a caller that knows the class and so skips the codec's lookup by type."""
+    return _ENCODERS[cls]
+
+
+def decoder(cls: type[T]) -> Callable[[Any], T]:
+    """What makes a ``cls`` of the value its descriptor described (a composite's list),
+    checked as the codec checks it."""
+    return _DECODERS[cls]
+
+
+def _install(
+    cls: type, code: int, name: str, encode: codec.Encoder, decode: Callable[[Any], Any]
+) -> None:
+    """Gives ``cls`` its descriptor (``DESCRIPTOR``, ``DESCRIPTOR_NAME``: what frames and
+    ``requires`` read) and its codec: ``encoder``/``decoder`` and the codec's registry
+    (``codec.register_composite`` takes the class's ``_amqp_encode``)."""
+    added: dict[str, Any] = {
+        "DESCRIPTOR": code, "DESCRIPTOR_NAME": name, "_amqp_encode": staticmethod(encode),
+    }  # fmt: skip
+    for attribute, value in added.items():  # attributes mypy cannot see a decorator add
+        setattr(cls, attribute, value)
+    _ENCODERS[cls] = encode
+    _DECODERS[cls] = decode
+    codec.register_composite(code, name, decode, cls)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import codec
-from .composite import amqp_field, composite, described_wrapper
+from .composite import amqp_field, composite, described_wrapper, encoder
 from .errors import DecodeError, EncodeError
 
 
@@ -148,11 +148,14 @@ _SECTION_ORDER = {
 }
 
 
+_write_header, _write_properties = encoder(Header), encoder(Properties)
+
+
 def encode_message(message: Message) -> bytes:
     """The transfer payload for ``message``: its sections in spec order."""
     out = bytearray()
     if message.header is not None:
-        Header._amqp_encode(out, message.header)  # type: ignore[attr-defined]  # @composite's
+        _write_header(out, message.header)
     if message.delivery_annotations is not None:
         out += b"\x00\x53\x71"
         codec.encode_symbol_keyed_map(out, message.delivery_annotations)
@@ -160,7 +163,7 @@ def encode_message(message: Message) -> bytes:
         out += b"\x00\x53\x72"
         codec.encode_symbol_keyed_map(out, message.message_annotations)
     if message.properties is not None:
-        Properties._amqp_encode(out, message.properties)  # type: ignore[attr-defined]  # @composite's
+        _write_properties(out, message.properties)
     if message.application_properties is not None:
         out += b"\x00\x53\x74"
         _enc_string_keyed_map(out, message.application_properties)

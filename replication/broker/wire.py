@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..amqp import codec, scan
+from ..amqp.composite import decoder, encoder
 from ..amqp.errors import DecodeError
 from ..amqp.message import (
     AmqpSequence,
@@ -42,6 +43,9 @@ from ..servicebus.symbols import (
 
 BATCH_FORMAT = 0x80013700
 """message-format of a Service Bus batch: each data section holds one encoded message."""
+
+_header_of, _properties_of = decoder(Header), decoder(Properties)
+_write_annotations = encoder(MessageAnnotations)
 
 _BROKER_KEYS = frozenset({
     SEQUENCE_NUMBER, ENQUEUED_TIME, LOCKED_UNTIL, LOCK_TOKEN, MESSAGE_STATE,
@@ -193,12 +197,8 @@ def parse_message(payload: bytes) -> IncomingMessage:
 
 def _scanned(payload: bytes) -> IncomingMessage:
     found = scan.scan(payload)
-    header = Header._from_value(found.header) if found.header else None  # type: ignore[attr-defined]  # @composite's
-    properties = (
-        Properties._from_value(found.properties)  # type: ignore[attr-defined]  # @composite's
-        if found.properties is not None
-        else None
-    )
+    header = _header_of(found.header) if found.header else None
+    properties = _properties_of(found.properties) if found.properties is not None else None
     annotations: dict[Any, Any] = {}
     if found.annotations_at >= 0:
         annotations = dict(codec.decode_at(payload, found.annotations_at)[0])
@@ -268,7 +268,7 @@ def encode_annotations(annotations: dict[Any, Any]) -> bytes:
     if not kept:
         return b""
     out = bytearray()
-    MessageAnnotations._amqp_encode(out, MessageAnnotations(kept))  # type: ignore[attr-defined]  # @described_wrapper's
+    _write_annotations(out, MessageAnnotations(kept))
     return bytes(out)
 
 

@@ -8,12 +8,15 @@ message-id, session id and partition key, as the SDK sends it.
 from __future__ import annotations
 
 from ..amqp import codec
+from ..amqp.composite import encoder
 from ..amqp.message import Properties
 from ..messages import Message
 from .symbols import PARTITION_KEY
 
 BATCH_FORMAT = 0x80013700
 """message-format of a Service Bus batch: each data section holds one encoded message."""
+
+_write_properties = encoder(Properties)
 
 
 def encode_batch(
@@ -27,7 +30,7 @@ def encode_batch(
         out += b"\x00\x53\x72"
         codec.encode_symbol_keyed_map(out, {PARTITION_KEY: first.partition_key})
     if first.message_id is not None or first.session_id is not None:
-        Properties._amqp_encode(out, Properties(  # type: ignore[attr-defined]  # @composite's
+        _write_properties(out, Properties(
             message_id=first.message_id, group_id=first.session_id,
         ))  # fmt: skip
     for payload in encoded:

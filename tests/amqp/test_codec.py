@@ -1087,3 +1087,26 @@ def test_a_symbol_in_a_string_field_reads_as_a_string() -> None:
     assert isinstance(opened, Open)
     assert type(opened.container_id) is str
     assert codec.decode(codec.encode(opened)) == opened
+
+
+def test_the_typed_seam_writes_and_reads_as_the_codec_does() -> None:
+    """``encoder``/``decoder`` hand out what ``@composite`` registered with the codec."""
+    from replication.amqp.composite import decoder, encoder
+
+    header = Header(durable=True, priority=types.ubyte(7))
+    out = bytearray()
+    encoder(Header)(out, header)
+    assert bytes(out) == encode(header)
+    assert decoder(Header)([True, 7]) == header
+    with pytest.raises(DecodeError, match=r"header.priority must be ubyte, got str"):
+        decoder(Header)([True, "7"])
+
+
+def test_composite_takes_only_a_dataclass() -> None:
+    from replication.amqp.composite import composite
+
+    class Loose:
+        pass
+
+    with pytest.raises(TypeError, match="makes a dataclass a composite; Loose is not one"):
+        composite(0x7F00, "test:loose:list")(Loose)
