@@ -139,6 +139,21 @@ def json_positions(source: str, text: str) -> tuple[Positions, list[Loc]]:
     return positions, duplicates
 
 
+def parse_json(source: str, text: str) -> tuple[object, Positions, list[Loc]]:
+    """JSON ``text`` parsed, with its positions and the properties given twice
+    (``json_positions``); invalid JSON is a ``ConfigError`` where the parser stopped."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        problem = Problem(source, "", f"invalid JSON: {exc.msg}", exc.lineno, exc.colno)
+        raise ConfigError([problem]) from None
+    try:
+        positions, duplicates = json_positions(source, text)
+    except Exception:  # positions are a nicety; never fail a load over them
+        positions, duplicates = Positions(source), []
+    return data, positions, duplicates
+
+
 def read_text(path: str | Path) -> str:
     """A file's text (UTF-8, a BOM tolerated: editors on Windows add one); an unreadable file
     is a ``ConfigError`` like any other problem with it."""

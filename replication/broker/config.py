@@ -50,17 +50,16 @@ from pydantic.alias_generators import to_pascal
 from .. import sqlfilter
 from ..configproblems import (
     JSON,
-    ConfigError,
     Loc,
     Positions,
-    Problem,
     did_you_mean,
     format_loc,
-    json_positions,
     located_problems,
+    parse_json,
     read_text,
     validation_problems,
 )
+from ..configproblems import ConfigError as ConfigError  # what a bad Config.json raises
 from .auth import EMULATOR_RULE, SharedAccessRule
 from .eventhubs.config import EventHubNamespace, duplicate_names
 from .eventhubs.hub import EventHubSpec
@@ -730,15 +729,7 @@ def load_config_text(
     text: str, source: str = "<string>", *, environ: Mapping[str, str] | None = None
 ) -> BrokerConfig:
     """Validate Config.json given as text; ``source`` names it in error messages."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        problem = Problem(source, "", f"invalid JSON: {exc.msg}", exc.lineno, exc.colno)
-        raise ConfigError([problem]) from None
-    try:
-        positions, duplicates = json_positions(source, text)
-    except Exception:  # line numbers are a nicety; never fail a load over them
-        positions, duplicates = Positions(source), []
+    data, positions, duplicates = parse_json(source, text)
     if duplicates:
         raise positions.error(
             [(loc, f"property {loc[-1]!r} appears more than once") for loc in duplicates],

@@ -8,12 +8,11 @@ positions. Both report duplicate property names, which the parsers would silentl
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 import yaml
 
-from ..configproblems import ConfigError, Loc, Positions, Problem, json_positions
+from ..configproblems import ConfigError, Loc, Positions, Problem, parse_json
 
 
 @dataclass(slots=True)
@@ -96,13 +95,4 @@ def _walk_yaml(node: yaml.Node, loc: Loc, document: Document, active: set[int]) 
 
 
 def _parse_json(text: str, source: str) -> Document:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        problem = Problem(source, "", f"invalid JSON: {exc.msg}", exc.lineno, exc.colno)
-        raise ConfigError([problem]) from None
-    try:
-        positions, duplicates = json_positions(source, text)
-    except Exception:  # positions are a nicety; never fail a load over them
-        positions, duplicates = Positions(source), []
-    return Document(data, positions, duplicates)
+    return Document(*parse_json(source, text))
