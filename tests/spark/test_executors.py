@@ -7,6 +7,7 @@ broker over real sockets, and for failover the in-process DNS server of the fail
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -55,6 +56,38 @@ def app(folder: Path, text: str, settings: dict[str, str]) -> tuple[Any, Path]:
     (folder / "local.settings.json").write_text(json.dumps({"Values": settings}))
     loaded = load_pipelines(folder / "pipelines.yaml", settings=settings)
     return loaded.pipelines[0], folder / "pipelines.yaml"
+
+
+@contextlib.contextmanager
+def streaming(
+    spark: Any,
+    pipeline: Any,
+    path: Path,
+    settings: dict[str, str],
+    checkpoint: Path,
+    *,
+    max_per_trigger: int,
+    name: str,
+) -> Iterator[threading.Thread]:
+    """Runs ``SparkPipeline.stream`` (``--available-now``) in a thread while the body acts on
+    the running query; then waits for it and fails the test if it failed or hangs."""
+    failure: list[BaseException] = []
+
+    def stream() -> None:
+        try:
+            SparkPipeline(spark, pipeline, path, settings).stream(
+                checkpoint, available_now=True, max_per_trigger=max_per_trigger
+            )
+        except BaseException as exc:  # reported by the test's thread
+            failure.append(exc)
+
+    runner = threading.Thread(target=stream, name=name)
+    runner.start()
+    try:
+        yield runner
+    finally:
+        runner.join(240)
+    assert not runner.is_alive() and not failure, failure
 
 
 def send(broker: BrokerHandle, queue: str, messages: list[ServiceBusMessage], per: int) -> None:
@@ -279,24 +312,10 @@ def test_a_cname_flip_mid_query_moves_the_source(
     }  # fmt: skip
     pipeline, path = app(tmp_path, FAILOVER.format(alias=ALIAS, nameserver=dns_server.address),
                          settings)  # fmt: skip
-    failure: list[BaseException] = []
-
-    def stream() -> None:
-        try:
-            SparkPipeline(spark, pipeline, path, settings).stream(
-                tmp_path / "checkpoint", available_now=True, max_per_trigger=100
-            )
-        except BaseException as exc:  # reported by the test's thread
-            failure.append(exc)
-
-    runner = threading.Thread(target=stream, name="spark-failover")
-    runner.start()
-    try:
+    with streaming(spark, pipeline, path, settings, tmp_path / "checkpoint",
+                   max_per_trigger=100, name="spark-failover") as runner:  # fmt: skip
         wait_until(lambda: dst.count("dst") >= 300 or not runner.is_alive())
         dns_server.set_cname(ALIAS, "sb2.test.example.com", ttl=0)
-    finally:
-        runner.join(240)
-    assert not runner.is_alive() and not failure, failure
     copied = set(dst.message_ids("dst"))
     left_on_sb1 = set(sb1.message_ids("src"))
     assert {f"m-{i}" for i in range(half, 2 * half)} <= copied  # sb2 read to the end
@@ -327,25 +346,11 @@ def test_available_now_leaves_what_came_after_the_start(
                              for i in range(early)], per=250)  # fmt: skip
     settings = {"Bus": broker.connection_string}
     pipeline, path = app(tmp_path, LATE, settings)
-    failure: list[BaseException] = []
-
-    def stream() -> None:
-        try:
-            SparkPipeline(spark, pipeline, path, settings).stream(
-                tmp_path / "checkpoint", available_now=True, max_per_trigger=100
-            )
-        except BaseException as exc:  # reported by the test's thread
-            failure.append(exc)
-
-    runner = threading.Thread(target=stream, name="spark-late")
-    runner.start()
-    try:
+    with streaming(spark, pipeline, path, settings, tmp_path / "checkpoint",
+                   max_per_trigger=100, name="spark-late") as runner:  # fmt: skip
         wait_until(lambda: broker.count("big-dst") >= 100 or not runner.is_alive())
         send(broker, "big-src", [ServiceBusMessage(b"l", message_id=f"l-{i}")
                                  for i in range(late)], per=100)  # fmt: skip
-    finally:
-        runner.join(240)
-    assert not runner.is_alive() and not failure, failure
     assert sorted(broker.message_ids("big-dst")) == sorted(f"e-{i}" for i in range(early))
     with broker.client() as client, client.get_queue_receiver("big-src") as receiver:
         left = receiver.peek_messages(late + 10)
@@ -377,20 +382,9 @@ def test_a_dropped_source_connection_is_reopened_by_the_next_task(
                          for i in range(total)], per=250)  # fmt: skip
     settings = {"Bus": broker.connection_string}
     pipeline, path = app(tmp_path, DROPPED, settings)
-    failure: list[BaseException] = []
     dropped: list[int] = []
-
-    def stream() -> None:
-        try:
-            SparkPipeline(spark, pipeline, path, settings).stream(
-                tmp_path / "checkpoint", available_now=True, max_per_trigger=400
-            )
-        except BaseException as exc:  # reported by the test's thread
-            failure.append(exc)
-
-    runner = threading.Thread(target=stream, name="spark-dropped")
-    runner.start()
-    try:
+    with streaming(spark, pipeline, path, settings, tmp_path / "checkpoint",
+                   max_per_trigger=400, name="spark-dropped") as runner:  # fmt: skip
         for threshold in (200, 1200):  # early: a loaded machine may finish the rest first
             wait_until(lambda t=threshold: broker.count("dst") >= t or not runner.is_alive())
 
@@ -399,9 +393,6 @@ def test_a_dropped_source_connection_is_reopened_by_the_next_task(
                 return dropped[-1] > 0 or not runner.is_alive()
 
             wait_until(drop, timeout=60)
-    finally:
-        runner.join(240)
-    assert not runner.is_alive() and not failure, failure
     assert sum(dropped) >= 1, "no receiving connection was dropped: the test proves nothing"
     ids = broker.message_ids("dst")
     assert set(ids) == {f"d-{i}" for i in range(total)}
