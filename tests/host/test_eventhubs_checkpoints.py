@@ -6,6 +6,7 @@ policy; without one it is checkpointed anyway, as Azure does."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,23 @@ from .support import pipeline_app
 pytestmark = [pytest.mark.timeout(120), pytest.mark.asyncio]
 
 NS, HUB, GROUP = "localhost:5672", "orders", "$Default"
+
+
+async def run_runner(
+    runner: EventHubTriggerRunner, worker: Worker, until: Callable[[EventHubTriggerRunner], bool]
+) -> None:
+    """Runs ``runner`` until ``until(runner)`` (30 s at most), then stops it, raising what
+    it failed with, and ``worker``."""
+    stop = asyncio.Event()
+    job = asyncio.create_task(runner.run(stop))
+    try:
+        async with asyncio.timeout(30):
+            while not until(runner):
+                await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        await job
+        worker.stop()
 
 
 def claim(partition: str, owner: str, etag: str | None = None) -> dict[str, Any]:
@@ -103,19 +121,11 @@ async def test_a_failing_batch_is_run_again_before_any_checkpoint(
             f"localhost:{broker.port}", "eh1", "$Default"
         ))  # fmt: skip
 
-    worker, stop = Worker(), asyncio.Event()
+    worker = Worker()
     runner = EventHubTriggerRunner(
         trigger, broker.connection_string, store, worker, EventHubOptions(10), sleep=sleep
     )  # fmt: skip
-    job = asyncio.create_task(runner.run(stop))
-    try:
-        async with asyncio.timeout(30):
-            while runner.stats.checkpoints < 1:
-                await asyncio.sleep(0.05)
-    finally:
-        stop.set()
-        await job
-        worker.stop()
+    await run_runner(runner, worker, lambda r: r.stats.checkpoints >= 1)
     (checkpoint,) = await store.list_checkpoints(f"localhost:{broker.port}", "eh1", "$Default")
     store.close()
     assert checkpoint["sequence_number"] == 4
@@ -161,17 +171,9 @@ async def test_batch_checkpoint_frequency_checkpoints_every_nth_batch(
     options = EventHubOptions.from_host_json(
         {"extensions": {"eventHubs": {"maxEventBatchSize": 2, "batchCheckpointFrequency": 2}}}
     )
-    worker, stop = Worker(), asyncio.Event()
+    worker = Worker()
     runner = EventHubTriggerRunner(trigger, broker.connection_string, store, worker, options)
-    job = asyncio.create_task(runner.run(stop))
-    try:
-        async with asyncio.timeout(30):
-            while runner.stats.events < 6:
-                await asyncio.sleep(0.05)
-    finally:
-        stop.set()
-        await job
-        worker.stop()
+    await run_runner(runner, worker, lambda r: r.stats.events >= 6)
     (checkpoint,) = await store.list_checkpoints(f"localhost:{broker.port}", "eh1", "$Default")
     store.close()
     assert calls == [["e0", "e1"], ["e2", "e3"], ["e4", "e5"]]
@@ -230,17 +232,11 @@ async def test_cardinality_one_gets_each_event_in_turn(broker_factory: Any, tmp_
     (found,) = event_hub_triggers(app, {"EventHubs": broker.connection_string})
     assert not found.many
     store = SqliteCheckpointStore.in_directory(tmp_path)
-    worker, stop = Worker(), asyncio.Event()
+    worker = Worker()
     runner = EventHubTriggerRunner(found, broker.connection_string, store, worker)
-    job = asyncio.create_task(runner.run(stop))
     try:
-        async with asyncio.timeout(30):
-            while runner.stats.checkpoints < 1 or runner.stats.events < 3:
-                await asyncio.sleep(0.05)
+        await run_runner(runner, worker, lambda r: r.stats.checkpoints >= 1 and r.stats.events >= 3)
     finally:
-        stop.set()
-        await job
-        worker.stop()
         store.close()
     assert seen == ["e0", "e1", "e2"]
 
@@ -259,18 +255,10 @@ async def test_the_backlog_counts_what_was_not_run_through(
     partitions = broker.call(lambda: broker.broker.event_hubs.hubs["eh1"].partitions)
     store = SqliteCheckpointStore.in_directory(tmp_path)
 
-    async def run(until: Any) -> EventHubTriggerRunner:
-        worker, stop = Worker(), asyncio.Event()
+    async def run(until: Callable[[EventHubTriggerRunner], bool]) -> EventHubTriggerRunner:
+        worker = Worker()
         runner = EventHubTriggerRunner(trigger, broker.connection_string, store, worker)
-        job = asyncio.create_task(runner.run(stop))
-        try:
-            async with asyncio.timeout(30):
-                while not until(runner):
-                    await asyncio.sleep(0.05)
-        finally:
-            stop.set()
-            await job
-            worker.stop()
+        await run_runner(runner, worker, until)
         return runner
 
     idle = Worker()
