@@ -43,6 +43,18 @@ def _send(port: int, bodies: list[str], **kwargs: Any) -> None:
         client.send_batch(batch)
 
 
+def read_until(reader: EventHubConsumerClient, until: Callable[[], bool], **receive: Any) -> None:
+    """Runs ``reader.receive(**receive)`` in a thread until ``until()`` (10 s at most), then
+    closes the reader (its callbacks recorded what the test checks)."""
+    worker = threading.Thread(target=reader.receive, kwargs=receive, daemon=True)
+    worker.start()
+    deadline = time.monotonic() + 10
+    while not until() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    reader.close()
+    worker.join(10)
+
+
 def test_a_batch_sent_to_a_partition_is_received_from_the_start(hub: BrokerHandle) -> None:
     _send(hub.port, ["a", "b", "c"], partition_id="1")
     events = receive(hub.port, 3, partition_id="1", starting_position="-1")
@@ -133,15 +145,8 @@ def test_a_consumer_of_an_unknown_group_is_told_which_exist(hub: BrokerHandle) -
     def on_error(_context: Any, error: Exception) -> None:
         errors.append(error)
 
-    worker = threading.Thread(target=reader.receive, kwargs={
-        "on_event": lambda *_: None, "on_error": on_error, "partition_id": "0",
-    }, daemon=True)  # fmt: skip
-    worker.start()
-    deadline = time.monotonic() + 10
-    while not errors and time.monotonic() < deadline:
-        time.sleep(0.05)
-    reader.close()
-    worker.join(10)
+    read_until(reader, lambda: bool(errors), on_event=lambda *_: None, on_error=on_error,
+               partition_id="0")  # fmt: skip
     assert errors and "has consumer groups $Default, cg1" in str(errors[0])
 
 
@@ -269,16 +274,8 @@ def test_a_consumer_can_track_where_the_partition_ends(hub: BrokerHandle) -> Non
         if event is not None:
             seen.append(context.last_enqueued_event_properties)
 
-    worker = threading.Thread(target=reader.receive, kwargs={
-        "on_event": on_event, "partition_id": "0", "starting_position": "-1",
-        "track_last_enqueued_event_properties": True,
-    }, daemon=True)  # fmt: skip
-    worker.start()
-    deadline = time.monotonic() + 10
-    while len(seen) < 3 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    reader.close()
-    worker.join(10)
+    read_until(reader, lambda: len(seen) >= 3, on_event=on_event, partition_id="0",
+               starting_position="-1", track_last_enqueued_event_properties=True)  # fmt: skip
     assert len(seen) == 3
     assert (seen[0]["sequence_number"], seen[0]["offset"]) == (2, last_offset)
     assert seen[0]["enqueued_time"] is not None and seen[0]["retrieval_time"] is not None
@@ -306,16 +303,9 @@ def test_sas_rules_grant_send_and_listen_as_for_service_bus(broker_factory: Star
     reader = EventHubConsumerClient.from_connection_string(
         conn("sender", "send-key"), consumer_group="$Default", retry_total=0
     )
-    worker = threading.Thread(target=reader.receive, kwargs={
-        "on_event": lambda *_: None, "on_error": lambda _c, e: errors.append(e),
-        "partition_id": "0", "starting_position": "-1",
-    }, daemon=True)  # fmt: skip
-    worker.start()
-    deadline = time.monotonic() + 10
-    while not errors and time.monotonic() < deadline:
-        time.sleep(0.05)
-    reader.close()
-    worker.join(10)
+    read_until(reader, lambda: bool(errors), on_event=lambda *_: None,
+               on_error=lambda _c, e: errors.append(e), partition_id="0",
+               starting_position="-1")  # fmt: skip
     assert errors and "Listen claim required" in str(errors[0])
 
 
@@ -339,13 +329,6 @@ def test_over_tls_and_websockets(hub: BrokerHandle, transport: TransportType) ->
         if event is not None:
             events.append(event)
 
-    worker = threading.Thread(target=reader.receive, kwargs={
-        "on_event": on_event, "partition_id": "0", "starting_position": "-1",
-    }, daemon=True)  # fmt: skip
-    worker.start()
-    deadline = time.monotonic() + 10
-    while not events and time.monotonic() < deadline:
-        time.sleep(0.05)
-    reader.close()
-    worker.join(10)
+    read_until(reader, lambda: bool(events), on_event=on_event, partition_id="0",
+               starting_position="-1")  # fmt: skip
     assert [e.body_as_str() for e in events] == [f"over {transport.name}"]
