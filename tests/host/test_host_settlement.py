@@ -180,10 +180,16 @@ def test_a_target_killed_for_many_lock_periods_costs_no_delivery(
     tmp_path: Path, processes: Processes
 ) -> None:
     """Source LockDuration 5 s, MaxDeliveryCount 3; the target is SIGKILLed while messages
-    stream and stays down for 100 s (20 lock periods, almost seven times MaxDeliveryCount), then
+    stream and stays down for 20 s (four lock periods: longer than MaxDeliveryCount x
+    LockDuration, 15 s, after which a batch whose locks lapsed would be dead-lettered), then
     comes back on the same port and data. The host holds its batch (the SDK's retries first,
     then the target's breaker, which probes), keeps the locks and takes nothing new
-    meanwhile: nothing is lost, nothing is dead-lettered, nothing is left at the source."""
+    meanwhile: each message reaches the function once (no lock ran out), nothing is lost,
+    nothing is dead-lettered, nothing is left at the source.
+
+    The real-time smoke test of holding a batch through an outage, through the whole host
+    (its own process, on the real clock); 20 lock periods, exactly, on a ``ManualClock``:
+    ``tests/tasks/test_pump_locks.py::test_target_outage_holds_the_batch``."""
     directory, settings = project(tmp_path, OUTAGE)
     target = Killable(tmp_path, "target", DEDUPE, processes)
     settings["TargetBus"] = target.connection_string
@@ -194,8 +200,9 @@ def test_a_target_killed_for_many_lock_periods_costs_no_delivery(
     )
     (directory / "host.json").write_text(json.dumps(host_json))
     target.start()
-    process = start(processes, directory, "--metrics-port", "0", "--no-progress")
-    total, outage = 600, 100.0
+    port = free_port()
+    process = start(processes, directory, "--metrics-port", str(port), "--no-progress")
+    total, outage = 600, 20.0
     try:
         wait_for_port(settings["PrimaryServiceBus"], process)
         # the host made the source from the pipelines: give it the short lock and low count
@@ -228,6 +235,8 @@ def test_a_target_killed_for_many_lock_periods_costs_no_delivery(
         dead = receive_all(settings["PrimaryServiceBus"], "work", ServiceBusSubQueue.DEAD_LETTER)
         assert dead == [], [(m.message_id, m.dead_letter_reason) for m in dead]
         assert receive_all(settings["PrimaryServiceBus"], "work") == []
+        # each was handed to the function once: no lock ran out during the outage
+        assert _metric(metrics(port), "replication_received_messages_total", "held") == total
     finally:
         output = stop(process, directory)
         target.kill()
