@@ -239,7 +239,7 @@ class AmqpConnection:
         audience = self.endpoint.audience(path)
         if audience in self._authorized:
             return
-        issued = time.time()
+        issued = self.endpoint.clock.time()
         expiry = await self._put_token(audience)
         self._authorized[audience] = expiry
         self._refreshers[audience] = asyncio.create_task(
@@ -247,17 +247,19 @@ class AmqpConnection:
         )
 
     async def _refresh(self, audience: str, issued: float, expiry: float) -> None:
+        """Renews the token with a tenth of its lifetime left, on the endpoint's clock."""
+        clock = self.endpoint.clock
         while True:
             due = issued + (expiry - issued) * REFRESH_AT
-            await asyncio.sleep(max(MIN_REFRESH_DELAY, due - time.time()))
+            await clock.sleep(max(MIN_REFRESH_DELAY, due - clock.time()))
             if self.closed:
                 return
             try:
-                now = time.time()
+                now = clock.time()
                 new_expiry = await self._put_token(audience)
             except SourceError as exc:
                 log.warning("renewing the token for %s failed (retrying): %s", audience, exc)
-                issued, expiry = time.time(), min(expiry, time.time() + 30 / (1 - REFRESH_AT))
+                issued, expiry = clock.time(), min(expiry, clock.time() + 30 / (1 - REFRESH_AT))
                 continue
             if new_expiry <= expiry:
                 log.warning("the token for %s cannot be renewed (it expires at %s)", audience,

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
+from ..clock import SYSTEM, Clock
 from . import sas
 from .connection_string import PLAIN_PORT, TLS_PORT, ConnectionString
 from .symbols import JWT_TOKEN_TYPE, SAS_TOKEN_TYPE
@@ -45,11 +46,13 @@ class Endpoint:
     entity: str | None = None
     """``EntityPath`` of an entity-level connection string, if any."""
     ssl_context: ssl.SSLContext | None = field(default=None, repr=False)
+    clock: Clock = field(default=SYSTEM, repr=False, compare=False)
+    """What tokens are minted and renewed on (tests pass the broker's ``ManualClock``)."""
 
     @classmethod
     def from_connection_string(
         cls, connection_string: str, *, token_lifetime: float = sas.DEFAULT_LIFETIME,
-        ssl_context: ssl.SSLContext | None = None,
+        ssl_context: ssl.SSLContext | None = None, clock: Clock = SYSTEM,
     ) -> Endpoint:  # fmt: skip
         """An endpoint from a connection string (``servicebus.connection_string`` reads it)."""
         parsed = ConnectionString.parse(connection_string)
@@ -57,9 +60,9 @@ class Endpoint:
             provider = fixed_token(parsed.signature)
         else:
             assert parsed.key_name and parsed.key  # the parser requires one or the other
-            provider = key_token(parsed.key_name, parsed.key, token_lifetime)
+            provider = key_token(parsed.key_name, parsed.key, token_lifetime, clock)
         return cls._make(parsed.netloc, parsed.use_tls, provider, SAS_TOKEN_TYPE,
-                         parsed.entity_path, ssl_context)  # fmt: skip
+                         parsed.entity_path, ssl_context, clock)  # fmt: skip
 
     @classmethod
     def from_client(cls, client: ServiceBusClient) -> Endpoint:
@@ -106,13 +109,13 @@ class Endpoint:
     @classmethod
     def _make(
         cls, netloc: str, use_tls: bool, provider: TokenProvider, token_type: str,
-        entity: str | None, ssl_context: ssl.SSLContext | None,
+        entity: str | None, ssl_context: ssl.SSLContext | None, clock: Clock = SYSTEM,
     ) -> Endpoint:  # fmt: skip
         parsed = urlparse(f"sb://{netloc}")
         host = parsed.hostname or netloc
         port = parsed.port or (TLS_PORT if use_tls else PLAIN_PORT)
         return cls(host, port, netloc.lower(), use_tls, provider, token_type, entity,
-                   ssl_context)  # fmt: skip
+                   ssl_context, clock)  # fmt: skip
 
     def audience(self, path: str) -> str:
         """The CBS audience (and SAS ``sr``) for an entity path, as the SDKs write it."""

@@ -43,7 +43,11 @@ def token_expiry(token: str) -> int | None:
     return None
 
 
-def mint(uri: str, key_name: str, key: str, lifetime: float = DEFAULT_LIFETIME) -> tuple[str, int]:
-    """A fresh token for ``uri`` and its expiry (Unix seconds)."""
-    expiry = int(time.time() + lifetime)
+def mint(
+    uri: str, key_name: str, key: str, lifetime: float = DEFAULT_LIFETIME,
+    now: float | None = None,
+) -> tuple[str, int]:  # fmt: skip
+    """A fresh token for ``uri`` and its expiry (Unix seconds; ``now``: the time it is
+    minted at, default the real time)."""
+    expiry = int((time.time() if now is None else now) + lifetime)
     return generate_sas_token(uri, key_name, key, expiry), expiry

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..amqp.performatives import SaslInit
 from ..amqp.sasl import ANONYMOUS, MSSBCBS, SaslClient
+from ..clock import SYSTEM, Clock
 from . import sas
 
 if TYPE_CHECKING:
@@ -29,12 +30,14 @@ TokenProvider = Callable[[str], Awaitable[tuple[str, float]]]
 """audience -> (token, expiry in Unix seconds)."""
 
 
-def key_token(key_name: str, key: str, lifetime: float = sas.DEFAULT_LIFETIME) -> TokenProvider:
+def key_token(
+    key_name: str, key: str, lifetime: float = sas.DEFAULT_LIFETIME, clock: Clock = SYSTEM
+) -> TokenProvider:
     """A SAS token signed with a shared access key, minted afresh for every put (renewals
-    then extend access for as long as the key is valid)."""
+    then extend access for as long as the key is valid); its lifetime runs on ``clock``."""
 
     async def provide(audience: str) -> tuple[str, float]:
-        return sas.mint(audience, key_name, key, lifetime)
+        return sas.mint(audience, key_name, key, lifetime, clock.time())
 
     return provide
 

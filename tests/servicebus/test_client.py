@@ -400,28 +400,67 @@ async def test_missing_entity_and_no_broker(broker: BrokerHandle) -> None:
     assert refused.value.retryable
 
 
-@pytest.mark.broker_config(CONFIG)
-async def test_token_is_renewed_before_it_expires(broker: BrokerHandle) -> None:
-    """Tokens of 4 s: without renewal the broker would detach the link within ~5 s."""
-    endpoint = Endpoint.from_connection_string(broker.connection_string, token_lifetime=4)
+def grant_expiry(broker: BrokerHandle) -> float:
+    """When the token the broker holds for our connection runs out (Unix seconds)."""
+
+    def expiry() -> float:
+        assert broker.broker is not None
+        (peer,) = [p for p in broker.broker.peers.values() if p.grants]
+        return max(g.expires_at or 0 for g in peer.grants.values())
+
+    return broker.call(expiry)
+
+
+async def test_token_is_renewed_on_the_clock_before_it_expires(
+    broker_factory: Callable[..., BrokerHandle],
+) -> None:
+    """Tokens of 4 s minted and renewed on the ``ManualClock`` the broker judges them by,
+    stepped 0.2 s at a time for 12 s (three lifetimes): the token is put again with a
+    tenth of its life left, so the broker never holds an expired one and the link stays
+    open (without renewal the broker detaches it at 4 s)."""
+    clock = ManualClock(start=float(int(time.time())))  # whole seconds, as SAS expiries
+    broker = broker_factory(CONFIG, clock=clock)
+    endpoint = Endpoint.from_connection_string(
+        broker.connection_string, token_lifetime=4, clock=clock
+    )
     async with AmqpSource(endpoint) as source:
         receiver = await source.receiver("q")
-        # Real time on purpose: the renewal is the client's own timer (AmqpSource's refresh
-        # task sleeps on asyncio and reads time.time()); a broker ManualClock cannot drive it.
-        await asyncio.sleep(7)
-        assert receiver.is_open
+        assert grant_expiry(broker) == clock.time() + 4
+        expiries = set()
+        for step in range(60):
+            deadline = time.monotonic() + 10
+            while not (clock.sleeping and (clock.next_wake() or 0) > 0):  # a put in flight
+                assert time.monotonic() < deadline, f"no token refresh waits on the clock ({step})"
+                await asyncio.sleep(0.005)
+            await asyncio.to_thread(broker.advance, 0.2)
+            await asyncio.sleep(0.005)
+            assert receiver.is_open, f"detached at {step * 0.2 + 0.2:.1f} s"
+            expiries.add(grant_expiry(broker))
+            assert max(expiries) > clock.time()
+        assert len(expiries) >= 4  # put at 0 s, renewed at 3.6 s, 6.7 s, 9.5 s...
         send(broker, "q", [ServiceBusMessage("late", message_id="late")])
         (message,) = await receive_all(receiver, 1)
         assert message.message_id == "late"
         receiver.complete([message])
         await receiver.close()
 
-        def grant_expiry() -> float:
-            assert broker.broker is not None
-            (peer,) = [p for p in broker.broker.peers.values() if p.grants]
-            return max(g.expires_at or 0 for g in peer.grants.values())
 
-        assert broker.call(grant_expiry) > time.time()
+@pytest.mark.broker_config(CONFIG)
+async def test_token_is_renewed_before_it_expires(broker: BrokerHandle) -> None:
+    """The real-time smoke test of token renewal (the exact one runs on a ``ManualClock``
+    above): tokens of 4 s, 5 s of waiting; without renewal the broker, which looks at
+    tokens once a second, would have detached the link by then."""
+    endpoint = Endpoint.from_connection_string(broker.connection_string, token_lifetime=4)
+    async with AmqpSource(endpoint) as source:
+        receiver = await source.receiver("q")
+        await asyncio.sleep(5)
+        assert receiver.is_open
+        send(broker, "q", [ServiceBusMessage("late", message_id="late")])
+        (message,) = await receive_all(receiver, 1)
+        assert message.message_id == "late"
+        receiver.complete([message])
+        await receiver.close()
+        assert grant_expiry(broker) > time.time()
 
 
 # ---------------------------------------------------------------------- fields
