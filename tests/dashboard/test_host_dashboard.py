@@ -5,6 +5,7 @@ as it happens (which resolver, what it resolved to, from where to where, and why
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 import urllib.error
@@ -107,13 +108,20 @@ async def test_a_failover_switch_shows_where_from_where_to_and_why(tmp_path: Pat
         def target() -> dict[str, Any]:
             return dict(pipeline()["targets"][0])
 
+        def sampled_since(at: float) -> bool:
+            """The board took a sample at or after ``at`` (it watches failovers as it
+            samples: one taken now sees the namespace resolved now)."""
+            rows = [row for rows in _fetch(f"{base}/$dashboard/api/overview")[1]["history"]
+                    .values() for row in rows]  # fmt: skip
+            return any(row[0] >= at for row in rows)
+
         first = await _until("the first resolution", lambda: source()["failover"]["resolved"])
         assert first == "east.example.net"
         watched = await asyncio.to_thread(source)  # not on the loop: the host answers there
         assert watched["entity"] == "work" and watched["connection"] == "PrimaryServiceBus"
         assert watched["failover"]["resolver"].startswith("file ")
         assert watched["failover"]["switches"] == 0 and watched["failover"]["last_switch"] is None
-        await asyncio.sleep(2.5)  # a sample sees east first
+        await _until("a sample that sees east", functools.partial(sampled_since, time.time()))
         share.write_text("west.example.net\n")
         switched = await _until("the switch", lambda: source()["failover"]["last_switch"])
         assert (switched["from"], switched["to"]) == ("east.example.net", "west.example.net")
@@ -134,7 +142,7 @@ async def test_a_failover_switch_shows_where_from_where_to_and_why(tmp_path: Pat
         sending = await asyncio.to_thread(target)
         assert sending["failover"]["resolved"] == "north.example.net"
         assert sending["namespace"] == f"127.0.0.1:{north}"
-        await asyncio.sleep(2.5)  # a sample sees north first
+        await _until("a sample that sees north", functools.partial(sampled_since, time.time()))
         secondary_share.write_text("south.example.net\n")
         await asyncio.to_thread(_send, west, "second")
         moved = await _until("the target's switch", lambda: target()["failover"]["last_switch"])
