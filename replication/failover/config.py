@@ -24,6 +24,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from ..clock import SYSTEM, Clock
 from .base import Resolver
 from .runtime import DEFAULT_FAILURES, DEFAULT_RECHECK_INTERVAL, Failover, parse_host_map
 
@@ -128,15 +129,18 @@ class FailoverSpec(_Block):
         return f"static {self.static}"
 
     def resolver(
-        self, settings: Mapping[str, str] | None = None, base_dir: Path | None = None
-    ) -> Resolver:
-        """``base_dir``: where a relative ``file.path`` is (the pipeline file's folder)."""
+        self, settings: Mapping[str, str] | None = None, base_dir: Path | None = None,
+        clock: Clock = SYSTEM,
+    ) -> Resolver:  # fmt: skip
+        """``base_dir``: where a relative ``file.path`` is (the pipeline file's folder);
+        ``clock``: what a DNS resolver's cache and retry pauses run on."""
         settings = settings or {}
         if self.dns is not None:
             from .dns import DnsResolver
 
             nameserver = self.dns.nameserver or settings.get(NAMESERVER_SETTING) or None
-            return DnsResolver(self.dns.alias, nameserver, timeout=self.dns.timeout)
+            return DnsResolver(self.dns.alias, nameserver, timeout=self.dns.timeout,
+                               clock=clock)  # fmt: skip
         if self.file is not None:
             from .file import FileResolver
 
@@ -150,13 +154,14 @@ class FailoverSpec(_Block):
 
     def build(
         self, name: str, base_connection: str, settings: Mapping[str, str] | None = None,
-        base_dir: Path | None = None,
+        base_dir: Path | None = None, clock: Clock = SYSTEM,
     ) -> Failover:  # fmt: skip
         """A ``Failover`` for an endpoint whose configured connection string is
-        ``base_connection`` (its keys are used on every namespace of the set)."""
+        ``base_connection`` (its keys are used on every namespace of the set); ``clock``:
+        what its re-checks, retry pauses and resolver run on."""
         settings = settings or {}
         return Failover(
-            name, self.resolver(settings, base_dir), base_connection,
+            name, self.resolver(settings, base_dir, clock), base_connection,
             host_map=parse_host_map(settings.get(HOST_MAP_SETTING)),
-            failures=self.failures, recheck_interval=self.recheck_interval,
+            failures=self.failures, recheck_interval=self.recheck_interval, clock=clock,
         )  # fmt: skip

@@ -19,6 +19,7 @@ import pytest
 from azure.servicebus import ServiceBusMessage
 
 from replication import metrics
+from replication.clock import ManualClock
 from replication.failover import HOST_MAP_SETTING, FailoverSpec
 from replication.tasks.breaker import Breakers
 from replication.tasks.pump import PumpStats, Source, pump
@@ -194,18 +195,35 @@ async def test_a_dead_dns_server_is_retried_never_a_crash_and_loses_nothing(
     caplog: pytest.LogCaptureFixture,
 ) -> None:  # fmt: skip
     """Source and target behind a DNS server that does not answer: the pump keeps trying
-    (warnings say why), sends fail as retryable, and every message stays at the source."""
+    (warnings say why), sends fail as retryable, and every message stays at the source.
+
+    The source's failover runs on a ``ManualClock``: each resolution is three questions
+    that time out (0.1 s each, the socket's real time) with pauses of 0.2 and 0.4 s
+    between them, then the pump waits 1 s and resolves again, exactly, three times."""
     src, sb1 = (broker_factory(CONFIG) for _ in range(2))
     fill(src, "src", [f"m-{i}" for i in range(20)])
     spec = FailoverSpec.model_validate(
         {"dns": {"alias": ALIAS, "nameserver": silent_dns, "timeout": 0.1}}
     )
     # a failover source that cannot resolve: no crash, just warnings and retries
-    source = spec.build("dead/source", src.connection_string)
+    clock = ManualClock()
+    source = spec.build("dead/source", src.connection_string, clock=clock)
     pool = SenderPool({None: Target(sb1.connection_string, "dst")})
     stop = asyncio.Event()
-    job = asyncio.create_task(pump(ReplicationTask("dead"), source, Source("src"), pool, stop))
-    await asyncio.sleep(2.5)
+    job = asyncio.create_task(
+        pump(ReplicationTask("dead"), source, Source("src"), pool, stop, clock=clock)
+    )
+    pauses: list[float] = []
+    deadline = time.monotonic() + 30
+    while caplog.text.count("dead/source: cannot resolve") < 3:
+        assert not job.done(), job
+        assert time.monotonic() < deadline, f"pauses so far: {pauses}"
+        wake = clock.next_wake()
+        if wake is not None:
+            pauses.append(round(wake, 6))
+            clock.advance(wake)
+        await asyncio.sleep(0.005)  # a question is real I/O
+    assert pauses == [0.2, 0.4, 1.0, 0.2, 0.4, 1.0, 0.2, 0.4]
     assert not job.done()
     stop.set()
     await asyncio.wait_for(job, 10)
