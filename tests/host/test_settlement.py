@@ -6,6 +6,7 @@ both receive backends (a pipeline's ``backend``: our AMQP client, azure-serviceb
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import typing
@@ -19,12 +20,17 @@ import pytest
 from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
 from azurefunctions.extensions.bindings.servicebus.serviceBusMessageActions import SettlementError
 
+from replication.clock import SYSTEM, Clock, ManualClock
+from replication.host.discovery import service_bus_triggers
+from replication.host.trigger import TriggerRunner
+from replication.host.worker import Worker
 from replication.messages import Message
 from replication.tasks.steps import STEPS, StepOptions, step
 from replication.tasks.targets import BACKENDS
 from tests.broker.conftest import BrokerHandle, make_config
+from tests.clock_steps import ticking
 
-from .support import FAST, pipeline_app, run_app, settled, stats
+from .support import FAST, pipeline_app, run_app, run_until, settled, stats
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -158,6 +164,9 @@ class NapOptions(StepOptions):
 
 
 NAPS: list[float] = []
+NAP_CLOCK: list[Clock] = [SYSTEM]
+"""What the nap sleeps on (a test's ``ManualClock``)."""
+NAPPED: list[float] = []
 
 
 def _nap(options: NapOptions, context: Any) -> Any:
@@ -166,7 +175,9 @@ def _nap(options: NapOptions, context: Any) -> Any:
     def run(message: Message) -> list[Message]:
         if not NAPS:
             NAPS.append(options.seconds)
-            time.sleep(options.seconds)  # blocks the worker, not the host: locks are renewed
+            # blocks the worker, not the host: locks are renewed
+            NAP_CLOCK[0].blocking_sleep(options.seconds)
+            NAPPED.append(options.seconds)
         return [message]
 
     return run
@@ -183,31 +194,81 @@ def test_steps() -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("test_steps")
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("sessions", [False, True], ids=["queue", "sessions"])
+@pytest.mark.parametrize(
+    ("sessions", "backend", "real_time"),
+    [*((sessions, backend, False) for sessions in (False, True) for backend in BACKENDS),
+     (False, "sdk", True)],
+    ids=[*(f"{kind}-{backend}" for kind in ("queue", "sessions") for backend in BACKENDS),
+         "queue-sdk-real-time"],
+)  # fmt: skip
 async def test_a_batch_slower_than_the_lock_completes_without_redelivery(
-    broker_factory: Any, sessions: bool, backend: str
+    broker_factory: Any, sessions: bool, backend: str, real_time: bool
 ) -> None:
+    """The function's first batch takes 12 s, the source's LockDuration is 5 s: the
+    trigger keeps the locks, every message reaches the function once and arrives once.
+
+    The broker, the trigger (its lock keeper) and the nap share a ``ManualClock``, stepped
+    a second at a time (``tests.clock_steps``). One case is the real-time smoke test
+    (7.5 s: the keeper renewing on real time, and the SDK, which judges a message's lock
+    by the real time, settling it after its first expiry)."""
     props = {"LockDuration": "PT5S", "MaxDeliveryCount": 3, "RequiresSession": sessions}
-    broker = broker_factory(make_config({"in": props, "out": {"RequiresSession": sessions}}))
+    # a minute ahead of the real time: the SDK judges locks by the real time, and the clock
+    # stands still while the test sets up
+    clock = None if real_time else ManualClock(time.time() + 60)
+    config = make_config({"in": props, "out": {"RequiresSession": sessions}})
+    broker = broker_factory(config, clock=clock)
     settings = {"Bus": broker.connection_string}
+    nap = 7.5 if real_time else 12
     text = f"""\
 pipelines:
   - name: slow
     source: {{connection: Bus, queue: in, sessions: {str(sessions).lower()}}}
     steps:
-      - test-nap: {{seconds: 12}}
+      - test-nap: {{seconds: {nap}}}
     target: {{connection: Bus, queue: out}}
     backend: {backend}
 """
     NAPS.clear()
+    NAPPED.clear()
     fill(broker, "in", 40, bad_every=10**6, **({"session_id": "s1"} if sessions else {}))
-    runners = await run_app(pipeline_app(text, settings), settings, until=settled(40))
-    assert NAPS == [12]
+    app = pipeline_app(text, settings)
+    if clock is None:
+        runners = await run_app(app, settings, until=settled(40))
+    else:
+        NAP_CLOCK[0] = clock
+        worker = Worker()
+        runners = [
+            TriggerRunner(t, settings[t.connection], FAST.for_trigger(t), worker=worker,
+                          clock=clock)
+            for t in service_bus_triggers(app, settings)
+        ]  # fmt: skip
+        done = settled(40)
+        finished = False
+
+        def until(runners: list[TriggerRunner]) -> bool:
+            nonlocal finished
+            finished = done(runners)
+            return finished
+
+        def needs_time() -> bool:
+            """The nap, and stopping (a session receiver waits for the next session on the
+            broker's clock)."""
+            return (bool(NAPS) and not NAPPED) or finished
+
+        try:
+            async with ticking(broker, "in", needs_time):
+                await run_until(runners, worker, until, 60)
+        finally:
+            NAP_CLOCK[0] = SYSTEM
+    assert [nap] == NAPS
     assert stats(runners)["received"] == 40  # none came twice
     assert stats(runners)["abandoned"] == 0
     assert broker.message_ids("out") == [f"m{n}" for n in range(40)]
     assert drain(broker, "in", DEAD_LETTER) == []
+    deadline = time.monotonic() + 10
+    while broker.count("in"):  # completed, not given back by a lock that ran out
+        assert time.monotonic() < deadline, broker.message_ids("in")
+        await asyncio.sleep(0.05)
 
 
 @pytest.mark.usefixtures("test_steps")

@@ -49,6 +49,7 @@ from tests.broker.conftest import (
     make_config,
     receive_n,
 )
+from tests.clock_steps import step, ticking
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -119,54 +120,6 @@ class SlowFirstBatch:
             self.slept = True
         async with self.pool(name) as sender:
             yield sender
-
-
-async def step(broker: BrokerHandle, queue: str) -> None:
-    """Moves the ``ManualClock`` the broker and the pump share on by a second, once no lock
-    at ``queue`` would run out within it. The keeper renews at half time, so that waits
-    only for a renewal in flight; a keeper that does not renew lets the locks run out after
-    10 s of waiting (and the test's counts fail)."""
-    clock = broker.clock
-    assert isinstance(clock, ManualClock)
-
-    def soonest() -> float:
-        assert broker.broker is not None
-        q = broker.broker.queues[queue]
-        until = [lock.until_ms for lock in q.locks.values()]
-        until += [lock.until_ms for lock in q.session_locks.values()]
-        return min(until, default=float("inf")) / 1000 - clock.time()
-
-    deadline = time.monotonic() + 10
-    while await asyncio.to_thread(broker.call, soonest) <= 1.0:
-        if time.monotonic() > deadline:
-            break
-        await asyncio.sleep(0.01)
-    await asyncio.to_thread(broker.advance, 1.0)
-    await asyncio.sleep(0.01)  # the wake-ups run on this loop
-
-
-@contextlib.asynccontextmanager
-async def ticking(
-    broker: BrokerHandle, queue: str, when: Callable[[], bool]
-) -> AsyncIterator[None]:
-    """``step``s the shared clock while the block runs and ``when()`` says so. Only then:
-    clients judge some of the broker's times by their own clock (a token's grace period,
-    for one)."""
-
-    async def tick() -> None:
-        while True:
-            if when():
-                await step(broker, queue)
-            else:
-                await asyncio.sleep(0.01)
-
-    ticker = asyncio.create_task(tick())
-    try:
-        yield
-    finally:
-        ticker.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await ticker
 
 
 def recording(seen: list[tuple[str | None, int | None]]) -> BoundStep:
