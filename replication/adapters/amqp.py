@@ -45,11 +45,21 @@ _INT32 = range(-(2**31), 2**31)
 
 
 def _time(ms: Any) -> datetime | None:
+    global _last_time
     if not ms or not isinstance(ms, int):
         return None
+    last_ms, last = _last_time
+    if ms == last_ms:  # a batch's messages were mostly enqueued in the same millisecond
+        return last
     if ms == _CE_ZERO_MS:
         return datetime.min.replace(tzinfo=UTC)
-    return datetime.fromtimestamp(ms / 1000.0, UTC)  # as the SDK does (float seconds)
+    moment = datetime.fromtimestamp(ms / 1000.0, UTC)  # as the SDK does (float seconds)
+    _last_time = (ms, moment)
+    return moment
+
+
+_last_time: tuple[int, datetime] = (0, datetime.min.replace(tzinfo=UTC))
+"""The last time ``_time`` made (a datetime is immutable: sharing it is safe)."""
 
 
 def _duration(ms: Any) -> timedelta | None:

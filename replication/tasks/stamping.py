@@ -24,10 +24,20 @@ SEPARATOR = ";"
 
 def iso_utc(moment: datetime) -> str:
     """``2026-11-23T10:15:30.1234560Z``: UTC, seven fraction digits as .NET writes them."""
-    if moment.tzinfo is not None and moment.utcoffset():
-        moment = moment.astimezone(UTC)
+    global _last_iso
+    last, text = _last_iso
+    if moment is last:  # the messages of a batch mostly share their enqueued time (2 µs)
+        return text
+    utc = moment
+    if utc.tzinfo is not None and utc.utcoffset():
+        utc = utc.astimezone(UTC)
     # isoformat, not strftime: faster, and it writes year 1 as 0001 (glibc's %Y gives "1")
-    return moment.replace(tzinfo=None).isoformat(timespec="microseconds") + "0Z"
+    text = utc.replace(tzinfo=None).isoformat(timespec="microseconds") + "0Z"
+    _last_iso = (moment, text)
+    return text
+
+
+_last_iso: tuple[datetime | None, str] = (None, "")
 
 
 def _append(current: object, value: str) -> str:
