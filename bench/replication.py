@@ -2,7 +2,7 @@
 
     python bench/replication.py [--messages 20000] [--size 256] [--batch 100] [--workers 1]
                                 [--backend amqp|sdk] [--send-backend amqp|sdk]
-                                [--profile-broker FILE]
+                                [--skip-host] [--profile-broker FILE]
 
 Starts the embedded broker as a subprocess (queues ``src``, ``dst``, ``plain``), loads
 ``--messages`` messages into ``src`` (untimed), then in the same run:
@@ -66,6 +66,7 @@ from replication.servicebus.sender import AmqpSender  # noqa: E402
 from replication.tasks.pump import PumpStats, Source, pump  # noqa: E402
 from replication.tasks.targets import SenderPool, Target  # noqa: E402
 from replication.tasks.task import ReplicationTask  # noqa: E402
+from tests.spark.cluster import cpu_seconds  # noqa: E402
 
 READY = re.compile(r"broker listening on \S+:(\d+)")
 
@@ -241,6 +242,7 @@ async def run(args: argparse.Namespace) -> None:
             reference = await send_all(connection_string, "plain", items, args.batch)
             ours = [from_received_like(item) for item in items]
             sender_alone = await send_ours(connection_string, "plain", ours, args.batch)
+            cpu_before = cpu_seconds([process.pid]), time.process_time()
             elapsed = await replicate(
                 connection_string,
                 args.messages,
@@ -249,8 +251,12 @@ async def run(args: argparse.Namespace) -> None:
                 args.backend,
                 args.send_backend,
             )
-            await send_all(connection_string, "hsrc", items, args.batch)  # load, untimed
-            host_elapsed = await host(connection_string, args.messages, args.batch)
+            broker_cpu = cpu_seconds([process.pid]) - cpu_before[0]
+            replicator_cpu = time.process_time() - cpu_before[1]
+            host_elapsed = None
+            if not args.skip_host:
+                await send_all(connection_string, "hsrc", items, args.batch)  # load, untimed
+                host_elapsed = await host(connection_string, args.messages, args.batch)
         finally:
             process.terminate()
             process.wait(20)
@@ -274,6 +280,13 @@ async def run(args: argparse.Namespace) -> None:
         f"ratio replicate / reference: {rate / plain_rate:.2f} (goal >= 1.5); "
         f"replicate / our sender alone: {rate / sender_rate:.2f}"
     )
+    print(
+        f"  CPU while replicating: broker {broker_cpu / elapsed:.0%} of a core "
+        f"({broker_cpu * 1e6 / args.messages:.0f} us/msg), replicator "
+        f"{replicator_cpu / elapsed:.0%} ({replicator_cpu * 1e6 / args.messages:.0f} us/msg)"
+    )
+    if host_elapsed is None:
+        return
     host_rate = args.messages / host_elapsed
     print(
         f"host (generated function in the local host, host.json's concurrency, completes by "
@@ -288,6 +301,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--size", type=int, default=256)
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--workers", type=int, default=1, help="pumps (receivers) on src")
+    parser.add_argument("--skip-host", action="store_true", help="leave out 3 (the host)")
     parser.add_argument(
         "--backend", choices=("amqp", "sdk"), default="amqp",
         help="the pump's receive side: our AMQP stack (default, faster) or the SDK",

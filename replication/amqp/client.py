@@ -99,24 +99,47 @@ class Sender(_LinkEndpoint):
     ) -> Any:  # fmt: skip
         """Sends an already encoded message (or a batch, with its ``message_format``);
         ``state`` goes on the transfer (e.g. a ``TransactionalState`` that enlists it)."""
-        self._check()
-        delivery = self.link.send(
-            payload, settled=settled, message_format=message_format, state=state
-        )
         if settled:
+            self._check()
+            self.link.send(payload, settled=True, message_format=message_format, state=state)
             self.client.driver.wake()
             return None
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._outcomes[id(delivery)] = future
-        self.client.driver.wake()
+        future = self.queue_encoded(payload, message_format=message_format, state=state)
         try:
-            done, _ = await asyncio.wait({future, self.detached}, return_when="FIRST_COMPLETED")
-            if future in done:
-                return future.result()
-            self._check()
-            raise ConnectionClosedError("link closed before the outcome arrived")
+            return await self.outcome(future)
         finally:
-            self._outcomes.pop(id(delivery), None)
+            future.cancel()  # no-op once the outcome is in
+
+    def queue_encoded(
+        self, payload: bytes, *, message_format: int = 0, state: Any = None
+    ) -> asyncio.Future[Any]:
+        """Puts an encoded message (or batch) on the link now, unsettled, and returns the
+        future of the peer's outcome (``outcome`` waits for it). Transfers queued one after
+        another reach the peer in that order, whenever their outcomes come back."""
+        self._check()
+        delivery = self.link.send(
+            payload, settled=False, message_format=message_format, state=state
+        )
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        key = id(delivery)
+        self._outcomes[key] = future
+
+        def forget(_: asyncio.Future[Any]) -> None:
+            # runs later: by then the delivery may be gone and its id another delivery's
+            if self._outcomes.get(key) is future:
+                del self._outcomes[key]
+
+        future.add_done_callback(forget)
+        self.client.driver.wake()
+        return future
+
+    async def outcome(self, future: asyncio.Future[Any]) -> Any:
+        """The outcome ``queue_encoded``'s transfer got; raises if the link went first."""
+        done, _ = await asyncio.wait({future, self.detached}, return_when="FIRST_COMPLETED")
+        if future in done:
+            return future.result()
+        self._check()
+        raise ConnectionClosedError("link closed before the outcome arrived")
 
     def _on_update(self, delivery: Delivery) -> None:
         future = self._outcomes.get(id(delivery))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..adapters.amqp import encode
@@ -95,11 +96,20 @@ class AmqpSender:
             self._link, self._connection = link, connection
             return link
 
+    reports_queued = True
+    """``send_messages`` takes ``queued`` (``tasks.sender.AsyncSender``)."""
+
     async def send_messages(
-        self, messages: Message | list[Message], *, transaction: Transaction | None = None
+        self,
+        messages: Message | list[Message],
+        *,
+        transaction: Transaction | None = None,
+        queued: Callable[[], None] | None = None,
     ) -> None:
         """Sends one message, or a list as one batch; returns once the entity took them.
-        ``transaction``: they reach the entity when it commits (nothing if it rolls back)."""
+        ``transaction``: they reach the entity when it commits (nothing if it rolls back).
+        ``queued``: called once they are on the link, ahead of anything sent after, before
+        their outcome is in (so a caller may let the next batch go)."""
         batch = [messages] if isinstance(messages, Message) else list(messages)
         if not batch:
             return
@@ -120,14 +130,18 @@ class AmqpSender:
                 f"{len(batch)} message(s) of {len(payload)} bytes exceed the "
                 f"{self.max_message_size} bytes '{self.path}' takes", MESSAGE_SIZE_EXCEEDED,
             )  # fmt: skip
+        future = None
         try:
-            outcome = await asyncio.wait_for(
-                link.send_encoded(payload, message_format=message_format, state=state),
-                self.timeout,
-            )
+            future = link.queue_encoded(payload, message_format=message_format, state=state)
+            if queued is not None:
+                queued()
+            outcome = await asyncio.wait_for(link.outcome(future), self.timeout)
         except (AMQPError, OSError) as exc:  # TimeoutError included: no outcome in time
             self._link = None
             raise _as_send_error(exc, f"sending to {self.path} failed") from exc
+        finally:
+            if future is not None:
+                future.cancel()  # no-op once the outcome is in
         if isinstance(outcome, TransactionalState):  # enlisted: its outcome inside
             outcome = outcome.outcome
         if isinstance(outcome, Accepted):

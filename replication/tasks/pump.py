@@ -28,9 +28,13 @@ it one delivery (they come again, nothing is lost).
 ``maxAutoLockRenewalDuration``); None renews as long as the pump holds the batch.
 
 Outages: sends go through a per-target breaker (``breaker.Breakers``). A target that stays
-unreachable holds the batch in flight (locks kept) until it answers again, and the drain
-loop, sequential per receiver, takes nothing new meanwhile (one batch at a time, so a
-slow step or send can never let a later batch overtake it). When ``stop`` is set the
+unreachable holds the batches in flight (locks kept) until it answers again, and the
+receive loop takes nothing new meanwhile. A plain source read with our stack has up to
+``batches_in_flight`` (2) batches in flight: the next is received and planned while the
+one before waits for its target; a batch with messages of a session or partition key
+sends only after the batches before it were sent (``turns.SendTurns``), so a slow step or
+send never lets a later batch overtake it. Session sources: one batch at a time per
+session. When ``stop`` is set the
 breakers let their waiting sends go and their source messages are given back without a
 delivery counted (it is a shutdown): released by the AMQP backend, left to go back with
 the session by an SDK session receiver; an SDK plain receiver cannot release, it abandons.
@@ -58,7 +62,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 from azure.servicebus.aio import ServiceBusClient
@@ -75,6 +79,7 @@ from .receiving import ReceiveLoop
 from .sender import SenderFor
 from .targets import ViaSenders
 from .task import Decision, ReplicationTask, Settlement, process_batch
+from .turns import SendTurns, Turn
 
 if TYPE_CHECKING:
     from ..failover import Failover
@@ -141,6 +146,7 @@ async def pump(
     breakers: Breakers | None = None,
     transaction_targets: Mapping[str | None, str] | None = None,
     clock: Clock = SYSTEM,
+    batches_in_flight: int = 2,
 ) -> PumpStats:
     """Moves messages until ``stop`` is set; returns the counts.
 
@@ -161,6 +167,11 @@ async def pump(
 
     ``clock``: what retry pauses, lock renewals and the default breakers' probes wait on
     (tests pass a ``ManualClock``).
+
+    ``batches_in_flight``: how many batches of a plain source (read with our AMQP stack, not
+    transactional) are worked on at once: the next one is received and its steps run while
+    the one before waits for its target. Their sends keep the order the batches were
+    received in (``turns.SendTurns``). 1: one batch at a time.
     """
     if breakers is None:
         breakers = Breakers(clock=clock.monotonic, sleep=clock.sleep)
@@ -175,7 +186,7 @@ async def pump(
     loop = _Loop(task, source, sender_for, stop, max_batch, max_wait, session_workers,
                  stats or PumpStats(), on_batch, prefetch, max_lock_renewal=max_lock_renewal,
                  breakers=breakers, transaction_targets=transaction_targets,
-                 clock=clock)  # fmt: skip
+                 clock=clock, batches_in_flight=batches_in_flight)  # fmt: skip
     watcher = asyncio.create_task(_stop_breakers(stop, breakers), name="pump breakers")
     try:
         if isinstance(client, ServiceBusClient | str):
@@ -240,6 +251,7 @@ class _Loop:
     breakers: Breakers | None = None
     transaction_targets: Mapping[str | None, str] | None = None
     clock: Clock = SYSTEM
+    batches_in_flight: int = 2
 
     async def on(self, client: ServiceBusClient | str, backend: Backend) -> None:
         """Runs on one namespace until ``stop`` (or, with failover, a switch)."""
@@ -265,9 +277,11 @@ class _Loop:
         if self.failover is not None:
             self.failover.report_success()
 
-    async def processed(self, batch: list[Message]) -> list[Settlement]:
+    async def processed(self, batch: list[Message], turn: Turn | None = None) -> list[Settlement]:
         self.stats.received += len(batch)
-        return await process_batch(self.task, batch, self.sender_for, self.breakers, self.clock)
+        return await process_batch(
+            self.task, batch, self.sender_for, self.breakers, self.clock, turn
+        )
 
     def batch_done(self, settlements: list[Settlement], until_empty: bool) -> bool:
         """After settling: True when a session worker should give its session back (an
@@ -301,11 +315,15 @@ class _Loop:
     ) -> None:
         """The receive loop on ``namespace`` (either backend), with the pump's hooks."""
         sessions = self.source.sessions
+        # side by side only where settling and receiving may overlap on one receiver (ours)
+        # and each batch is not a transaction of its own
+        overlap = isinstance(namespace, AmqpSource) and via is None
         await ReceiveLoop(
             namespace, str(self.source), _PumpHooks(self, via), self.stop, sessions=sessions,
             workers=self.session_workers if sessions else 1, prefetch=prefetch,
             max_batch=self.max_batch, max_wait=self.max_wait,
             max_lock_renewal=self.max_lock_renewal, clock=self.clock,
+            batches_in_flight=self.batches_in_flight if overlap else 1,
         ).run()  # fmt: skip
 
     async def transactional(
@@ -351,6 +369,7 @@ class _PumpHooks:
 
     loop: _Loop
     via: ViaSenders | None
+    turns: SendTurns = field(default_factory=SendTurns)
 
     @contextlib.asynccontextmanager
     async def opened(self, receiver: SourceReceiver) -> AsyncIterator[None]:
@@ -362,8 +381,9 @@ class _PumpHooks:
         if self.via is not None:
             assert isinstance(receiver, AmqpReceiver)  # a transactional pump reads with ours
             settlements = await loop.transactional(receiver, self.via, batch)
-        else:
-            settlements = await loop.processed(batch)
+        else:  # the turn is taken before any await: batches side by side send in order
+            turn = self.turns.take() if receiver.session_id is None else None
+            settlements = await loop.processed(batch, turn)
             settle_amqp(receiver, settlements, loop.stats)
         return loop.batch_done(settlements, until_empty=receiver.session_id is not None)
 

@@ -74,6 +74,12 @@ class ReceiveLoop:
     max_wait: float = 1.0
     max_lock_renewal: float | None = None
     clock: Clock = SYSTEM
+    batches_in_flight: int = 1
+    """Batches of a receiver without a session handed to the handler side by side: the
+    next is received and handled while the one before waits for its target. Handlers are
+    started in receive order (a handler that sends takes its ``turns.SendTurns`` turn before
+    its first ``await``, so its sends keep that order). A session's batches always go one
+    after another."""
 
     async def run(self) -> None:
         """Until ``stop`` (or until every worker ended); a worker's error ends them all and
@@ -126,6 +132,9 @@ class ReceiveLoop:
     async def drain(self, receiver: SourceReceiver, keeper: LockKeeper) -> None:
         """Batches from one receiver until the loop stops, its session runs dry, or the
         handler lets it go."""
+        if receiver.session_id is None and self.batches_in_flight > 1:
+            await self._drain_overlapped(receiver, keeper)
+            return
         while not self.stop.is_set():
             batch = await receiver.receive(self.max_batch, self.max_wait)
             if not batch:
@@ -139,3 +148,68 @@ class ReceiveLoop:
                 keeper.settled(batch)
             if let_go:
                 return
+
+    async def _drain_overlapped(self, receiver: SourceReceiver, keeper: LockKeeper) -> None:
+        """``drain`` with up to ``batches_in_flight`` batches handled at once. A handler's
+        error stops the receiving: the others finish (copies sent, messages settled), then
+        it is raised. Cancelled: the handlers are cancelled too, as ``drain``'s one is."""
+        slots = asyncio.Semaphore(self.batches_in_flight)
+        handling: set[asyncio.Task[bool]] = set()
+        failed: list[BaseException] = []
+
+        def finished(task: asyncio.Task[bool]) -> None:
+            handling.discard(task)
+            slots.release()
+            error = None if task.cancelled() else task.exception()
+            if error is not None:
+                failed.append(error)
+
+        try:
+            while not self.stop.is_set() and not failed:
+                await slots.acquire()  # released when the batch's handler finished
+                batch: list[Message] = []
+                try:
+                    if not (self.stop.is_set() or failed):
+                        batch = await self._receive_unless_stopped(receiver)
+                finally:
+                    if not batch:
+                        slots.release()
+                if not batch:
+                    continue
+                keeper.hold(batch)
+                task = asyncio.create_task(self._handled(receiver, keeper, batch))
+                handling.add(task)
+                task.add_done_callback(finished)
+        except asyncio.CancelledError:
+            for task in handling:
+                task.cancel()
+            raise
+        finally:
+            if handling:
+                await asyncio.wait(set(handling))
+        if failed:
+            raise failed[0]
+
+    async def _receive_unless_stopped(self, receiver: SourceReceiver) -> list[Message]:
+        """The next batch, or nothing once ``stop`` is set: while a batch beside it is let go
+        at a stop, its messages must not come back into this receive and be let go twice."""
+        receiving = asyncio.ensure_future(receiver.receive(self.max_batch, self.max_wait))
+        stopping = asyncio.ensure_future(self.stop.wait())
+        try:
+            await asyncio.wait({receiving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            if not receiving.done():
+                receiving.cancel()  # nothing taken yet: what arrives waits in the buffer
+                await asyncio.wait({receiving})
+        if receiving.cancelled():
+            return []
+        return receiving.result()
+
+    async def _handled(
+        self, receiver: SourceReceiver, keeper: LockKeeper, batch: list[Message]
+    ) -> bool:
+        try:
+            return await self.hooks.handle(receiver, batch)
+        finally:
+            keeper.settled(batch)

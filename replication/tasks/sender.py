@@ -44,7 +44,10 @@ log = logging.getLogger("replication.tasks.sender")
 
 class AsyncSender(Protocol):
     """Sends a batch of messages to one entity, returning once it was accepted
-    (``servicebus.sender.AmqpSender``, or ``targets.SdkSender`` over the SDK)."""
+    (``servicebus.sender.AmqpSender``, or ``targets.SdkSender`` over the SDK).
+
+    A sender that can tell when a batch is on the wire (ours) has ``reports_queued = True``
+    and takes ``send_messages(messages, queued=callback)``."""
 
     async def send_messages(self, messages: list[Message]) -> None: ...
 
@@ -112,8 +115,13 @@ async def send_ordered(
     policy: SendPolicy | None = None,
     breakers: Breakers | None = None,
     clock: Clock = SYSTEM,
+    queued: Callable[[], None] | None = None,
 ) -> SendResult:
     """Sends ``messages`` (each to its ``target``) keeping per-group order; see the module.
+
+    ``queued`` is called once every message is on its target's link (or failed), possibly
+    before the targets answered: what is sent after it cannot overtake them on the wire.
+    A sender that cannot tell (the SDK's) counts as queued when it returns.
 
     With ``breakers``, a target that stays unreachable after the policy's attempts does not
     fail the messages: its breaker opens and the sends wait for it (see ``breaker``); they
@@ -127,14 +135,43 @@ async def send_ordered(
         group = groups.setdefault(key, _Group(message.target, message.session_id is not None))
         group.indexes.append(index)
     limit = asyncio.Semaphore(policy.max_concurrent_groups)
+    unqueued = len(groups)
+
+    def group_queued() -> None:
+        nonlocal unqueued
+        unqueued -= 1
+        if unqueued == 0 and queued is not None:
+            queued()
 
     async def run(group: _Group) -> None:
-        async with limit:
-            breaker = breakers(group.target) if breakers is not None else None
-            await _send_group(group, messages, errors, sender_for, policy, breaker, clock)
+        on_wire = _Once(group_queued)
+        try:
+            async with limit:
+                breaker = breakers(group.target) if breakers is not None else None
+                await _send_group(
+                    group, messages, errors, sender_for, policy, breaker, clock, on_wire
+                )
+        finally:
+            on_wire()
 
+    if not groups and queued is not None:
+        queued()
     await asyncio.gather(*(run(group) for group in groups.values()))
     return SendResult(errors)
+
+
+class _Once:
+    """A callback that runs the first time it is called only."""
+
+    __slots__ = ("_callback",)
+
+    def __init__(self, callback: Callable[[], None]) -> None:
+        self._callback: Callable[[], None] | None = callback
+
+    def __call__(self) -> None:
+        callback, self._callback = self._callback, None
+        if callback is not None:
+            callback()
 
 
 async def _send_group(
@@ -145,10 +182,11 @@ async def _send_group(
     policy: SendPolicy,
     breaker: Breaker | None,
     clock: Clock,
+    on_wire: Callable[[], None],
 ) -> None:
     try:
         async with sender_for(group.target) as sender:
-            await _send_in_order(sender, group, messages, errors, policy, breaker, clock)
+            await _send_in_order(sender, group, messages, errors, policy, breaker, clock, on_wire)
     except Exception as exc:  # no sender for the target (unknown name, cannot connect)
         for index in group.indexes:
             if errors[index] is None:
@@ -163,6 +201,7 @@ async def _send_in_order(
     policy: SendPolicy,
     breaker: Breaker | None,
     clock: Clock,
+    on_wire: Callable[[], None],
 ) -> None:
     pending = list(group.indexes)
     while pending:
@@ -172,7 +211,10 @@ async def _send_in_order(
             for index in pending:
                 errors[index] = exc
             return
-        error = await _send_with_retries(sender, batch, policy, group.target, breaker, clock)
+        last = on_wire if count == len(pending) else None  # the group's last batch
+        error = await _send_with_retries(
+            sender, batch, policy, group.target, breaker, clock, queued=last
+        )
         if _too_large(error) and count > 1:
             policy = replace(policy, max_batch_messages=max(1, count // 2))
             continue  # the estimate was short: the same messages in smaller batches
@@ -232,6 +274,7 @@ async def _fill_batch(
 async def _send_with_retries(
     sender: AsyncSender, batch: Any, policy: SendPolicy, target: str | None,
     breaker: Breaker | None = None, clock: Clock = SYSTEM,
+    queued: Callable[[], None] | None = None,
 ) -> BaseException | None:  # fmt: skip
     """None once the batch was accepted, else the error that ends trying. Without a
     breaker, transient errors are retried ``policy.attempts`` times; with one, a target
@@ -246,7 +289,10 @@ async def _send_with_retries(
                 return exc
         attempt += 1
         try:
-            await sender.send_messages(batch)
+            if queued is not None and getattr(sender, "reports_queued", False):
+                await sender.send_messages(batch, queued=queued)  # type: ignore[call-arg]  # ours
+            else:
+                await sender.send_messages(batch)
         except asyncio.CancelledError:  # e.g. functionTimeout ended the invocation
             if breaker is not None and breaker.is_open:
                 breaker.gave_up()

@@ -25,6 +25,7 @@ from .breaker import Breakers
 from .sender import SenderFor, SendPolicy, send_ordered
 from .stamping import stamp
 from .steps import BoundStep, Outcome, run_chain
+from .turns import Turn
 
 log = logging.getLogger("replication.tasks")
 
@@ -100,26 +101,48 @@ class ReplicationTask:
         return outcome
 
 
+def _keyed(message: Message) -> bool:
+    """A message whose order matters to its target: a session's, or a partition key's."""
+    return message.session_id is not None or message.partition_key is not None
+
+
 async def process_batch(
     task: ReplicationTask,
     messages: list[Message],
     sender_for: SenderFor,
     breakers: Breakers | None = None,
     clock: Clock = SYSTEM,
+    turn: Turn | None = None,
 ) -> list[Settlement]:
     """Plans, sends and decides; the caller settles each source message as decided.
 
     With ``breakers`` an unreachable target holds the batch here until it answers again
     (the caller keeps the source locks meanwhile), so an outage costs no delivery.
-    ``clock``: what the pauses between send retries wait on."""
-    outcomes = [task.plan(message) for message in messages]
-    outputs: list[Message] = []
-    owners: list[int] = []
-    for index, outcome in enumerate(outcomes):
-        for output in outcome.outputs:
-            outputs.append(output)
-            owners.append(index)
-    result = await send_ordered(outputs, sender_for, task.policy, breakers, clock)
+    ``clock``: what the pauses between send retries wait on. ``turn``: the batch's turn
+    among batches handled side by side (``turns.SendTurns``): planned at once, sent in turn.
+    A batch with messages of a session or partition key ends its turn once the targets
+    accepted them (a failed one is not overtaken); any other once its messages are on their
+    links, so the next batch's sends follow them on the wire while their answers are out."""
+    try:
+        outcomes = [task.plan(message) for message in messages]
+        outputs: list[Message] = []
+        owners: list[int] = []
+        for index, outcome in enumerate(outcomes):
+            for output in outcome.outputs:
+                outputs.append(output)
+                owners.append(index)
+        if turn is None:
+            result = await send_ordered(outputs, sender_for, task.policy, breakers, clock)
+        else:
+            # keyed: the next batch waits for the answer; else only for these to be on the wire
+            on_wire = None if any(_keyed(output) for output in outputs) else turn.end
+            async with turn:
+                result = await send_ordered(
+                    outputs, sender_for, task.policy, breakers, clock, queued=on_wire
+                )
+    finally:
+        if turn is not None:
+            turn.end()
     failed = {owners[i]: result.errors[i] for i in result.failed()}
     settlements = []
     failed_sessions: set[str] = set()
