@@ -21,7 +21,6 @@ import contextlib
 import copy
 import json
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -50,6 +49,7 @@ from replication.broker.clock import Clock, ManualClock
 from replication.broker.config import parse_config
 from replication.broker.main import build_broker
 from replication.broker.server import Broker
+from tests.ports import LISTENING
 
 T = TypeVar("T")
 
@@ -111,13 +111,6 @@ def connection_string(
         f"Endpoint=sb://{host}:{port};SharedAccessKeyName={key_name};"
         f"SharedAccessKey={key};UseDevelopmentEmulator=true;"
     )
-
-
-def free_port() -> int:
-    """A TCP port that was free a moment ago (for brokers started as a process)."""
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
 
 
 def write_config(path: Path, config: dict[str, Any]) -> Path:
@@ -439,9 +432,6 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # ---------------------------------------------------------------------------- broker process
-
-
-LISTENING = re.compile(r"broker listening on [^:\s]+:(\d+)")
 
 
 class BrokerProcess:

@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 from tests.broker.conftest import REPO_ROOT, make_config, write_config
+from tests.ports import LISTENING
 from tests.processes import Processes
 
-LISTENING = re.compile(r"broker listening on [^:\s]+:(\d+)")
 HTTP = re.compile(r"HTTP on port (\d+)")
 
 

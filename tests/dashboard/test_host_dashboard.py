@@ -17,8 +17,8 @@ import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
 from replication.host.app import Host, HostConfig
-from tests.broker.conftest import free_port
 from tests.host.test_host import project
+from tests.ports import port_for_settings
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -82,7 +82,8 @@ async def _until(what: str, check: Any, timeout: float = 30.0) -> Any:
 
 async def test_a_failover_switch_shows_where_from_where_to_and_why(tmp_path: Path) -> None:
     directory, settings = project(tmp_path, WATCHED)
-    east, west, north, south = (free_port() for _ in range(4))
+    # the host's embedded brokers, on the ports its settings name
+    east, west, north, south = (port_for_settings() for _ in range(4))
     settings["REPLICATION_FAILOVER_HOSTS"] = ";".join(
         f"{name}.example.net=127.0.0.1:{port}"
         for name, port in (("east", east), ("west", west), ("north", north), ("south", south))

@@ -25,7 +25,8 @@ from azure.eventhub import EventData, EventHubProducerClient
 from azure.eventhub.aio import EventHubConsumerClient
 
 from replication.host.embedded import EVENT_HUB_PARTITIONS
-from tests.broker.conftest import REPO_ROOT, free_port
+from tests.broker.conftest import REPO_ROOT
+from tests.ports import METRICS, bound_port, port_for_settings
 from tests.processes import Processes
 
 pytestmark = pytest.mark.timeout(240)
@@ -44,23 +45,26 @@ def project(directory: Path) -> str:
     for name in ("function_app.py", "host.json"):
         shutil.copy(REPO_ROOT / name, directory / name)
     (directory / "pipelines.yaml").write_text(PIPELINES)
-    connection = (
-        f"Endpoint=sb://localhost:{free_port()};SharedAccessKeyName=RootManageSharedAccessKey;"
-        "SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;"
+    connection = (  # the host's embedded broker, on a port the settings name
+        f"Endpoint=sb://localhost:{port_for_settings()};SharedAccessKeyName="
+        "RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;"
     )
     values = {"EventHubs": connection, "FUNCTIONS_WORKER_RUNTIME": "python"}
     (directory / "local.settings.json").write_text(json.dumps({"Values": values}))
     return connection
 
 
-def start(processes: Processes, directory: Path, metrics: int, log: Path) -> subprocess.Popen[Any]:
+def start(processes: Processes, directory: Path, log: Path) -> tuple[subprocess.Popen[Any], int]:
+    """The host, its output appended to ``log``; and its metrics port (from the OS)."""
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    before = len(log.read_text()) if log.exists() else 0
     with log.open("a") as out:
-        return processes.start(
+        process = processes.start(
             [sys.executable, "-m", "replication", "start", "--dir", str(directory),
-             "--metrics-port", str(metrics), "--no-progress", "--no-ui"],
+             "--metrics-port", "0", "--no-progress", "--no-ui"],
             cwd=directory, env=env, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
+    return process, bound_port(log, process, METRICS, after=before)
 
 
 def forwarded(metrics: int) -> float:
@@ -119,8 +123,7 @@ async def read_all(connection: str, name: str, count: int, timeout: float = 90.0
 def test_a_killed_host_restarts_at_its_checkpoints(tmp_path: Path, processes: Processes) -> None:
     connection = project(tmp_path)
     log = tmp_path / "host.log"
-    metrics = free_port()
-    first = start(processes, tmp_path, metrics, log)
+    first, metrics = start(processes, tmp_path, log)
     wait_for(connection, first, log)
     total = 2_000
     with EventHubProducerClient.from_connection_string(hub(connection, "source-hub")) as producer:
@@ -142,7 +145,9 @@ def test_a_killed_host_restarts_at_its_checkpoints(tmp_path: Path, processes: Pr
     assert at_kill < total, "the first run was done before the kill: nothing tested"
     assert forwarded(metrics) == 0.0  # the host is gone
 
-    second = start(processes, tmp_path, free_port(), log)
+    # the embedded broker comes back on the port the settings name, over its data (the
+    # port is free from the kill to this restart: the one window another socket has)
+    second, _ = start(processes, tmp_path, log)
     try:
         wait_for(connection, second, log)
         arrived = asyncio.run(read_all(connection, "target-hub", total))

@@ -15,7 +15,7 @@ from azure.servicebus.aio import ServiceBusClient
 from replication import metrics
 from replication.host.app import Host, HostConfig
 from replication.host.peek import peek
-from tests.broker.conftest import free_port
+from tests.ports import port_for_settings
 
 from .test_host import project
 
@@ -42,7 +42,8 @@ def emulator(port: int) -> str:
 
 async def test_the_host_follows_a_flipped_file_to_the_other_namespace(tmp_path: Path) -> None:
     directory, settings = project(tmp_path, FAILING_OVER)
-    primary, east, west = free_port(), free_port(), free_port()
+    # the host's embedded brokers, on the ports its settings name
+    primary, east, west = port_for_settings(), port_for_settings(), port_for_settings()
     settings["REPLICATION_FAILOVER_HOSTS"] = (
         f"primary.example.net=127.0.0.1:{primary};east.example.net=127.0.0.1:{east};"
         f"west.example.net=127.0.0.1:{west}"

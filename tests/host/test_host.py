@@ -1,11 +1,13 @@
 """The local host end to end: ``python -m replication start`` over a copy of the project.
 
 Each test copies function_app.py, host.json and a pipelines file into a temporary folder with
-a local.settings.json on free ports, so the host starts its own embedded brokers there.
+a local.settings.json naming free ports (``port_for_settings``: the settings name them
+before the host starts), so the host starts its own embedded brokers there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -20,7 +22,8 @@ from pathlib import Path
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
-from tests.broker.conftest import REPO_ROOT, free_port
+from tests.broker.conftest import REPO_ROOT
+from tests.ports import METRICS, bound_port, port_for_settings
 from tests.processes import Processes
 
 pytestmark = pytest.mark.timeout(240)
@@ -42,7 +45,8 @@ def project(tmp_path: Path, pipelines: str | None = None) -> tuple[Path, dict[st
         (tmp_path / "pipelines.yaml").write_text(pipelines)
     settings = {
         name: (
-            f"Endpoint=sb://localhost:{free_port()};SharedAccessKeyName=RootManageSharedAccessKey;"
+            f"Endpoint=sb://localhost:{port_for_settings()};SharedAccessKeyName="
+            "RootManageSharedAccessKey;"
             "SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;"
         )
         for name in ("PrimaryServiceBus", "SecondaryServiceBus")
@@ -53,12 +57,18 @@ def project(tmp_path: Path, pipelines: str | None = None) -> tuple[Path, dict[st
     return tmp_path, settings
 
 
-def start(processes: Processes, directory: Path, *args: str) -> subprocess.Popen[str]:
+def start(
+    processes: Processes, directory: Path, *args: str, log: Path | None = None
+) -> subprocess.Popen[str]:
+    """The host, its output on a pipe (read once it ended) or appended to ``log`` (a host
+    that runs while the test waits: a pipe nobody reads would fill and stall it)."""
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    return processes.start(
-        [sys.executable, "-m", "replication", "start", "--dir", str(directory), *args],
-        cwd=directory, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+    with contextlib.ExitStack() as files:
+        out = files.enter_context(log.open("a")) if log is not None else subprocess.PIPE
+        return processes.start(
+            [sys.executable, "-m", "replication", "start", "--dir", str(directory), *args],
+            cwd=directory, env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
 
 
 def wait_for_port(connection_string: str, process: subprocess.Popen[str]) -> None:
@@ -111,8 +121,9 @@ def test_ctrl_c_mid_stream_loses_nothing_and_metrics_match(
     rest. /metrics counted exactly what moved."""
     directory, settings = project(tmp_path, REPLICATE)
     total = 3_000
-    port = free_port()
-    process = start(processes, directory, "--metrics-port", str(port), "--no-progress")
+    log = tmp_path / "host.log"
+    process = start(processes, directory, "--metrics-port", "0", "--no-progress", log=log)
+    port = bound_port(log, process, METRICS)
     wait_for_port(settings["PrimaryServiceBus"], process)
     with (
         ServiceBusClient.from_connection_string(settings["PrimaryServiceBus"]) as client,
@@ -132,11 +143,12 @@ def test_ctrl_c_mid_stream_loses_nothing_and_metrics_match(
     health = urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5)
     assert health.status == 200
     process.send_signal(signal.SIGINT)
-    output, _ = process.communicate(timeout=60)
+    process.wait(60)
+    output = log.read_text()
     assert process.returncode == 0, output
     assert "triggers stopped" in output
 
-    second = start(processes, directory, "--metrics-port", "0", "--no-progress")
+    second = start(processes, directory, "--metrics-port", "0", "--no-progress", log=log)
     try:
         wait_for_port(settings["SecondaryServiceBus"], second)
         arrived: Counter[str] = Counter()
@@ -151,7 +163,7 @@ def test_ctrl_c_mid_stream_loses_nothing_and_metrics_match(
                     arrived[str(message.message_id)] += 1
     finally:
         second.send_signal(signal.SIGINT)
-        second.communicate(timeout=60)
+        second.wait(60)
     missing = {f"m{i}" for i in range(total)} - set(arrived)
     assert not missing, f"{len(missing)} lost, e.g. {sorted(missing)[:5]}"
     # the target has duplicate detection: a batch resent after the stop is not doubled

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
 
-from tests.broker.conftest import REPO_ROOT, free_port, make_config, write_config
+from tests.broker.conftest import REPO_ROOT, make_config, write_config
+from tests.ports import METRICS, bound_port
 from tests.processes import Processes
 
 from .test_host import _metric, project, wait_for_port
@@ -76,9 +77,9 @@ def test_one_bad_message_in_25_is_dead_lettered_alone(tmp_path: Path, processes:
     every bad one is dead-lettered at the source with the step's reason; /metrics agrees."""
     directory, settings = project(tmp_path, VALIDATE)
     (directory / "schema.json").write_text(json.dumps(SCHEMA))
-    port = free_port()
-    process = start(processes, directory, "--metrics-port", str(port), "--no-progress")
+    process = start(processes, directory, "--metrics-port", "0", "--no-progress")
     try:
+        port = bound_port(directory / "host.log", process, METRICS)
         wait_for_port(settings["PrimaryServiceBus"], process)
         bad = {f"m{n}" for n in range(500) if n % 25 == 24}
         with (
@@ -132,13 +133,14 @@ TARGET_HOST = "127.0.0.2"
 
 
 class Killable:
-    """``python -m replication broker`` on 127.0.0.2, SIGKILLed and restarted by the test."""
+    """``python -m replication broker`` on 127.0.0.2, SIGKILLed and restarted by the test:
+    first on a port from the OS, then again on that port (with its data)."""
 
     def __init__(
         self, tmp_path: Path, name: str, work: dict[str, Any], processes: Processes
     ) -> None:
         self.processes = processes
-        self.port = free_port()
+        self.port = 0
         self.config = write_config(tmp_path / f"{name}.json", make_config({"work": work}))
         self.data = tmp_path / f"{name}-data"
         self.log = tmp_path / f"{name}.log"
@@ -146,13 +148,17 @@ class Killable:
 
     @property
     def connection_string(self) -> str:
+        assert self.port, "started once: the OS picked its port"
         return (
             f"Endpoint=sb://{TARGET_HOST}:{self.port};SharedAccessKeyName="
             "RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;"
         )
 
     def start(self) -> None:
+        """Starts the broker; a restart reuses the port the OS gave the first start (free
+        from the kill to the restart: the one window another socket has to take it)."""
         env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+        before = len(self.log.read_text()) if self.log.exists() else 0
         with self.log.open("ab") as log:
             self.process = self.processes.start(
                 [sys.executable, "-m", "replication", "broker", "--config", str(self.config),
@@ -160,6 +166,8 @@ class Killable:
                  "--data-dir", str(self.data)],
                 stdout=log, stderr=subprocess.STDOUT, env=env,
             )  # fmt: skip
+        if not self.port:
+            self.port = bound_port(self.log, self.process, after=before, timeout=30)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
@@ -192,6 +200,7 @@ def test_a_target_killed_for_many_lock_periods_costs_no_delivery(
     ``tests/tasks/test_pump_locks.py::test_target_outage_holds_the_batch``."""
     directory, settings = project(tmp_path, OUTAGE)
     target = Killable(tmp_path, "target", DEDUPE, processes)
+    target.start()  # before the settings: they name the port it got
     settings["TargetBus"] = target.connection_string
     (directory / "local.settings.json").write_text(json.dumps({"Values": settings}))
     host_json = json.loads((directory / "host.json").read_text())
@@ -199,11 +208,10 @@ def test_a_target_killed_for_many_lock_periods_costs_no_delivery(
         {"maxMessageBatchSize": 20, "prefetchCount": 20, "maxConcurrentCalls": 1}
     )
     (directory / "host.json").write_text(json.dumps(host_json))
-    target.start()
-    port = free_port()
-    process = start(processes, directory, "--metrics-port", str(port), "--no-progress")
+    process = start(processes, directory, "--metrics-port", "0", "--no-progress")
     total, outage = 600, 20.0
     try:
+        port = bound_port(directory / "host.log", process, METRICS)
         wait_for_port(settings["PrimaryServiceBus"], process)
         # the host made the source from the pipelines: give it the short lock and low count
         _shorten_source_locks(settings["PrimaryServiceBus"], directory)
@@ -278,9 +286,9 @@ def test_a_source_killed_mid_stream_loses_nothing(tmp_path: Path, processes: Pro
     source = Killable(
         tmp_path, "source", {"LockDuration": "PT5S", "MaxDeliveryCount": 3}, processes
     )
+    source.start()  # before the settings: they name the port it got
     settings["SourceBus"] = source.connection_string
     (directory / "local.settings.json").write_text(json.dumps({"Values": settings}))
-    source.start()
     total = 1_000
     with (
         ServiceBusClient.from_connection_string(source.connection_string) as client,

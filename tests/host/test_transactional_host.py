@@ -25,7 +25,9 @@ from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQ
 from replication import metrics
 from replication.functions import pumped_by_host, register_pipelines
 from replication.pipeline import PipelineConfigError, parse_pipelines
-from tests.broker.conftest import REPO_ROOT, free_port, make_config, write_config
+from tests.broker.conftest import REPO_ROOT, make_config, write_config
+from tests.ports import METRICS, bound_port
+from tests.processes import Processes
 
 from .test_host import project
 
@@ -250,18 +252,25 @@ sys.exit(main())
 """
 
 
-def start_host(directory: Path, port: int, *command: str) -> subprocess.Popen[str]:
-    """The host with its output in ``host.log`` (a pipe nobody reads would stall it)."""
+def start_host(
+    processes: Processes, directory: Path, *command: str
+) -> tuple[subprocess.Popen[str], int]:
+    """The host with its output appended to ``host.log`` (a pipe nobody reads would stall
+    it), its metrics on a port from the OS; and where in the log its output starts."""
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    with (directory / "host.log").open("a") as log:
-        return subprocess.Popen(
-            [*command, "start", "--dir", str(directory), "--metrics-port", str(port),
+    log_path = directory / "host.log"
+    before = len(log_path.read_text()) if log_path.exists() else 0
+    with log_path.open("a") as log:
+        return processes.start(
+            [*command, "start", "--dir", str(directory), "--metrics-port", "0",
              "--no-progress"],
             cwd=directory, env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
-        )  # fmt: skip
+        ), before  # fmt: skip
 
 
-def wait_healthy(port: int, process: subprocess.Popen[str], directory: Path) -> None:
+def wait_healthy(process: subprocess.Popen[str], directory: Path, after: int) -> None:
+    """Until the host's ``/health`` (on the metrics port it logged past ``after``) answers."""
+    port = bound_port(directory / "host.log", process, METRICS, after=after)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         assert process.poll() is None, (directory / "host.log").read_text()
@@ -302,7 +311,9 @@ def receive_all(connection: str, queue: str, **kwargs: object) -> list[str]:
     return out
 
 
-def test_a_host_killed_before_a_commit_leaves_no_duplicate(tmp_path: Path) -> None:
+def test_a_host_killed_before_a_commit_leaves_no_duplicate(
+    tmp_path: Path, processes: Processes
+) -> None:
     """The host is SIGKILLed as it is about to commit its fifth batch: the copies of the
     batches in flight were accepted (in their transactions) and their completes answered.
     The broker, outside the host, drops those transactions with the connection; once the
@@ -310,26 +321,26 @@ def test_a_host_killed_before_a_commit_leaves_no_duplicate(tmp_path: Path) -> No
     duplicate detection, and every message is there exactly once; nothing is left at the
     source or dead-lettered."""
     directory, settings = project(tmp_path, CRASHED)
-    port = free_port()
-    connection = (
-        f"Endpoint=sb://{TX_HOST}:{port};SharedAccessKeyName=RootManageSharedAccessKey;"
-        "SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;"
-    )
-    settings["TxBus"] = connection
-    (directory / "local.settings.json").write_text(json.dumps({"Values": settings}))
     (directory / "crash.py").write_text(textwrap.dedent(CRASH_AT_COMMIT).replace("{at}", "5"))
     config = write_config(tmp_path / "tx.json", make_config({
         "work": {"LockDuration": "PT5S", "MaxDeliveryCount": 10}, "copies": {},
     }))  # fmt: skip
     broker_log = tmp_path / "broker.log"
     with broker_log.open("w") as log:
-        broker = subprocess.Popen(
+        broker = processes.start(
             [sys.executable, "-m", "replication", "broker", "--config", str(config),
-             "--host", TX_HOST, "--port", str(port), "--no-http",
+             "--host", TX_HOST, "--port", "0", "--no-http",
              "--data-dir", str(tmp_path / "tx-data")],
             stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
         )  # fmt: skip
     try:
+        port = bound_port(broker_log, broker, timeout=30)  # the settings name it: first
+        connection = (
+            f"Endpoint=sb://{TX_HOST}:{port};SharedAccessKeyName=RootManageSharedAccessKey;"
+            "SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;"
+        )
+        settings["TxBus"] = connection
+        (directory / "local.settings.json").write_text(json.dumps({"Values": settings}))
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -348,8 +359,7 @@ def test_a_host_killed_before_a_commit_leaves_no_duplicate(tmp_path: Path) -> No
                     [ServiceBusMessage(f"m{i}", message_id=f"m{i}") for i in range(n, n + 50)]
                 )
 
-        metrics_port = free_port()
-        crashing = start_host(directory, metrics_port, sys.executable, str(directory / "crash.py"))
+        crashing, _ = start_host(processes, directory, sys.executable, str(directory / "crash.py"))
         assert wait_exited(crashing, directory) == -signal.SIGKILL
         deadline = time.monotonic() + 10
         # the batches in flight: the copies' send and the 20 completes each, dropped
@@ -360,10 +370,9 @@ def test_a_host_killed_before_a_commit_leaves_no_duplicate(tmp_path: Path) -> No
         assert 0 < committed < total and committed % 20 == 0  # whole batches
         assert peek_count(connection, "work") == total - committed
 
-        metrics_port = free_port()
-        host = start_host(directory, metrics_port, sys.executable, "-m", "replication")
+        host, logged_from = start_host(processes, directory, sys.executable, "-m", "replication")
         try:
-            wait_healthy(metrics_port, host, directory)
+            wait_healthy(host, directory, logged_from)
             deadline = time.monotonic() + 120
             while peek_count(connection, "work"):
                 assert time.monotonic() < deadline, (directory / "host.log").read_text()

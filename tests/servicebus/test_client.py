@@ -48,6 +48,7 @@ from tests.amqp.strategies import (
     amqp_messages,
 )
 from tests.broker.conftest import BrokerHandle, make_config
+from tests.ports import unused_port
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -392,7 +393,7 @@ async def test_missing_entity_and_no_broker(broker: BrokerHandle) -> None:
             await source.receiver("no-such-queue")
     assert caught.value.condition == "amqp:not-found" and not caught.value.retryable
     endpoint = Endpoint.from_connection_string(
-        broker.connection_string.replace(str(broker.port), str(free_port()))
+        broker.connection_string.replace(str(broker.port), str(unused_port()))
     )
     async with AmqpSource(endpoint, timeout=5) as source:
         with pytest.raises(SourceError, match="cannot connect") as refused:
@@ -763,11 +764,3 @@ async def wait_for_count(broker: BrokerHandle, queue: str, expected: int) -> Non
     while broker.count(queue) != expected:
         assert time.monotonic() < deadline, f"{queue} holds {broker.count(queue)}"
         await asyncio.sleep(0.05)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])

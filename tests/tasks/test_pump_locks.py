@@ -45,11 +45,11 @@ from tests.broker.conftest import (
     BrokerProcess,
     QuickCloseClient,
     connection_string,
-    free_port,
     make_config,
     receive_n,
 )
 from tests.clock_steps import step, ticking
+from tests.ports import unused_port
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -409,7 +409,7 @@ async def test_stop_during_an_outage_gives_the_held_batch_back(
         [ServiceBusMessage(f"{i}", message_id=f"r-{i}", session_id=session_id) for i in range(5)],
     )
     task = ReplicationTask("down", policy=SendPolicy(attempts=1))
-    pool = SenderPool({None: Target(connection_string(free_port()), "dst")}, retry_total=0)
+    pool = SenderPool({None: Target(connection_string(unused_port()), "dst")}, retry_total=0)
     breakers = Breakers()
     client = AsyncServiceBusClient.from_connection_string(broker.connection_string, retry_total=0)
     try:
