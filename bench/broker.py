@@ -72,8 +72,10 @@ than proton's, so its load shares the two cores less evenly with either broker.
 ``--standin`` runs ``/tmp/bt/run_broker.py`` (queues ``queue.1`` and ``orders``; the queue
 defaults to ``queue.1`` then; it has no topic or session queue, so fan-out and sessions are
 skipped). ``--broker-cmd`` takes a command line with ``{python}``, ``{config}``, ``{host}``,
-``{port}`` and ``{data_dir}`` placeholders; the broker counts as ready once it
-prints ``broker listening on`` or ``PORT <n>``.
+``{port}`` and ``{data_dir}`` placeholders; ``{port}`` is 0 (any free port: the OS picks
+it, so nothing can take it between a pick and the broker's bind), and the broker counts as
+ready once it prints the port it listens on: ``broker listening on HOST:PORT`` or
+``PORT <n>``.
 """
 
 from __future__ import annotations
@@ -185,12 +187,6 @@ class Peer:
 # ---------------------------------------------------------------------- the broker process
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
-
-
 def fanout_filter(index: int) -> str:
     """Subscription ``s<index>``'s SQL filter: its own region, or a high enough priority."""
     return f"region = 'r{index}' OR priority > {8 - index}"
@@ -248,7 +244,8 @@ class BrokerProcess:
         self.data_dir = self.workdir / "data"
         self.data_dir.mkdir()
         write_config(self.config, queue)
-        self.port = free_port()
+        self.port = 0
+        """0 until the broker says which port the OS gave it (``READY``)."""
         self.argv = shlex.split(
             command.format(
                 python=shlex.quote(sys.executable), config=shlex.quote(str(self.config)),

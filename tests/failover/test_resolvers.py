@@ -22,6 +22,7 @@ from replication.failover.dns import DnsResolver, SrvRecord, choose_srv, parse_n
 from replication.failover.file import FileResolver
 from replication.failover.hosts import normalise_host
 from replication.failover.static import StaticResolver
+from tests.ports import unused_port
 
 from .dns_server import ALIAS, DnsServer
 
@@ -383,9 +384,7 @@ def test_a_url_is_asked_with_a_conditional_get(share_url: type[_Share]) -> None:
 
 
 def test_an_unreachable_or_malformed_url_is_reported() -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = unused_port()
     with pytest.raises(FailoverError, match=r"cannot fetch http://127\.0\.0\.1.*refused"):
         FileResolver(f"http://127.0.0.1:{port}/primary.txt", timeout=1).resolve()
     with pytest.raises(FailoverError, match=r"cannot fetch .*nonnumeric port"):
