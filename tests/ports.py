@@ -28,6 +28,9 @@ LISTENING = re.compile(r"broker listening on [^:\s]+:(\d+)")
 """What ``python -m replication broker`` logs once it listens (its AMQP port)."""
 METRICS = re.compile(r"metrics on http://[^:\s]+:(\d+)/metrics")
 """What ``python -m replication start`` logs once ``/metrics`` is served."""
+_RANDOM = random.SystemRandom()
+"""Not the ``random`` module's generator: a test (or plugin) that seeds it would make every
+pytest-xdist worker pick the same ports."""
 
 
 def unused_port() -> int:
@@ -49,7 +52,7 @@ def port_for_settings() -> int:
     in thousands), or a server started on that fixed port meanwhile."""
     low = _ephemeral_low()
     for _ in range(100):
-        port = random.randrange(10_000, low) if low > 11_000 else 0
+        port = _RANDOM.randrange(10_000, low) if low > 11_000 else 0
         with socket.socket() as sock:
             try:
                 sock.bind((HOST, port))

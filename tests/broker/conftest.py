@@ -295,7 +295,9 @@ class BrokerHandle:
         self.call(move)
 
     def restart(self, config: dict[str, Any] | None = None) -> BrokerHandle:
-        """A clean stop and a fresh broker on the same port and data dir."""
+        """A clean stop and a fresh broker on the same port and data dir (the port the OS
+        gave the first start: free from the stop to the restart, the one window in which
+        another socket could take it)."""
         self.stop()
         if config is not None:
             self.config = config
@@ -468,7 +470,9 @@ class BrokerProcess:
                 raise RuntimeError(
                     f"broker exited with {self.process.returncode}: {self.log_path.read_text()}"
                 )
-            if self.port == 0:  # the OS picked it: the log says which (a restart reuses it)
+            # the OS picked it: the log says which; a restart after a kill reuses it (free
+            # from the kill to the restart: the one window another socket has to take it)
+            if self.port == 0:
                 bound = LISTENING.findall(self.log_path.read_text())
                 if bound:
                     self.port = int(bound[-1])
