@@ -383,7 +383,11 @@ class _PumpHooks:
             settlements = await loop.transactional(receiver, self.via, batch)
         else:  # the turn is taken before any await: batches side by side send in order
             turn = self.turns.take() if receiver.session_id is None else None
-            settlements = await loop.processed(batch, turn)
+            try:
+                settlements = await loop.processed(batch, turn)
+            finally:
+                if turn is not None:
+                    turn.end()  # however it went: a turn left open would hold every later one
             settle_amqp(receiver, settlements, loop.stats)
         return loop.batch_done(settlements, until_empty=receiver.session_id is not None)
 
