@@ -21,6 +21,7 @@ import contextlib
 import copy
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -463,6 +464,7 @@ class BrokerProcess:
                     "--data-dir", str(self.data_dir),
                 ],
                 stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.data_dir,
+                start_new_session=True,  # its own process group: ended whole, as a fixture must
             )  # fmt: skip
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -486,19 +488,25 @@ class BrokerProcess:
     def kill(self) -> None:
         """SIGKILL: no chance to clean up (what a crash looks like)."""
         if self.process is not None and self.process.poll() is None:
-            self.process.kill()
+            self._signal(signal.SIGKILL)
             self.process.wait(10)
+
+    def _signal(self, number: int) -> None:
+        """To the broker's whole process group (whatever it started goes with it)."""
+        assert self.process is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, number)
 
     def terminate(self, timeout: float = 10.0) -> int | None:
         """SIGTERM and wait: the broker's graceful stop."""
         if self.process is None:
             return None
         if self.process.poll() is None:
-            self.process.terminate()
+            self._signal(signal.SIGTERM)
             try:
                 self.process.wait(timeout)
             except subprocess.TimeoutExpired:
-                self.process.kill()
+                self._signal(signal.SIGKILL)
                 self.process.wait(10)
         return self.process.returncode
 
