@@ -12,7 +12,9 @@ batch duration and rate (messages per second).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+import threading
+import time
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter, Gauge, Histogram
 from pyspark.sql.streaming import StreamingQueryListener
@@ -84,6 +86,29 @@ class PipelineProgress(StreamingQueryListener):
     def __init__(self, pipeline: str, query_names: set[str]) -> None:
         self.pipeline = pipeline
         self.query_names = query_names
+        self.recorded: dict[str, int] = {}
+        """Per query, the last batch whose progress reached this listener."""
+        self._progressed = threading.Condition()
+
+    def wait_for(self, queries: list[Any], timeout: float = 30.0) -> bool:
+        """Until the last progress of each (ended) query reached the listener: Spark hands
+        progress to listeners on its own thread, after a query may already have ended, and a
+        listener removed before then would miss the last micro-batch's counts. False when
+        ``timeout`` seconds went by first."""
+        wanted = {}
+        for query in queries:
+            last = query.lastProgress
+            if last is not None:
+                batch = last["batchId"] if isinstance(last, dict) else last.batchId
+                wanted[query.name] = int(batch)
+        deadline = time.monotonic() + timeout
+        with self._progressed:
+            while any(self.recorded.get(name, -1) < batch for name, batch in wanted.items()):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._progressed.wait(remaining)
+        return True
 
     def onQueryStarted(self, event: QueryStartedEvent) -> None:
         pass
@@ -98,6 +123,15 @@ class PipelineProgress(StreamingQueryListener):
         progress = event.progress
         if progress.name not in self.query_names:
             return
+        try:
+            self._progress(progress)
+        finally:
+            with self._progressed:
+                batch = max(self.recorded.get(progress.name, -1), int(progress.batchId))
+                self.recorded[progress.name] = batch
+                self._progressed.notify_all()
+
+    def _progress(self, progress: Any) -> None:
         seconds = progress.durationMs.get("triggerExecution", 0) / 1000
         try:
             counts = self.record(

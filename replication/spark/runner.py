@@ -226,6 +226,9 @@ class SparkPipeline:
             for query in queries:
                 if query.isActive:
                     query.stop()
+            if not listener.wait_for(queries):
+                log.warning("%s: the last micro-batch's counts did not reach the metrics in "
+                            "time", self.pipeline.name)  # fmt: skip
             self.spark.streams.removeListener(listener)
 
     def replay(self, path: str) -> int:
