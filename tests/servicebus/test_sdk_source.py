@@ -18,6 +18,7 @@ from replication.servicebus.client import AuthenticationError, NoSessionAvailabl
 from replication.servicebus.sdk_source import SdkReceiver, SdkSource, lock_token, split_path
 from replication.tasks.locks import LockKeeper, lock_lost
 from tests.broker.conftest import BrokerHandle, make_config
+from tests.waiting import until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -111,15 +112,6 @@ async def test_a_plain_receiver_abandons_what_it_cannot_release(
         receiver.complete(again)
         await receiver.close()
     assert broker.count("plain") == 0
-
-
-async def until(condition: Callable[[], object], what: str) -> None:
-    """Polls for what the keeper does in real time (a renew request); not a measured wait."""
-    for _ in range(3000):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"never: {what}")
 
 
 async def test_locks_are_kept_through_the_sdk_and_found_after_settling(

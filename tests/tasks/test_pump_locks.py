@@ -50,6 +50,7 @@ from tests.broker.conftest import (
 )
 from tests.clock_steps import step, ticking
 from tests.ports import unused_port
+from tests.waiting import until
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -148,15 +149,6 @@ def receive_all(connection: str, queue: str, session_id: str | None = None) -> l
                 receiver.complete_message(message)
             out += batch
     return out
-
-
-async def until(condition: Callable[[], object], what: str) -> None:
-    """Polls for what the keeper does in real time (a renew request); not a measured wait."""
-    for _ in range(3000):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"never: {what}")
 
 
 def dead_lettered(broker: BrokerHandle, queue: str) -> int:
