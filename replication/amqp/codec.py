@@ -560,12 +560,18 @@ def _dec_short(data: bytes, pos: int) -> tuple[Any, int]:
     return short(_S_h.unpack_from(data, pos)[0]), pos + 2
 
 
+_SMALL_UINTS = tuple(uint(value) for value in range(256))
+_SMALL_ULONGS = tuple(ulong(value) for value in range(256))
+"""The one-byte values, made once: handles, delivery ids, descriptors and counts decode
+to these in every frame (the types are immutable ints)."""
+
+
 def _dec_uint0(data: bytes, pos: int) -> tuple[Any, int]:
-    return uint(0), pos
+    return _SMALL_UINTS[0], pos
 
 
 def _dec_smalluint(data: bytes, pos: int) -> tuple[Any, int]:
-    return uint(data[pos]), pos + 1
+    return _SMALL_UINTS[data[pos]], pos + 1
 
 
 def _dec_uint(data: bytes, pos: int) -> tuple[Any, int]:
@@ -573,11 +579,11 @@ def _dec_uint(data: bytes, pos: int) -> tuple[Any, int]:
 
 
 def _dec_ulong0(data: bytes, pos: int) -> tuple[Any, int]:
-    return ulong(0), pos
+    return _SMALL_ULONGS[0], pos
 
 
 def _dec_smallulong(data: bytes, pos: int) -> tuple[Any, int]:
-    return ulong(data[pos]), pos + 1
+    return _SMALL_ULONGS[data[pos]], pos + 1
 
 
 def _dec_ulong(data: bytes, pos: int) -> tuple[Any, int]:

@@ -3,6 +3,7 @@ PLAIN login, checked at attach, on each transfer and again as tokens expire."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from ..amqp.link import Delivery
@@ -39,9 +40,14 @@ class Cbs:
         """SASL completed: a PLAIN login grants its rule's claims to the whole connection."""
         if credentials is not None and credentials.mechanism == PLAIN:
             peer.plain_grant = self.authorizer.grant_for_rule(credentials.username)
+            peer.allowed.clear()
 
     def problem(self, peer: Peer, entity: str, right: str) -> str | None:
         """Why ``peer`` may not use ``right`` (Send, Listen, Manage) on ``entity``; None: it may."""
+        now = self.clock.time()
+        until = peer.allowed.get((entity, right))
+        if until is not None and until > now:
+            return None  # asked for every transfer: the answer stands while its grant does
         grants = list(peer.grants.values())
         if peer.plain_grant is not None:
             grants.append(peer.plain_grant)
@@ -49,16 +55,18 @@ class Cbs:
             return (
                 f"Unauthorized access. '{right}' claim(s) are required to perform this operation."
             )
-        now = self.clock.time()
         last = "no token covers this entity"
         for grant in grants:
             if not grant.covers(entity) or grant.expired(now):
                 continue
             try:
                 self.authorizer.check(grant, right, entity)
-                return None
             except AuthorizationError as exc:
                 last = exc.description
+                continue
+            expires = grant.expires_at
+            peer.allowed[(entity, right)] = math.inf if expires is None else expires
+            return None
         return last
 
     def put_token(self, peer: Peer, delivery: Delivery) -> None:
@@ -73,6 +81,7 @@ class Cbs:
             try:
                 grant = self.authorizer.validate(str(request.body), audience, self.clock.time())
                 peer.grants[audience.lower()] = grant
+                peer.allowed.clear()  # a token for an audience replaces the one before
             except AuthorizationError as exc:
                 status, description = 401, exc.description
         if not delivery.settled:

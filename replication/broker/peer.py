@@ -28,6 +28,9 @@ class Peer:
     """Tokens put on ``$cbs``, by audience (lower case)."""
     plain_grant: Grant | None = None
     """The SAS rule a SASL PLAIN login named."""
+    allowed: dict[tuple[str, str], float] = field(default_factory=dict)
+    """(entity, right) -> until when a grant allows it (``Cbs.problem``'s answers, kept
+    until a token or login changes the grants)."""
     reply_links: dict[str, Link] = field(default_factory=dict)
     """Node -> the last link the peer attached to receive that node's replies."""
     reply_targets: dict[str, Link] = field(default_factory=dict)

@@ -13,7 +13,9 @@ not a power cut. ``synchronous=FULL`` fsyncs every commit for the latter, at a t
 
 Only message bodies and per-message metadata live here; the broker keeps in memory just the
 sequence numbers that are ready for delivery and the locks it has handed out, so memory
-stays small however deep a queue grows.
+stays small however deep a queue grows. Besides that, the rows written last (up to
+``HOT_BYTES``) stay in memory until deleted or changed: a message delivered soon after it was
+sent, the usual case, is read without asking SQLite.
 """
 
 from __future__ import annotations
@@ -92,6 +94,12 @@ def _key(entity: int, seq: int) -> int:
     return (entity << SEQ_BITS) | seq
 
 
+HOT_BYTES = 16 * 1024 * 1024
+"""Message bytes (bare + annotations) the store keeps in memory beside SQLite, newest first
+in, until their row is deleted or changed: a bound, so a deep queue still costs no memory."""
+HOT_ROWS = 50_000
+"""And at most this many rows (each costs a tuple besides its bytes)."""
+
 _MESSAGE_SIZE = "length(bare) + ifnull(length(annotations), 0)"
 """A message's size as quotas and ``SizeInBytes`` count it: what the broker keeps of it."""
 
@@ -127,6 +135,13 @@ class EntityStats:
     size: int = 0
 
 
+Row = tuple[
+    int, int, int, int, int | None, int | None, str | None, str | None, str | None,
+    bytes | None, bytes,
+]  # fmt: skip
+"""A message row as written: key, then ``StoredMessage``'s fields after ``seq``."""
+
+
 @dataclass(slots=True)
 class StoredMessage:
     """A message as the broker keeps it: the sender's bare message plus broker metadata.
@@ -147,7 +162,7 @@ class StoredMessage:
     annotations: bytes | None
     bare: bytes
 
-    def row(self, entity: int) -> tuple[object, ...]:
+    def row(self, entity: int) -> Row:
         return (
             _key(entity, self.seq), self.state, self.delivery_count, self.enqueued_ms,
             self.expires_ms, self.scheduled_ms, self.message_id, self.session_id,
@@ -169,10 +184,15 @@ class MessageStore:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._sql = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self._inserts: list[tuple[object, ...]] = []
+        self._inserts: list[Row] = []
         self._deletes: dict[int, None] = {}
         """Message rows written and keys deleted in the open transaction, not yet handed to
         SQLite: one ``executemany`` each costs less than a statement per message."""
+        self._hot: dict[int, Row] = {}
+        """Rows as written (``StoredMessage.row``), by key, while unchanged: ``load`` reads
+        them here. Within ``HOT_BYTES`` / ``HOT_ROWS``; a row past the bound is read from
+        SQLite."""
+        self._hot_bytes = 0
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(f"PRAGMA synchronous={synchronous}")
         self._db.execute("PRAGMA cache_size=-16000")  # 16 MB page cache: bounded memory
@@ -259,17 +279,35 @@ class MessageStore:
         if row[0] in self._deletes:  # put back (a restore): its delete goes first
             self._write_buffered()
         self._inserts.append(row)
+        size = len(message.bare) + len(message.annotations or b"")
         if entity in self._sizes:
-            self._sizes[entity] += len(message.bare) + len(message.annotations or b"")
+            self._sizes[entity] += size
+        if self._hot_bytes + size <= HOT_BYTES and len(self._hot) < HOT_ROWS:
+            self._forget_hot(row[0])
+            self._hot[row[0]] = row
+            self._hot_bytes += size
+
+    @property
+    def hot_bytes(self) -> int:
+        """Message bytes kept in memory beside SQLite (at most ``HOT_BYTES``)."""
+        return self._hot_bytes
+
+    def _forget_hot(self, key: int) -> None:
+        """The row ``key`` changes or goes: ``load`` must not answer from the copy."""
+        row = self._hot.pop(key, None)
+        if row is not None:
+            self._hot_bytes -= len(row[10]) + len(row[9] or b"")
 
     def delete(self, entity: int, seq: int, size: int | None = None) -> None:
         """Deletes a message; ``size`` (its ``StoredMessage.size``), when the caller holds it,
         spares asking the database what the entity's quota gets back."""
         self._begin()
+        key = _key(entity, seq)
+        self._forget_hot(key)
         if size is None:
-            self._delete("DELETE FROM message WHERE id = ?", entity, (_key(entity, seq),))
+            self._delete("DELETE FROM message WHERE id = ?", entity, (key,))
             return
-        self._deletes[_key(entity, seq)] = None  # after the buffered inserts: see insert
+        self._deletes[key] = None  # after the buffered inserts: see insert
         if entity in self._sizes:
             self._sizes[entity] -= size
 
@@ -277,6 +315,7 @@ class MessageStore:
         """Cancels scheduled messages; other states and unknown numbers are left alone."""
         self._begin()
         for seq in seqs:
+            self._forget_hot(_key(entity, seq))
             self._delete(
                 "DELETE FROM message WHERE id = ? AND state = ?", entity,
                 (_key(entity, seq), STATE_SCHEDULED),
@@ -292,12 +331,14 @@ class MessageStore:
 
     def set_delivery_count(self, entity: int, seq: int, count: int) -> None:
         self._begin()
+        self._forget_hot(_key(entity, seq))
         self._db.execute(
             "UPDATE message SET delivery_count = ? WHERE id = ?", (count, _key(entity, seq))
         )
 
     def set_state(self, entity: int, seq: int, state: int, scheduled_ms: int | None = None) -> None:
         self._begin()
+        self._forget_hot(_key(entity, seq))
         self._db.execute(
             "UPDATE message SET state = ?, scheduled_ms = ? WHERE id = ?",
             (state, scheduled_ms, _key(entity, seq)),
@@ -341,8 +382,15 @@ class MessageStore:
 
     def load(self, entity: int, seqs: Iterable[int]) -> dict[int, StoredMessage]:
         """The messages with these sequence numbers (missing ones are simply absent)."""
-        wanted = list(seqs)
         found: dict[int, StoredMessage] = {}
+        wanted: list[int] = []
+        hot = self._hot
+        for seq in seqs:
+            row = hot.get(_key(entity, seq))
+            if row is None:
+                wanted.append(seq)
+            else:
+                found[seq] = StoredMessage(seq, *row[1:])
         for start in range(0, len(wanted), 500):
             chunk = wanted[start : start + 500]
             marks = ",".join("?" * len(chunk))
@@ -556,6 +604,8 @@ class MessageStore:
         self._begin()
         self._sizes.pop(entity, None)
         bounds = (_key(entity, 0), _key(entity, _SEQ_MASK))
+        for key in [key for key in self._hot if bounds[0] <= key <= bounds[1]]:
+            self._forget_hot(key)
         self._db.execute("DELETE FROM message WHERE id >= ? AND id <= ?", bounds)
         for table in ("dedupe", "session_state", "rule_set"):
             self._db.execute(f"DELETE FROM {table} WHERE entity = ?", (entity,))
