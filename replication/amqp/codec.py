@@ -840,7 +840,7 @@ def _dec_array32(data: bytes, pos: int) -> tuple[Any, int]:
 def _dec_described(data: bytes, pos: int) -> tuple[Any, int]:
     # fast path: descriptors are almost always smallulong codes
     if data[pos] == 0x53:
-        descriptor: Any = ulong(data[pos + 1])
+        descriptor: Any = _SMALL_ULONGS[data[pos + 1]]
         pos += 2
     else:
         descriptor, pos = _decode_at(data, pos)

@@ -78,6 +78,48 @@ def _transfer_frame(channel: int, performative: bytes | bytearray, payload: byte
     )
 
 
+def _uint_bytes(value: int) -> bytes:
+    if value == 0:
+        return b"\x43"
+    if value < 0x100:
+        return bytes((0x52, value))
+    return b"\x70" + value.to_bytes(4)
+
+
+_SETTLED = {None: b"\x40", True: b"\x41", False: b"\x42"}
+_TRANSFER_TAIL = b"\x42\x40\x40\x42\x42\x42"
+"""more, rcv-settle-mode, state, resume, aborted, batchable: false, null, null, false x3."""
+
+
+def transfer_frame(
+    channel: int,
+    handle: int,
+    delivery_id: int,
+    tag: bytes,
+    message_format: int,
+    settled: bool | None,
+    payload: bytes,
+    max_frame_size: int,
+) -> bytes | None:
+    """The one frame of a delivery with no state, written straight from its fields (every
+    message the broker delivers goes through here): the same bytes ``encode_into`` writes
+    for such a ``Transfer``. None when it needs the general path (a long tag, more than
+    one frame)."""
+    if len(tag) > 32:
+        return None
+    fields = b"".join((
+        _uint_bytes(handle), _uint_bytes(delivery_id), b"\xa0", bytes((len(tag),)), tag,
+        _uint_bytes(message_format), _SETTLED[settled], _TRANSFER_TAIL,
+    ))  # fmt: skip
+    size = 8 + 6 + len(fields) + len(payload)
+    if size > max_frame_size:
+        return None
+    return b"".join((
+        _HEADER.pack(size, 2, FRAME_AMQP, channel), b"\x00\x53\x14\xc0",
+        bytes((len(fields) + 1, 11)), fields, payload,
+    ))  # fmt: skip
+
+
 def encode_transfer_frames(
     channel: int, transfer: Any, payload: bytes, max_frame_size: int
 ) -> list[bytes]:

@@ -22,6 +22,10 @@ class Accepted:
     pass
 
 
+ACCEPTED = Accepted()
+"""Accepted has no fields: one instance serves every delivery that is answered with it."""
+
+
 @composite(0x25, "amqp:rejected:list")
 @dataclass(slots=True)
 class Rejected:

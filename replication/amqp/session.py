@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import events as ev
 from .errors import ProtocolError
-from .frames import encode_transfer_frames
+from .frames import encode_transfer_frames, transfer_frame
 from .link import SERIAL_MASK, Delivery, Link, LinkState
 from .performatives import (
     RCV_FIRST,
@@ -226,7 +226,7 @@ class Session:
                 delivery.link.role is run_last.link.role
                 and delivery.delivery_id == ((run_last.delivery_id or 0) + 1) & SERIAL_MASK
                 and delivery.settled == run_first.settled
-                and delivery.state == run_first.state
+                and (delivery.state is run_first.state or delivery.state == run_first.state)
             ):
                 run_last = delivery
                 continue
@@ -269,16 +269,27 @@ class Session:
         delivery.delivery_id = delivery_id
         link.delivery_count = (link.delivery_count + 1) & SERIAL_MASK
         link.link_credit -= 1
-        transfer = Transfer(
-            handle=link.handle,
-            delivery_id=delivery_id,
-            delivery_tag=delivery.tag,
-            message_format=delivery.message_format,
-            settled=delivery.settled,
-            state=delivery.state,
-        )
-        frames = encode_transfer_frames(self.channel, transfer, delivery.payload, max_frame_size)
-        self._pending_frames.extend(frames)
+        frame = None
+        if delivery.state is None:
+            frame = transfer_frame(
+                self.channel, link.handle, delivery_id, delivery.tag, delivery.message_format,
+                delivery.settled, delivery.payload, max_frame_size,
+            )  # fmt: skip
+        if frame is not None:
+            self._pending_frames.append(frame)
+        else:
+            transfer = Transfer(
+                handle=link.handle,
+                delivery_id=delivery_id,
+                delivery_tag=delivery.tag,
+                message_format=delivery.message_format,
+                settled=delivery.settled,
+                state=delivery.state,
+            )
+            frames = encode_transfer_frames(
+                self.channel, transfer, delivery.payload, max_frame_size
+            )
+            self._pending_frames.extend(frames)
         if not delivery.settled:
             self._outgoing_unsettled[delivery_id] = delivery
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..amqp.errors import MessageSizeExceededError
 from ..amqp.link import Delivery, Link, LinkState
-from ..amqp.outcomes import Accepted, Modified, Rejected, Released
+from ..amqp.outcomes import ACCEPTED, Accepted, Modified, Rejected, Released
 from ..amqp.performatives import SND_SETTLED
 from ..servicebus.symbols import (
     LOCKED_UNTIL_UTC,
@@ -313,7 +313,7 @@ class Dispatcher:
         try:
             if isinstance(state, Accepted):
                 queue.complete(lock.token, now)
-                reply: Any = Accepted()
+                reply: Any = ACCEPTED
             elif isinstance(state, Rejected):
                 info = (state.error.info or {}) if state.error else {}
                 queue.dead_letter_locked(

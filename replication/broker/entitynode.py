@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..amqp.errors import AMQPError
 from ..amqp.link import Delivery, Link
-from ..amqp.outcomes import Accepted, Rejected, TransactionalState
+from ..amqp.outcomes import ACCEPTED, Rejected, TransactionalState
 from ..servicebus.symbols import ENTITY_DISABLED, TRANSFER_DESTINATION
 from . import wire
 from .cbs import Cbs
@@ -117,7 +117,7 @@ class EntityNode(Node):
         if delivery.settled:
             self.commits.soon()
         else:
-            self.commits.soon(lambda: delivery.update(Accepted()))
+            self.commits.soon(lambda: delivery.update(ACCEPTED))
 
     def flow(self, peer: Peer, link: Link) -> None:
         consumer = peer.consumers.get(link)

@@ -14,7 +14,6 @@ placed in the source and puts them in the destination"), at most ``MAX_TRANSFER_
 from __future__ import annotations
 
 import itertools
-import os
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from typing import Any, Protocol
 from ..servicebus.symbols import DEAD_LETTER_SOURCE
 from . import wire
 from .clock import SYSTEM, Clock, now_ms
+from .guids import GUIDS
 from .ready import ReadySet
 from .store import STATE_ACTIVE, STATE_DEFERRED, STATE_SCHEDULED, MessageStore, StoredMessage
 
@@ -125,33 +125,6 @@ class Lock:
     """The locked message's ``StoredMessage.size``, so completing it needs no lookup."""
 
 
-class LockTokens:
-    """Random version-4 GUIDs for message locks, 512 drawn from ``os.urandom`` at a time:
-    ``uuid.uuid4()`` makes a system call and runs ``UUID.__init__``'s checks for each one,
-    and every peek-locked delivery takes a token."""
-
-    _VERSION_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
-    _VERSION_SET = (0x4000 << 64) | (0x8000 << 48)
-
-    def __init__(self) -> None:
-        self._pool = b""
-        self._at = 0
-
-    def next(self) -> uuid.UUID:
-        at = self._at
-        if at >= len(self._pool):
-            self._pool, at = os.urandom(16 * 512), 0
-        self._at = at + 16
-        value = int.from_bytes(self._pool[at : at + 16])
-        token = object.__new__(uuid.UUID)  # what UUID(int=...) stores, without its checks
-        object.__setattr__(token, "int", value & self._VERSION_CLEAR | self._VERSION_SET)
-        object.__setattr__(token, "is_safe", uuid.SafeUUID.unknown)
-        return token
-
-
-_LOCK_TOKENS = LockTokens()
-
-
 class LockLostError(Exception):
     """The lock expired or was released; the message may already be with someone else."""
 
@@ -244,7 +217,7 @@ class Queue:
             ),
         )  # fmt: skip
         if state == STATE_ACTIVE:
-            self.pending_ready.append((seq, self._session_key(message.session_id)))
+            self.pending_ready.append((seq, message.session_id if self.sessions_enabled else None))
         return seq
 
     def _session_key(self, session_id: str | None) -> str | None:
@@ -322,7 +295,7 @@ class Queue:
             until = session.until_ms
         else:
             until = now + int(self.settings.lock_duration.total_seconds() * 1000)
-        token = _LOCK_TOKENS.next()
+        token = GUIDS.uuid()
         lock = Lock(token, row.seq, self, until, row.delivery_count, owner, size=row.size)
         lock.deferred = row.state == STATE_DEFERRED
         lock.session = session.session_id if session is not None else None

