@@ -124,6 +124,7 @@ from replication.amqp.message import decode_message as decode_amqp
 from replication.amqp.message import encode_message as encode_amqp
 from replication.amqp.outcomes import Accepted
 from replication.amqp.sasl import PLAIN, SaslClient
+from tests.spark.cluster import cpu_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -1290,11 +1291,13 @@ def rabbitmq_reference(args: argparse.Namespace, queue: str) -> Iterator[tuple[P
             print(f"RabbitMQ exited with {code}")
 
 
-def e2e(args: argparse.Namespace, ours: Peer, queue: str) -> bool:
+def e2e(args: argparse.Namespace, ours: Peer, queue: str, broker_pid: int) -> bool:
     """The proton and client e2e loads on our broker, each followed at once by the same load
     on the RabbitMQ reference, so the two figures of a ratio are seconds apart on a shared
-    box; a line per load. Returns True when the reference failed, or was required
-    (``--rabbitmq``) and could not run."""
+    box; a line per load, with our broker's CPU per message (warm-up included: the figure
+    that moves with the broker's own work, where a rate also moves with the box's load).
+    Returns True when the reference failed, or was required (``--rabbitmq``) and could not
+    run."""
     count, size, in_flight = args.messages, args.size, args.in_flight
     common = f"{count:,} x {size} B durable, {in_flight:,} in flight"
     loads: dict[str, tuple[Callable[[Peer, str, int, int, int], float], str]] = {
@@ -1321,7 +1324,10 @@ def e2e(args: argparse.Namespace, ours: Peer, queue: str) -> bool:
                 failed = True
                 print(f"RabbitMQ reference FAILED: {_why(exc)}", flush=True)
         for load, (measure, detail) in loads.items():
+            cpu = cpu_seconds([broker_pid])
             rate = measure(ours, queue, count, size, in_flight)
+            cpu = cpu_seconds([broker_pid]) - cpu
+            detail += f"; our broker {cpu * 1e6 / (count + min(count, WARM_UP)):.0f} us CPU/msg"
             theirs: tuple[str, float] | None = None
             if target is not None:
                 peer, address = target
@@ -1472,7 +1478,7 @@ def main(argv: list[str] | None = None) -> int:
         broker.start()
         print(header(broker), flush=True)
         ours = Peer("ours", broker.port)
-        failed = e2e(args, ours, queue)
+        failed = e2e(args, ours, queue, broker.pid)
         rate = sdk_e2e(broker.port, queue, args.messages, args.size)
         print(
             f"SDK e2e: {rate:,.0f} msgs/s ({args.messages:,} x {args.size} B, batches of "
