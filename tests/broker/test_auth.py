@@ -27,7 +27,10 @@ from replication.broker.auth import (
     normalize_resource,
     parse_sas_token,
 )
+from replication.broker.cbs import Cbs
+from replication.broker.clock import ManualClock
 from replication.broker.config import parse_config
+from replication.broker.peer import Peer
 from replication.servicebus.sas import generate_sas_token
 
 NOW = 1_700_000_000.0
@@ -321,6 +324,26 @@ def test_grant_expiry(authorizer: Authorizer) -> None:
     assert not grant.expired(LATER - 1)
     assert grant.expired(LATER)
     assert grant.allows("Send") and not grant.allows("Listen")
+
+
+def test_a_connection_is_asked_again_once_the_grant_that_allowed_it_expired(
+    authorizer: Authorizer,
+) -> None:
+    """``Cbs.problem`` runs for every transfer and keeps a yes while the grant behind it
+    lasts: past the token's expiry the answer is asked for again, and is no; a new token
+    for the connection drops the kept answers (it replaces the one before it)."""
+    clock = ManualClock(start=NOW)
+    cbs = Cbs(authorizer, clock, commits=None)  # type: ignore[arg-type]  # no commit here
+    peer = Peer(driver=None, opened_at=0.0)  # type: ignore[arg-type]  # no connection here
+    grant = authorizer.validate(generate_sas_token(QUEUE, "sender", "send-key", LATER), QUEUE, NOW)
+    peer.grants[QUEUE] = grant
+    assert cbs.problem(peer, "queue.1", "Send") is None
+    assert peer.allowed == {("queue.1", "Send"): LATER}
+    assert cbs.problem(peer, "queue.1", "Listen") is not None
+    clock.advance(LATER - NOW - 1)
+    assert cbs.problem(peer, "queue.1", "Send") is None
+    clock.advance(1)
+    assert cbs.problem(peer, "queue.1", "Send") == "no token covers this entity"
 
 
 # ---------------------------------------------------------------------- SASL PLAIN

@@ -4,6 +4,7 @@ proton clients (CBS tokens from connection strings and credentials, SASL PLAIN).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,11 +15,13 @@ from azure.servicebus._pyamqp.error import AMQPLinkError, TokenAuthFailure
 from azure.servicebus.exceptions import (
     ServiceBusAuthenticationError,
     ServiceBusAuthorizationError,
+    ServiceBusConnectionError,
 )
 from proton import ConnectionException, Message, int32
 from proton.utils import LinkDetached
 
 from replication.broker.auth import EMULATOR_KEY, EMULATOR_RULE_NAME
+from replication.broker.clock import ManualClock
 from replication.servicebus.sas import generate_sas_token
 
 from .conftest import (
@@ -30,19 +33,15 @@ from .conftest import (
     receive_n,
 )
 
-pytestmark = [
-    pytest.mark.timeout(60),
-    pytest.mark.broker_config(
-        make_config(
-            {"q": {}, "other": {}},
-            rules=[
-                {"Name": "sender", "Key": "send-key", "Rights": ["Send"]},
-                {"Name": "listener", "Key": "listen-key", "Rights": ["Listen"]},
-                {"Name": "admin", "Key": "admin-key", "Rights": ["Manage"]},
-            ],
-        )
-    ),
-]
+RULES_CONFIG = make_config(
+    {"q": {}, "other": {}},
+    rules=[
+        {"Name": "sender", "Key": "send-key", "Rights": ["Send"]},
+        {"Name": "listener", "Key": "listen-key", "Rights": ["Listen"]},
+        {"Name": "admin", "Key": "admin-key", "Rights": ["Manage"]},
+    ],
+)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.broker_config(RULES_CONFIG)]
 
 KEYS = {"sender": "send-key", "listener": "listen-key", "admin": "admin-key"}
 # how the SDK words a put-token the broker refused (assert_token_refused reads the 401 itself)
@@ -195,6 +194,26 @@ def test_expired_sas_token_is_refused(broker: BrokerHandle) -> None:
         sender.send_messages(ServiceBusMessage("x"))
     assert_token_refused(error, "SAS token expired")
     assert broker.count("q") == 0
+
+
+def test_a_sender_whose_token_expired_sends_no_more(
+    broker_factory: Callable[..., BrokerHandle],
+) -> None:
+    """Once the broker's clock passes a token's expiry, a sender that was allowed before
+    sends nothing more (the per-transfer answer kept while the grant lasts: test_auth's
+    ``test_a_connection_is_asked_again_once_the_grant_that_allowed_it_expired``)."""
+    clock = ManualClock()
+    broker = broker_factory(RULES_CONFIG, clock=clock)
+    expiry = int(clock.time()) + 60
+    token = generate_sas_token(broker.audience("q"), "sender", "send-key", expiry)
+    with sas_client(broker, token) as client, client.get_queue_sender("q") as sender:
+        sender.send_messages(ServiceBusMessage("while the token lasts"))
+        broker.advance(61)  # the broker's time only: the SDK still takes the token as valid
+        # the broker's token check detaches the link; the SDK reports a send whose link
+        # went away without an outcome as a connection error (amqp:unknown-error)
+        with pytest.raises(ServiceBusConnectionError, match="unknown-error"):
+            sender.send_messages(ServiceBusMessage("after it expired"))
+    assert broker.count("q") == 1
 
 
 def test_sas_token_for_another_entity_is_refused(broker: BrokerHandle) -> None:
