@@ -101,6 +101,16 @@ def _enc_ushort(out: bytearray, value: Any) -> None:
     out += bytes((0x60, value >> 8, value & 0xFF))
 
 
+def uint_bytes(value: int) -> bytes:
+    """A uint's smallest encoding, as ``_enc_uint`` writes it (for callers that write a
+    section or performative by hand from values known to be in range)."""
+    if value == 0:
+        return b"\x43"
+    if value <= 0xFF:
+        return bytes((0x52, value))
+    return b"\x70" + value.to_bytes(4, "big")
+
+
 def _enc_uint(out: bytearray, value: Any) -> None:
     if value == 0:
         out.append(0x43)

@@ -78,14 +78,6 @@ def _transfer_frame(channel: int, performative: bytes | bytearray, payload: byte
     )
 
 
-def _uint_bytes(value: int) -> bytes:
-    if value == 0:
-        return b"\x43"
-    if value < 0x100:
-        return bytes((0x52, value))
-    return b"\x70" + value.to_bytes(4)
-
-
 _SETTLED = {None: b"\x40", True: b"\x41", False: b"\x42"}
 _TRANSFER_TAIL = b"\x42\x40\x40\x42\x42\x42"
 """more, rcv-settle-mode, state, resume, aborted, batchable: false, null, null, false x3."""
@@ -108,8 +100,8 @@ def transfer_frame(
     if len(tag) > 32:
         return None
     fields = b"".join((
-        _uint_bytes(handle), _uint_bytes(delivery_id), b"\xa0", bytes((len(tag),)), tag,
-        _uint_bytes(message_format), _SETTLED[settled], _TRANSFER_TAIL,
+        codec.uint_bytes(handle), codec.uint_bytes(delivery_id), b"\xa0", bytes((len(tag),)), tag,
+        codec.uint_bytes(message_format), _SETTLED[settled], _TRANSFER_TAIL,
     ))  # fmt: skip
     size = 8 + 6 + len(fields) + len(payload)
     if size > max_frame_size:

@@ -217,7 +217,7 @@ class Queue:
             ),
         )  # fmt: skip
         if state == STATE_ACTIVE:
-            self.pending_ready.append((seq, message.session_id if self.sessions_enabled else None))
+            self.pending_ready.append((seq, self._session_key(message.session_id)))
         return seq
 
     def _session_key(self, session_id: str | None) -> str | None:

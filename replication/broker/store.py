@@ -209,7 +209,7 @@ class MessageStore:
         self._inserts: list[Row] = []
         self._deletes: dict[int, None] = {}
         """Message rows written and keys deleted in the open transaction, not yet handed to
-        SQLite: one ``executemany`` each costs less than a statement per message."""
+        SQLite: a few multi-row statements (``_CHUNK_SIZES``) cost less than one per message."""
         self._hot: dict[int, Row] = {}
         """Rows as written (``StoredMessage.row``), by key, while unchanged: ``load`` reads
         them here. Within ``HOT_BYTES`` / ``HOT_ROWS``; a row past the bound is read from
@@ -304,12 +304,11 @@ class MessageStore:
         if row[0] in self._deletes:  # put back (a restore): its delete goes first
             self._write_buffered()
         self._inserts.append(row)
-        size = len(message.bare) + len(message.annotations or b"")
+        size = message.size
         if entity in self._sizes:
             self._sizes[entity] += size
         if self._hot_bytes + size <= HOT_BYTES and len(self._hot) < HOT_ROWS:
-            self._forget_hot(row[0])
-            self._hot[row[0]] = row
+            self._hot[row[0]] = row  # a new key, or one deleted (and forgotten) before
             self._hot_bytes += size
 
     @property

@@ -288,8 +288,8 @@ def delivery_payload(
     Written straight from the values (every delivery goes through here): the sender's stored
     annotation entries are copied undecoded and the broker's appended after them."""
     ttl = ttl_ms if ttl_ms and ttl_ms <= 0xFFFFFFFF else None
-    header = b"\x41\x50\x04" + (_uint(ttl) if ttl is not None else b"\x40") + b"\x42"
-    header += _uint(delivery_count)
+    header = b"\x41\x50\x04" + (codec.uint_bytes(ttl) if ttl is not None else b"\x40") + b"\x42"
+    header += codec.uint_bytes(delivery_count)
     count, entries = 0, b""
     if sender_annotations:
         count, entries = _sender_entries(sender_annotations, dead_letter_source)
@@ -343,14 +343,6 @@ _LOCK_TOKEN_KEY = _symbol(LOCK_TOKEN)
 _MESSAGE_STATE_KEY = _symbol(MESSAGE_STATE)
 _DEAD_LETTER_SOURCE_KEY = _symbol(DEAD_LETTER_SOURCE)
 _pack_int64 = struct.Struct(">Bq").pack
-
-
-def _uint(value: int) -> bytes:
-    if value == 0:
-        return b"\x43"
-    if value <= 0xFF:
-        return bytes((0x52, value))
-    return b"\x70" + value.to_bytes(4, "big")
 
 
 def _long(value: int) -> bytes:
