@@ -6,20 +6,41 @@ is installed. Re-running skips the install while pyproject.toml is unchanged.
     python3.11 dev.py start [args]   # the quick-start demo (python -m replication start --demo)
     python3.11 dev.py test [args]    # ruff (check, format --check) and mypy, then pytest
     python3.11 dev.py lint           # ruff and mypy only
+    python3.11 dev.py build          # compile the hot path (start and test do it when needed)
+
+The hot path ([tool.replication.native] in pyproject.toml) is compiled with mypyc when a C
+compiler is there, and runs as plain Python when not; replication/native.py picks at import.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
+import json
 import os
+import shutil
 import subprocess
 import sys
+import tomllib
 import venv
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 VENV = Path(os.environ.get("REPLICATION_VENV", ROOT / ".venv"))
 STAMP = VENV / ".installed"
+PACKAGE = ROOT / "replication"
+MANIFEST = PACKAGE / ".native-build.json"  # read by replication/native.py
+GROUP = "replication.hotpath"  # mypyc's shared library: replication/hotpath__mypyc.*.so
+SETUP = """
+import sys
+from setuptools import setup
+from mypyc.build import mypycify
+setup(
+    name="replication-native",
+    ext_modules=mypycify(sys.argv[1:], group_name={group!r}, target_dir="build/native"),
+    script_args=["build_ext", "--inplace"],
+)
+"""
 
 
 def say(text: str) -> None:
@@ -46,12 +67,79 @@ def ensure_environment() -> Path:
     return python
 
 
+def native_sources() -> list[Path]:
+    """The modules to compile: [tool.replication.native] compile globs less its excludes."""
+    spec = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["replication"]["native"]
+    found = {path for pattern in spec["compile"] for path in ROOT.glob(pattern)}
+    keep = [
+        path
+        for path in found
+        if not any(fnmatch.fnmatch(path.relative_to(ROOT).as_posix(), x) for x in spec["exclude"])
+    ]
+    return sorted(keep)
+
+
+def built_files() -> list[Path]:
+    return [*PACKAGE.rglob("*.so"), *PACKAGE.rglob("*.pyd")]
+
+
+def build(python: str) -> None:
+    """Compiles the hot path unless the last build is of these very sources; any failure leaves
+    plain Python running (and says so), never a half-built mix."""
+    sources = native_sources()
+    mypy = subprocess.run(
+        [python, "-c", "import mypy.version; print(mypy.version.__version__)"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    entries = {
+        path.relative_to(PACKAGE).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sources
+    }
+    try:
+        last = json.loads(MANIFEST.read_text())
+        if last["mypy"] == mypy and {k: v["sha256"] for k, v in last["sources"].items()} == entries:
+            return
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    MANIFEST.unlink(missing_ok=True)
+    for stale in built_files():
+        stale.unlink()
+    if os.environ.get("REPLICATION_PURE_PYTHON", "") not in ("", "0"):
+        say("REPLICATION_PURE_PYTHON is set: the hot path runs as plain Python")
+        return
+    if not (shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")):
+        say("no C compiler (cc): the hot path runs as plain Python, slower")
+        return
+    say(f"compiling the hot path with mypyc {mypy} ({len(sources)} modules, about 3 minutes)")
+    modules = [str(path.relative_to(ROOT)) for path in sources]
+    command = [python, "-c", SETUP.format(group=GROUP), *modules]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        for partial in built_files():
+            partial.unlink()
+        say(f"mypyc failed (exit {done.returncode}): the hot path runs as plain Python")
+        print(done.stdout[-3000:], done.stderr[-3000:], sep="\n", file=sys.stderr)
+        return
+    manifest = {
+        "mypy": mypy,
+        "sources": {
+            relative: {
+                "size": (PACKAGE / relative).stat().st_size,
+                "mtime_ns": (PACKAGE / relative).stat().st_mtime_ns,
+                "sha256": sha,
+            }
+            for relative, sha in entries.items()
+        },
+    }
+    MANIFEST.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+
+
 def run(command: list[str]) -> int:
     return subprocess.run(command, cwd=ROOT).returncode
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("start", "test", "lint"):
+    if not argv or argv[0] not in ("start", "test", "lint", "build"):
         print(__doc__)
         return 2
     action, rest = argv[0], argv[1:]
@@ -60,6 +148,12 @@ def main(argv: list[str]) -> int:
     except subprocess.CalledProcessError as exc:
         say(f"installation failed (exit {exc.returncode}); see pip's output above")
         return 1
+    if action != "lint":
+        build(python)
+        ask = [python, "-c", "import replication.native as n; print(n.STATE)"]
+        say("hot path: " + subprocess.run(ask, capture_output=True, text=True).stdout.strip())
+    if action == "build":
+        return 0
     if action == "start":  # no arguments: the demo (sample pipelines fed and shown)
         return run([python, "-m", "replication", "start", *(rest or ["--demo"])])
     lint = run([python, "-m", "ruff", "check", "."])

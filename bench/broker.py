@@ -116,6 +116,7 @@ from rabbitmq import PASSWORD as RABBITMQ_PASSWORD
 from rabbitmq import USER as RABBITMQ_USER
 
 from replication import __version__ as REPLICATION_VERSION
+from replication import native
 from replication.amqp.client import Client, Receiver
 from replication.amqp.client import Sender as AmqpClientSender
 from replication.amqp.message import BodyType, Header
@@ -1406,7 +1407,8 @@ def sdk_e2e(port: int, queue: str, count: int, size: int, stall: float = 30.0) -
 
 def header(broker: BrokerProcess) -> str:
     return (
-        f"broker: replication {REPLICATION_VERSION} via {broker.label} (pid {broker.pid}) | "
+        f"broker: replication {REPLICATION_VERSION} via {broker.label} (pid {broker.pid}), "
+        f"{native.STATE} | "
         f"clients: python-qpid-proton {'.'.join(map(str, proton.VERSION))}, "
         f"azure-servicebus {azure.servicebus.__version__} | "
         f"Python {platform.python_version()}, {os.cpu_count()} CPUs, {load_average()}"

@@ -60,6 +60,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.local_host import host_seconds  # noqa: E402
+from replication import native  # noqa: E402
 from replication.messages import Message  # noqa: E402
 from replication.servicebus.client import AmqpSource  # noqa: E402
 from replication.servicebus.sender import AmqpSender  # noqa: E402
@@ -264,7 +265,7 @@ async def run(args: argparse.Namespace) -> None:
     rate = args.messages / elapsed
     print(
         f"azure-servicebus {azure.servicebus.__version__}, Python {platform.python_version()}, "
-        f"{os.cpu_count()} CPUs; {args.messages:,} x {args.size} B"
+        f"{os.cpu_count()} CPUs; {args.messages:,} x {args.size} B; {native.STATE}"
     )
     print(f"reference (SDK batch send, batches of {args.batch}): {plain_rate:,.0f} msgs/s")
     sender_rate = (args.messages - 1) / sender_alone

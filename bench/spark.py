@@ -49,7 +49,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from replication import __version__  # noqa: E402
+from replication import __version__, native  # noqa: E402
 from tests.spark.cluster import (  # noqa: E402
     Process,
     StandaloneCluster,
@@ -317,7 +317,8 @@ def report(args: argparse.Namespace, pump_rate: float, pump_broker: float,
            runs: dict[str, Run], waited: float) -> None:  # fmt: skip
     print(f"replication {__version__}, Python {platform.python_version()}, {os.cpu_count()} "
           f"CPUs; {args.messages:,} x {args.size} B, copy pipeline, "
-          f"{args.per_trigger or 'the runner default of messages'} per trigger")  # fmt: skip
+          f"{args.per_trigger or 'the runner default of messages'} per trigger; "
+          f"{native.STATE}")  # fmt: skip
     print(f"local host (task pump): {pump_rate:,.0f} msgs/s, broker {pump_broker:.2f} cores")
     print(f"{'run':<12} {'start-up':>9} {'steady':>12} {'batches':>8} {'broker':>7} "
           f"{'driver':>12} {'driver':>12} {'executors':>12}")  # fmt: skip

@@ -921,21 +921,30 @@ _SIZE32 = frozenset({0xB0, 0xB1, 0xB3, 0xD0, 0xD1, 0xF0})
 def skip_at(data: bytes, pos: int) -> int:
     """The offset just past the value at ``pos``, from its constructor and size alone: how a
     reader passes over what it does not need without building it. The caller checks the
-    result against the data's length; an unknown constructor is a ``DecodeError``."""
-    code = data[pos]
-    width = _FIXED_WIDTH.get(code)
-    if width is not None:
-        return pos + 1 + width
-    if code in _SIZE8:
-        return pos + 2 + data[pos + 1]
-    if code in _SIZE32:
-        return pos + 5 + int.from_bytes(data[pos + 1 : pos + 5], "big")
-    if code == 0x00:  # described: the descriptor, then the value
-        return skip_at(data, skip_at(data, pos + 1))
-    raise DecodeError(f"invalid constructor 0x{code:02x}")
+    result against the data's length; an unknown constructor is a ``DecodeError``. A loop, not
+    recursion: compiled, a chain of descriptors as long as a frame would overflow the C stack."""
+    values = 1  # values still to pass: a described one is its descriptor, then its value
+    while True:
+        code = data[pos]
+        if code == 0x00:
+            values += 1
+            pos += 1
+            continue
+        width = _FIXED_WIDTH.get(code)
+        if width is not None:
+            pos += 1 + width
+        elif code in _SIZE8:
+            pos += 2 + data[pos + 1]
+        elif code in _SIZE32:
+            pos += 5 + int.from_bytes(data[pos + 1 : pos + 5], "big")
+        else:
+            raise DecodeError(f"invalid constructor 0x{code:02x}")
+        values -= 1
+        if values == 0:
+            return pos
 
 
-def decode(data: bytes) -> Any:
+def decode(data: bytes | bytearray | memoryview) -> Any:
     """Decodes exactly one value that fills ``data``."""
     data = bytes(data)
     value, pos = decode_at(data, 0)
@@ -944,7 +953,7 @@ def decode(data: bytes) -> Any:
     return value
 
 
-def decode_all(data: bytes) -> list[Any]:
+def decode_all(data: bytes | bytearray | memoryview) -> list[Any]:
     """Decodes the sequence of values that fills ``data`` (e.g. the sections of a message)."""
     data = bytes(data)
     values = []

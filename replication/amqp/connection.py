@@ -232,7 +232,7 @@ class Connection:
 
     # ------------------------------------------------------------------ input
 
-    def receive_data(self, data: bytes) -> None:
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         """Digests bytes from the peer; b"" means the peer closed its end of the stream."""
         if self.is_terminated:  # includes a finished close handshake: ignore what follows
             return
@@ -353,10 +353,14 @@ class Connection:
             )
         try:
             session._on_frame(body, frame.payload)
-        except LinkError as exc:
-            exc.link.detach(Error(condition=exc.condition, description=exc.description))
-        except SessionError as exc:
-            session.end(Error(condition=exc.condition, description=exc.description))
+        except LinkError as link_error:  # one name per clause: mypyc types each one
+            link_error.link.detach(
+                Error(condition=link_error.condition, description=link_error.description)
+            )
+        except SessionError as session_error:
+            session.end(
+                Error(condition=session_error.condition, description=session_error.description)
+            )
             session.state = SessionState.DISCARDING
 
     def _on_sasl_frame(self, body: Any) -> None:

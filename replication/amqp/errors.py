@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 
 class AMQPError(Exception):
     """Base of every error this package raises on purpose."""
 
-    condition = "amqp:internal-error"
+    default_condition: ClassVar[str] = "amqp:internal-error"  # a class's, when none is given
 
     def __init__(self, description: str, condition: str | None = None) -> None:
         super().__init__(description)
         self.description = description
-        if condition is not None:
-            self.condition = condition
+        self.condition = self.default_condition if condition is None else condition
 
 
 class DecodeError(AMQPError):
     """Bytes that are not a valid AMQP encoding (truncated, bad constructor, bad sizes)."""
 
-    condition = "amqp:decode-error"
+    default_condition: ClassVar[str] = "amqp:decode-error"
 
 
 class EncodeError(AMQPError, ValueError):
@@ -28,7 +29,7 @@ class EncodeError(AMQPError, ValueError):
 class FramingError(AMQPError):
     """A frame that breaks the framing rules (size, doff, type, oversize)."""
 
-    condition = "amqp:connection:framing-error"
+    default_condition: ClassVar[str] = "amqp:connection:framing-error"
 
 
 class ProtocolError(AMQPError):
@@ -38,7 +39,7 @@ class ProtocolError(AMQPError):
 class MessageSizeExceededError(AMQPError, ValueError):
     """A message larger than the receiving link's max-message-size; nothing was sent."""
 
-    condition = "amqp:link:message-size-exceeded"
+    default_condition: ClassVar[str] = "amqp:link:message-size-exceeded"
 
 
 class ConnectionClosedError(AMQPError):

@@ -149,7 +149,7 @@ class FrameReader:
         self.max_frame_size = max_frame_size
         self.expect_header = True
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
         if self._pos and self._pos == len(self._buffer):
             self._buffer.clear()
             self._pos = 0

@@ -185,7 +185,7 @@ def encode_message(message: Message) -> bytes:
     return bytes(out)
 
 
-def decode_message(payload: bytes) -> Message:
+def decode_message(payload: bytes | bytearray | memoryview) -> Message:
     """Parses a transfer payload; sections out of order or of mixed body kinds are an error."""
     message = Message()
     body: list[Any] = []

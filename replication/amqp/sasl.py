@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import ClassVar
+
+from mypy_extensions import mypyc_attr
 
 from .errors import AMQPError
 from .performatives import (
@@ -28,7 +31,7 @@ EXTERNAL = "EXTERNAL"
 
 
 class AuthenticationError(AMQPError):
-    condition = "amqp:unauthorized-access"
+    default_condition: ClassVar[str] = "amqp:unauthorized-access"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +45,7 @@ class SaslCredentials:
     authzid: str | None = None
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # servicebus.tokens.ServiceBusSasl
 class SaslClient:
     """Picks our mechanism from the server's list and writes its init frame."""
 

@@ -261,7 +261,7 @@ class Dispatcher:
         """The receiver's max-message-size is below the next message: its link ends saying
         so (as our Event Hubs face does), and the message stays for another receiver."""
         link = consumer.link
-        link.detach(error(MessageSizeExceededError.condition, (
+        link.detach(error(MessageSizeExceededError.default_condition, (
             f"message {row.seq} of {consumer.queue.name} does not fit the link: "
             f"{len(row.bare)} bytes, the receiver takes at most {_limit(link)}"
         )))  # fmt: skip

@@ -103,16 +103,16 @@ class EntityNode(Node):
             return
         try:
             messages = wire.parse_transfer(delivery.payload, delivery.message_format)
-        except AMQPError as exc:
-            delivery.update(Rejected(error=error("amqp:decode-error", exc.description)))
+        except AMQPError as malformed:
+            delivery.update(Rejected(error=error("amqp:decode-error", malformed.description)))
             return
         if isinstance(delivery.state, TransactionalState):  # stored at commit (transactions.py)
             self.transactions.enlist_send(peer, delivery, entity, messages)
             return
         try:
             self.intake.send(entity, messages)
-        except SendRefusedError as exc:
-            delivery.update(Rejected(error=error(exc.condition, str(exc))))
+        except SendRefusedError as refused:
+            delivery.update(Rejected(error=error(refused.condition, str(refused))))
             return
         if delivery.settled:
             self.commits.soon()

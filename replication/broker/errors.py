@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from typing import ClassVar
 
 from ..amqp.performatives import Error
 from ..amqp.types import symbol
@@ -31,13 +32,13 @@ class SendRefusedError(Exception):
     """A send the entity refuses whole: nothing of it is stored. ``condition`` is the AMQP
     error a sender's transfer is rejected with, ``status`` the ``$management`` reply's."""
 
-    condition = "amqp:not-allowed"
-    status = 400
+    condition: ClassVar[str] = "amqp:not-allowed"
+    status: ClassVar[int] = 400
 
 
 class QuotaExceededError(SendRefusedError):
     """The entity holds its ``MaxSizeInMegabytes``: the SDKs raise
     ``ServiceBusQuotaExceededError`` (Python) / ``QuotaExceeded`` (JavaScript) for this."""
 
-    condition = "amqp:resource-limit-exceeded"
-    status = 403
+    condition: ClassVar[str] = "amqp:resource-limit-exceeded"
+    status: ClassVar[int] = 403

@@ -15,6 +15,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from http import HTTPStatus
+from typing import Any, cast
 
 import h11
 
@@ -188,7 +189,7 @@ class HttpConnection(Layer):
         while True:
             event = await self._next_event(loop.time() + BODY_TIMEOUT)
             if isinstance(event, h11.Data):
-                body += event.data
+                body += cast(Any, event).data  # typed bytes, may be a bytearray: unchecked
                 if len(body) > MAX_BODY:
                     raise _TooLarge
             elif isinstance(event, h11.EndOfMessage):

@@ -202,8 +202,8 @@ def run(args: argparse.Namespace) -> int:
             return 2
     try:
         config = load_config(args.config)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except ConfigError as problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     if config.logging.to_file:
         args.data_dir.mkdir(parents=True, exist_ok=True)
@@ -223,8 +223,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         asyncio.run(_serve(broker, ui=args.ui))
-    except ssl.SSLError as exc:  # a certificate or key that does not load
-        print(f"error: TLS certificate {args.tls_cert}: {exc}", file=sys.stderr)
+    except ssl.SSLError as tls_error:  # a certificate or key that does not load
+        print(f"error: TLS certificate {args.tls_cert}: {tls_error}", file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"error: cannot listen on {args.host}: {exc}", file=sys.stderr)

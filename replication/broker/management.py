@@ -95,25 +95,25 @@ def handle_request(broker: Broker, peer: Peer, entity: str, delivery: Delivery) 
             _check_session_owner(target, peer, _tokens(body), _session_id(body))  # txn or not
         enlisted = broker.transactions.enlist_request(peer, state, name, target, body)
         status, result = handler(broker, peer, target, body) if enlisted is None else enlisted
-    except ManagementError as exc:
+    except ManagementError as failed:
         peer.reply(node, request, {
-            "statusCode": exc.status, "statusDescription": tracked(exc.description),
-            "errorCondition": exc.condition,
+            "statusCode": failed.status, "statusDescription": tracked(failed.description),
+            "errorCondition": failed.condition,
         })  # fmt: skip
         return
-    except LockLostError as exc:
+    except LockLostError as lost:
         condition = (
-            "com.microsoft:session-lock-lost" if isinstance(exc, SessionLockLostError)
+            "com.microsoft:session-lock-lost" if isinstance(lost, SessionLockLostError)
             else "com.microsoft:message-lock-lost"
         )  # fmt: skip
         peer.reply(node, request, {
-            "statusCode": 410, "statusDescription": tracked(str(exc)), "errorCondition": condition,
+            "statusCode": 410, "statusDescription": tracked(str(lost)), "errorCondition": condition,
         })  # fmt: skip
         return
-    except SendRefusedError as exc:
+    except SendRefusedError as refused:
         peer.reply(node, request, {
-            "statusCode": exc.status, "statusDescription": tracked(str(exc)),
-            "errorCondition": exc.condition,
+            "statusCode": refused.status, "statusDescription": tracked(str(refused)),
+            "errorCondition": refused.condition,
         })  # fmt: skip
         return
 
@@ -373,8 +373,8 @@ def _add_rule(broker: Broker, peer: Peer, queue: Queue, body: dict[str, Any]) ->
         )
     try:
         subscription.rules.add(spec_from_description(name, description))
-    except RuleError as exc:
-        raise ManagementError(400, "com.microsoft:argument-error", str(exc)) from exc
+    except RuleError as bad_rule:
+        raise ManagementError(400, "com.microsoft:argument-error", str(bad_rule)) from bad_rule
     except KeyError as exc:
         raise ManagementError(
             409, "com.microsoft:entity-already-exists",

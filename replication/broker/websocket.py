@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import Any, cast
 
 from wsproto.connection import Connection, ConnectionState, ConnectionType
 from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
@@ -90,8 +91,9 @@ class WebSocketLayer(Layer):
     def _handle_events(self) -> None:
         for event in self.ws.events():
             if isinstance(event, BytesMessage):
-                if self.inner is not None and event.data:
-                    self.inner.data_received(bytes(event.data))
+                data = cast(Any, event).data  # typed bytes, is a bytearray: unchecked
+                if self.inner is not None and data:
+                    self.inner.data_received(bytes(data))
             elif isinstance(event, Ping):
                 self.send_raw(self.ws.send(event.response()))
             elif isinstance(event, TextMessage):

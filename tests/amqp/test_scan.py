@@ -68,7 +68,8 @@ def test_pick_skips_unwanted_values_without_decoding_them() -> None:
         (b"\x00\x53\x73\x45\x00\x53\x73\x45", "section 0x73 out of order or repeated"),
         (b"\x00\x53\x75\xa0\x01x\x00\x53\x77\x40", "a body of data and amqp-value"),
         (b"\x00\x53\x79\x40", "descriptor 0x79 is not a section"),
-        (b"\x00\x53\x75\xa0\x01x\x00\x53\x78" + b"\x00" * 50_000 + b"\x40", "nested too deeply"),
+        # descriptors of descriptors, never closed: passed over without recursion, then declined
+        (b"\x00\x53\x75\xa0\x01x\x00\x53\x78" + b"\x00" * 50_000 + b"\x40", "malformed"),
     ],
     ids=[
         "ulong descriptor",
@@ -105,3 +106,13 @@ def test_skip_at_passes_over_every_kind_of_value() -> None:
     assert (pos, seen) == (len(encoded), len(values))
     with pytest.raises(DecodeError, match="invalid constructor 0xff"):
         codec.skip_at(b"\xff", 0)
+
+
+def test_skip_at_passes_a_chain_of_descriptors_deeper_than_any_stack() -> None:
+    """A peer's frame may hold one: compiled, a recursive skip would overflow the C stack and
+    take the broker down (interpreted, it hit the recursion limit)."""
+    depth = 200_000
+    chain = b"\x00" * depth + b"\x40" * (depth + 1)  # each descriptor null, the value null
+    assert codec.skip_at(chain, 0) == len(chain)
+    payload = b"\x00\x53\x77" + chain  # an amqp-value body holding it
+    assert scan.scan(payload).body_is_data is False

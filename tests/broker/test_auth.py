@@ -14,6 +14,8 @@ import pytest
 from azure.servicebus._base_handler import ServiceBusSharedKeyCredential, _generate_sas_token
 from azure.servicebus._pyamqp.utils import generate_sas_token as sdk_generate_sas_token
 
+from replication.amqp.connection import Connection
+from replication.amqp.transport import ConnectionDriver
 from replication.broker.auth import (
     EMULATOR_KEY,
     EMULATOR_RULE,
@@ -29,8 +31,10 @@ from replication.broker.auth import (
 )
 from replication.broker.cbs import Cbs
 from replication.broker.clock import ManualClock
+from replication.broker.commit import GroupCommit
 from replication.broker.config import parse_config
 from replication.broker.peer import Peer
+from replication.broker.store import MessageStore
 from replication.servicebus.sas import generate_sas_token
 
 NOW = 1_700_000_000.0
@@ -326,15 +330,16 @@ def test_grant_expiry(authorizer: Authorizer) -> None:
     assert grant.allows("Send") and not grant.allows("Listen")
 
 
-def test_a_connection_is_asked_again_once_the_grant_that_allowed_it_expired(
-    authorizer: Authorizer,
+async def test_a_connection_is_asked_again_once_the_grant_that_allowed_it_expired(
+    authorizer: Authorizer, tmp_path: Path
 ) -> None:
     """``Cbs.problem`` runs for every transfer and keeps a yes while the grant behind it
     lasts: past the token's expiry the answer is asked for again, and is no; a new token
     for the connection drops the kept answers (it replaces the one before it)."""
     clock = ManualClock(start=NOW)
-    cbs = Cbs(authorizer, clock, commits=None)  # type: ignore[arg-type]  # no commit here
-    peer = Peer(driver=None, opened_at=0.0)  # type: ignore[arg-type]  # no connection here
+    store = MessageStore(tmp_path / "store.db")  # real parts: compiled, they check their types
+    cbs = Cbs(authorizer, clock, GroupCommit(store, after=lambda: None))
+    peer = Peer(driver=ConnectionDriver(Connection(server=True)), opened_at=0.0)
     grant = authorizer.validate(generate_sas_token(QUEUE, "sender", "send-key", LATER), QUEUE, NOW)
     peer.grants[QUEUE] = grant
     assert cbs.problem(peer, "queue.1", "Send") is None
@@ -344,6 +349,7 @@ def test_a_connection_is_asked_again_once_the_grant_that_allowed_it_expired(
     assert cbs.problem(peer, "queue.1", "Send") is None
     clock.advance(1)
     assert cbs.problem(peer, "queue.1", "Send") == "no token covers this entity"
+    store.close()
 
 
 # ---------------------------------------------------------------------- SASL PLAIN

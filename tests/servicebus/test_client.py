@@ -30,6 +30,8 @@ from hypothesis import HealthCheck, given, settings
 from replication.adapters.amqp import decode_to_message, to_message
 from replication.amqp.message import Header, Properties, decode_message, encode_message
 from replication.amqp.message import Message as AmqpMessage
+from replication.amqp.performatives import Disposition
+from replication.amqp.transport import ConnectionDriver
 from replication.amqp.types import symbol
 from replication.broker.clock import ManualClock
 from replication.messages import Message, from_received
@@ -49,6 +51,7 @@ from tests.amqp.strategies import (
 )
 from tests.broker.conftest import BrokerHandle, make_config
 from tests.ports import unused_port
+from tests.wire_witness import performatives, watch_writes
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -199,20 +202,24 @@ async def test_queue_receive_in_order_and_complete(broker: BrokerHandle) -> None
 
 
 @pytest.mark.broker_config(CONFIG)
-async def test_batch_of_completes_is_one_disposition(broker: BrokerHandle) -> None:
+async def test_batch_of_completes_is_one_disposition(
+    broker: BrokerHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
     send(broker, "q", [ServiceBusMessage(f"{i}", message_id=f"m{i}") for i in range(100)])
     async with source_for(broker) as source:
         receiver = await source.receiver("q", prefetch=100)
         got = await receive_all(receiver, 100)
-        session = receiver.link.link.session
         frames: list[Any] = []
-        original = session._write_disposition
 
-        def counting(first: Any, last: Any) -> None:
-            frames.append((first.delivery_id, last.delivery_id, type(first.state).__name__))
-            original(first, last)
+        def seen(driver: ConnectionDriver, data: bytes) -> None:
+            if not driver.connection.server:  # the receiver's connection, not the broker's
+                frames.extend(
+                    (p.first, p.last, type(p.state).__name__)
+                    for p in performatives(data)
+                    if isinstance(p, Disposition)
+                )
 
-        session._write_disposition = counting  # type: ignore[method-assign]
+        watch_writes(monkeypatch, seen)
         assert receiver.complete(got) == 100
         await asyncio.sleep(0.2)
         await receiver.close()
