@@ -97,7 +97,8 @@ def build(python: str) -> None:
     }
     try:
         last = json.loads(MANIFEST.read_text())
-        if last["mypy"] == mypy and {k: v["sha256"] for k, v in last["sources"].items()} == entries:
+        built = {k: v["sha256"] for k, v in last["sources"].items()}
+        if last["mypy"] == mypy and built == entries and (PACKAGE / last["library"]).is_file():
             return
     except (OSError, ValueError, KeyError, TypeError):
         pass
@@ -120,8 +121,10 @@ def build(python: str) -> None:
         say(f"mypyc failed (exit {done.returncode}): the hot path runs as plain Python")
         print(done.stdout[-3000:], done.stderr[-3000:], sep="\n", file=sys.stderr)
         return
+    library = next(PACKAGE.glob(GROUP.rpartition(".")[2] + "__mypyc.*"))
     manifest = {
         "mypy": mypy,
+        "library": library.relative_to(PACKAGE).as_posix(),
         "sources": {
             relative: {
                 "size": (PACKAGE / relative).stat().st_size,

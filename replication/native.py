@@ -7,7 +7,7 @@ loads an extension module before a ``.py`` of the same name, so a source edited 
 would silently not run; this module is imported first by the package and, when any compiled
 source changed since (or ``REPLICATION_PURE_PYTHON=1`` is set, or the build is missing), loads
 every one of them from its source instead: all or none, since compiled modules call each other
-directly. ``STATE`` says which, for benchmarks and ``python -m replication --version``.
+directly. ``STATE`` says which, for ``dev.py`` and the benchmarks' headers.
 """
 
 from __future__ import annotations
@@ -75,6 +75,8 @@ def choose() -> str:
     try:
         manifest = json.loads(MANIFEST.read_text())
         sources: dict[str, dict[str, object]] = manifest["sources"]
+        if not (PACKAGE_DIR / manifest["library"]).is_file():
+            raise FileNotFoundError(manifest["library"])  # the build's files were removed
     except (OSError, ValueError, KeyError, TypeError):
         return "pure Python (not compiled: python3.11 dev.py build)"
     if os.environ.get(PURE_ENV, "") not in ("", "0"):
