@@ -4,7 +4,9 @@ code; what .funcignore leaves out stays out; a broken app is refused before it s
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -101,3 +103,41 @@ def test_a_broken_pipeline_file_or_a_missing_file_is_refused(tmp_path: Path) -> 
     refused = package("--dir", str(app), "--out", str(tmp_path / "out"))
     assert refused.returncode == 2
     assert "not in the package: host.json" in refused.stderr
+
+
+# Imported only when there (urllib3's SOCKS proxy support), not needed.
+OPTIONAL_IMPORTS = {"pysocks"}
+IMPORTED_DISTRIBUTIONS = """
+import importlib.metadata, sys
+import function_app
+owners = importlib.metadata.packages_distributions()
+print("\\n".join(d for module in list(sys.modules) for d in owners.get(module.split(".")[0], [])))
+"""
+
+
+def test_requirements_txt_installs_everything_the_function_app_imports() -> None:
+    """Azure installs requirements.txt, not pyproject.toml: each distribution the app's import
+    loads must be pinned there or come with one that is (e.g. mypy-extensions, which the AMQP
+    core imports for its compiled build, was missing)."""
+    from packaging.requirements import Requirement
+
+    def norm(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    imported = subprocess.run(
+        [sys.executable, "-c", IMPORTED_DISTRIBUTIONS],
+        capture_output=True, text=True, cwd=ROOT, timeout=120, check=True,
+    ).stdout.split()  # fmt: skip
+    imported_names = {norm(name) for name in imported}
+    lines = (ROOT / "requirements.txt").read_text().splitlines()
+    pending = [Requirement(line).name for line in lines if line.strip() and line[0] != "#"]
+    installed: set[str] = set()
+    while pending:
+        name = norm(pending.pop())
+        if name in installed:
+            continue
+        installed.add(name)
+        for spec in map(Requirement, importlib.metadata.requires(name) or []):
+            if spec.marker is None or spec.marker.evaluate({"extra": ""}):
+                pending.append(spec.name)
+    assert imported_names - installed - OPTIONAL_IMPORTS == {"replication"}
