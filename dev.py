@@ -122,13 +122,14 @@ def build(python: str) -> None:
         print(done.stdout[-3000:], done.stderr[-3000:], sep="\n", file=sys.stderr)
         return
     library = next(PACKAGE.glob(GROUP.rpartition(".")[2] + "__mypyc.*"))
+    stats = {relative: (PACKAGE / relative).stat() for relative in entries}
     manifest = {
         "mypy": mypy,
         "library": library.relative_to(PACKAGE).as_posix(),
         "sources": {
             relative: {
-                "size": (PACKAGE / relative).stat().st_size,
-                "mtime_ns": (PACKAGE / relative).stat().st_mtime_ns,
+                "size": stats[relative].st_size,
+                "mtime_ns": stats[relative].st_mtime_ns,
                 "sha256": sha,
             }
             for relative, sha in entries.items()
