@@ -1,32 +1,39 @@
 """Benchmark: a pipeline on Spark against the local host's task pump, and Spark's scaling.
 
-    python bench/spark.py [--messages 60000] [--size 1024] [--per-trigger N]
-                          [--size-messages 10000] [--size-per-trigger 2000] [--no-cluster]
+    python bench/spark.py [--messages 300000] [--size 1024] [--per-trigger N]
+                          [--size-messages 40000] [--size-per-trigger 20000]
+                          [--heavy-messages 30000] [--heavy-per-trigger 10000]
+                          [--no-cluster] [--skip-sizes] [--skip-heavy]
 
 Each run gets a fresh embedded broker (a subprocess, queues ``src`` -> ``dst``, loaded
-untimed) and the same copy pipeline:
+untimed) and one of two pipelines: ``copy`` (replicate as it is) and ``heavy`` (the same with
+a transform step that costs about 1 ms of CPU per message, ``bench/spark_heavy.py``, so the
+executors and not the broker bound the throughput):
 
-1. local host: the task pump (the trigger loop the local host runs) replicates src -> dst;
+1. local host: the task pump (the trigger loop the local host runs) replicates src -> dst
+   with ``copy``;
 2. Spark ``local[1]`` and ``local[2]``: ``python -m replication spark --available-now`` as a
    subprocess (the driver plans assignments, each task receives, runs the pipeline, sends
-   and settles on its own link);
+   and settles on its own link), ``copy`` and ``heavy``;
 3. a standalone cluster (``tests/spark/cluster.py``: a master and two 1-core workers as
    separate processes, the wheel built from this checkout, ``spark-submit ...
-   spark_submit.py``): one worker (``spark.cores.max=1``) and two workers;
+   spark_submit.py``): one worker (``spark.cores.max=1``) and two workers, ``copy`` and
+   ``heavy``;
 4. on the two-worker cluster, ``--size-messages`` messages of 1 KiB and of 64 KiB
    (``--size-per-trigger`` per micro-batch): the driver's CPU per 10,000 messages.
 
 ``--per-trigger`` is the runner's ``--max-messages-per-trigger`` (default: the runner's,
-10,000 per task slot). Spark's figures are steady state: from the end of the first
+50,000 per task slot). Spark's figures are steady state: from the end of the first
 micro-batch to the end of the last (the batch lines the runner logs), so the JVM start, the
 Python workers' start and the first batch are the start-up, reported apart (process start
 -> end of the first batch). CPU seconds come from /proc (user + system) over the same
 window: the broker's process, the driver's (spark-submit's JVM and its Python processes:
-the driver, the planner) and the executors' (the workers' trees: executor JVMs and Python
-workers); in local mode the executors live in the driver's tree. The broker is one Python
-process with one event loop: near 1.0 core busy it is the bottleneck; so is the machine
-when all processes together use its cores (the CPU pressure line: how much of the run some
-runnable process waited for a CPU).
+the driver, the planner) and the executors' (the Python workers, and on the cluster the
+executor JVMs; in local mode the executors' JVM side is the driver's JVM, counted there).
+The broker is one Python process with one event loop: near 1.0 core busy it is the
+bottleneck; so is the machine when all processes together keep its cores busy (the "busy"
+column, and the CPU pressure line: how much of the run some runnable process waited for a
+CPU).
 """
 
 from __future__ import annotations
@@ -54,23 +61,33 @@ from tests.spark.cluster import (  # noqa: E402
     Process,
     StandaloneCluster,
     build_wheel,
+    cmdline,
     cpu_seconds,
     process_tree,
     spark_env,
     submit,
 )
 
-PIPELINE = """\
+PIPELINES = """\
 pipelines:
   - name: copy
     source: {connection: Bus, queue: src}
     target: {connection: Bus, queue: dst}
+  - name: heavy
+    description: copy, with about 1 ms of CPU per message (bench/spark_heavy.py)
+    source: {connection: Bus, queue: src}
+    steps:
+      - transform: {callable: "spark_heavy:pseudonymise", callable_takes: message}
+    target: {connection: Bus, queue: dst}
 """
+HEAVY_STEP = ROOT / "bench" / "spark_heavy.py"
 BATCH_LINE = re.compile(
-    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO replication\.spark: copy-0: batch (\d+), "
-    r"(\d+) messages in"
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO replication\.spark: [\w-]+-0: batch "
+    r"(\d+), (\d+) messages in"
 )
 BIG_TASK = "contains a task of very large size"
+PYTHON_WORKER = "pyspark.daemon"
+"""In a process's command line: pyspark's worker daemon or a Python worker it forked."""
 SAMPLE_EVERY = 0.25
 
 
@@ -174,14 +191,19 @@ def _epoch(stamp: str) -> float:
 def watch(run: Run, process: Process, broker: int, executors: list[int]) -> Run:
     """Samples CPU and reads the batch lines until ``process`` ends."""
     clocks = (CpuClock(), CpuClock(), CpuClock())
+    python_worker: dict[int, bool] = {}
     run.started = time.time()
     log = process.log.open("rb")
     pending = b""
     while True:
         ended = process.popen.poll() is not None
         now = time.time()
+        tree = process_tree(process.pid)
         worker_pids = [p for root in executors for p in process_tree(root)]
-        driver_pids = [p for p in process_tree(process.pid) if p not in set(worker_pids)]
+        for pid in tree:  # local mode; a worker stays one (an ending one has no cmdline)
+            python_worker[pid] = python_worker.get(pid, False) or PYTHON_WORKER in cmdline(pid)
+        worker_pids += [p for p in tree if python_worker[p]]
+        driver_pids = [p for p in tree if p not in set(worker_pids)]
         run.samples.append((now, clocks[0].sample(driver_pids), clocks[1].sample(worker_pids),
                             clocks[2].sample([broker])))  # fmt: skip
         pending += log.read()
@@ -216,7 +238,7 @@ class Broker:
         asyncio.run(BENCH.send_all(self.connection_string, "src", BENCH.messages(count, size), per))
         app = folder / "app"
         app.mkdir()
-        (app / "pipelines.yaml").write_text(PIPELINE)
+        (app / "pipelines.yaml").write_text(PIPELINES)
         (app / "local.settings.json").write_text(
             json.dumps({"Values": {"Bus": self.connection_string}})
         )
@@ -250,12 +272,16 @@ def trigger_args(per_trigger: int | None) -> list[str]:
     return [] if per_trigger is None else ["--max-messages-per-trigger", str(per_trigger)]
 
 
-def local_run(work: Path, master: str, count: int, size: int, per_trigger: int | None) -> Run:
-    with Broker(work / f"broker-{master}", count, size) as broker:
-        command = [sys.executable, "-m", "replication", "spark", "--pipeline", "copy", "--dir",
+def local_run(
+    work: Path, master: str, count: int, size: int, per_trigger: int | None,
+    pipeline: str = "copy",
+) -> Run:  # fmt: skip
+    with Broker(work / f"broker-{pipeline}-{master}", count, size) as broker:
+        command = [sys.executable, "-m", "replication", "spark", "--pipeline", pipeline, "--dir",
                    str(broker.app), "--master", master, "--available-now", "--no-brokers",
                    *trigger_args(per_trigger)]  # fmt: skip
-        env = spark_env(broker.folder / "spark", PYTHONPATH=str(ROOT))
+        path = os.pathsep.join([str(ROOT), str(HEAVY_STEP.parent)])  # replication/ first
+        env = spark_env(broker.folder / "spark", PYTHONPATH=path)
         process = Process(command, broker.folder / "driver.log", env, broker.app)
         try:
             return watch(Run(f"spark {master}", count), process, broker.pid, [])
@@ -265,11 +291,12 @@ def local_run(work: Path, master: str, count: int, size: int, per_trigger: int |
 
 def cluster_run(
     work: Path, cluster: StandaloneCluster, wheel: Path, name: str, count: int, size: int,
-    per_trigger: int | None, conf: dict[str, str] | None = None,
+    per_trigger: int | None, conf: dict[str, str] | None = None, pipeline: str = "copy",
 ) -> Run:  # fmt: skip
     with Broker(work / f"broker-{name}", count, size) as broker:
         process = submit(cluster.url, wheel, broker.app, broker.folder / "driver.log",
-                         "--available-now", *trigger_args(per_trigger), conf=conf)  # fmt: skip
+                         "--available-now", *trigger_args(per_trigger), conf=conf,
+                         pipeline=pipeline, py_files=[HEAVY_STEP])  # fmt: skip
         try:
             workers = [w.pid for w in cluster.workers]
             return watch(Run(name, count), process, broker.pid, workers)
@@ -279,32 +306,46 @@ def cluster_run(
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--messages", type=int, default=60_000)
+    parser.add_argument("--messages", type=int, default=300_000)
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--per-trigger", type=int, default=None,
                         help="messages per micro-batch (default: the runner's)")  # fmt: skip
-    parser.add_argument("--size-messages", type=int, default=10_000,
+    parser.add_argument("--size-messages", type=int, default=40_000,
                         help="messages of the 1 KiB / 64 KiB driver CPU runs")  # fmt: skip
-    parser.add_argument("--size-per-trigger", type=int, default=2000)
+    parser.add_argument("--size-per-trigger", type=int, default=20_000)
+    parser.add_argument("--heavy-messages", type=int, default=30_000,
+                        help="messages of the heavy pipeline's scaling runs")  # fmt: skip
+    parser.add_argument("--heavy-per-trigger", type=int, default=10_000)
     parser.add_argument("--no-cluster", action="store_true", help="local runs only")
+    parser.add_argument("--skip-sizes", action="store_true", help="no 1 KiB / 64 KiB runs")
+    parser.add_argument("--skip-heavy", action="store_true", help="no heavy pipeline runs")
     args = parser.parse_args(argv)
     runs: dict[str, Run] = {}
     started, pressure = time.time(), cpu_pressure()
+    heavy = (args.heavy_messages, args.size, args.heavy_per_trigger)
     with tempfile.TemporaryDirectory(prefix="bench-spark-") as tmp:
         work = Path(tmp)
         pump_rate, pump_broker = pump_run(work, args.messages, args.size)
         for master in ("local[1]", "local[2]"):
             runs[master] = local_run(work, master, args.messages, args.size, args.per_trigger)
+        if not args.skip_heavy:
+            for master in ("local[1]", "local[2]"):
+                runs[f"heavy {master}"] = local_run(work, master, *heavy, pipeline="heavy")
         if not args.no_cluster:
             wheel = build_wheel(work / "wheel")
             with StandaloneCluster(work / "cluster", workers=2, cores=1) as cluster:
+                one = {"spark.cores.max": "1"}
                 runs["1 worker"] = cluster_run(work, cluster, wheel, "1-worker", args.messages,
-                                               args.size, args.per_trigger,
-                                               {"spark.cores.max": "1"})  # fmt: skip
+                                               args.size, args.per_trigger, one)  # fmt: skip
                 runs["2 workers"] = cluster_run(
                     work, cluster, wheel, "2-workers", args.messages, args.size, args.per_trigger
                 )
-                for size in (1024, 64 * 1024):
+                if not args.skip_heavy:
+                    runs["heavy 1 worker"] = cluster_run(work, cluster, wheel, "heavy-1-worker",
+                                                         *heavy, one, "heavy")  # fmt: skip
+                    runs["heavy 2 workers"] = cluster_run(work, cluster, wheel, "heavy-2-workers",
+                                                          *heavy, None, "heavy")  # fmt: skip
+                for size in () if args.skip_sizes else (1024, 64 * 1024):
                     runs[f"{size // 1024} KiB"] = cluster_run(
                         work, cluster, wheel, f"size-{size}", args.size_messages, size,
                         args.size_per_trigger,
@@ -315,29 +356,37 @@ def main(argv: list[str] | None = None) -> None:
 
 def report(args: argparse.Namespace, pump_rate: float, pump_broker: float,
            runs: dict[str, Run], waited: float) -> None:  # fmt: skip
-    print(f"replication {__version__}, Python {platform.python_version()}, {os.cpu_count()} "
-          f"CPUs; {args.messages:,} x {args.size} B, copy pipeline, "
-          f"{args.per_trigger or 'the runner default of messages'} per trigger; "
-          f"{native.STATE}")  # fmt: skip
+    print(
+        f"replication {__version__}, Python {platform.python_version()}, {os.cpu_count()} "
+        f"CPUs; {args.messages:,} x {args.size} B, copy pipeline, "
+        f"{args.per_trigger or 'the runner default of messages'} per trigger; heavy: "
+        f"{args.heavy_messages:,}, {args.heavy_per_trigger:,} per trigger; {native.STATE}"
+    )
     print(f"local host (task pump): {pump_rate:,.0f} msgs/s, broker {pump_broker:.2f} cores")
-    print(f"{'run':<12} {'start-up':>9} {'steady':>12} {'batches':>8} {'broker':>7} "
-          f"{'driver':>12} {'driver':>12} {'executors':>12}")  # fmt: skip
-    print(f"{'':<12} {'s':>9} {'msgs/s':>12} {'':>8} {'cores':>7} {'CPU s/10k':>12} "
-          f"{'CPU s/batch':>12} {'CPU s/10k':>12}")  # fmt: skip
+    print(f"{'run':<16} {'start-up':>9} {'steady':>9} {'batches':>8} {'broker':>7} {'busy':>6} "
+          f"{'driver':>10} {'driver':>12} {'executors':>10}")  # fmt: skip
+    print(f"{'':<16} {'s':>9} {'msgs/s':>9} {'':>8} {'cores':>7} {'cores':>6} "
+          f"{'CPU s/10k':>10} {'CPU s/batch':>12} {'CPU s/10k':>10}")  # fmt: skip
     for name, run in runs.items():
-        executors = f"{run.per_10k(2):12.2f}" if run.cpu(2) else f"{'(in driver)':>12}"
-        print(f"{name:<12} {run.startup:9.1f} {run.rate:12,.0f} {len(run.batches):8d} "
-              f"{run.cores(3):7.2f} {run.per_10k(1):12.2f} {run.per_batch(1):12.2f} {executors}"
-              + ("  task-size warning!" if run.big_task else ""))  # fmt: skip
-    local1, local2 = runs["local[1]"].rate, runs["local[2]"].rate
-    print(f"ratio spark local[2] / local host (steady): {local2 / pump_rate:.2f}")
-    print(f"scaling local[1] -> local[2]: {local2 / local1:.2f}")
-    if "2 workers" in runs:
-        print(f"scaling 1 worker -> 2 workers: "
-              f"{runs['2 workers'].rate / runs['1 worker'].rate:.2f}")  # fmt: skip
+        busy = sum(run.cores(column) for column in (1, 2, 3))
+        print(
+            f"{name:<16} {run.startup:9.1f} {run.rate:9,.0f} {len(run.batches):8d} "
+            f"{run.cores(3):7.2f} {busy:6.2f} {run.per_10k(1):10.2f} {run.per_batch(1):12.2f} "
+            f"{run.per_10k(2):10.2f}" + ("  task-size warning!" if run.big_task else "")
+        )
+    print(f"ratio spark local[2] / local host (steady): {runs['local[2]'].rate / pump_rate:.2f}")
+    for label, one, two in (
+        ("copy, local[1] -> local[2]", "local[1]", "local[2]"),
+        ("heavy, local[1] -> local[2]", "heavy local[1]", "heavy local[2]"),
+        ("copy, 1 worker -> 2 workers", "1 worker", "2 workers"),
+        ("heavy, 1 worker -> 2 workers", "heavy 1 worker", "heavy 2 workers"),
+    ):
+        if one in runs and two in runs:
+            print(f"scaling {label}: {runs[two].rate / runs[one].rate:.2f}")
+    if "1 KiB" in runs:
         small, large = runs["1 KiB"], runs["64 KiB"]
         print(f"driver CPU s per 10,000 messages ({args.size_messages:,} per run, "
-              f"{args.size_per_trigger} per trigger): 1 KiB {small.per_10k(1):.2f}, 64 KiB "
+              f"{args.size_per_trigger:,} per trigger): 1 KiB {small.per_10k(1):.2f}, 64 KiB "
               f"{large.per_10k(1):.2f} (executors: {small.per_10k(2):.2f}, "
               f"{large.per_10k(2):.2f})")  # fmt: skip
     print(f"CPU pressure: some runnable process waited for a CPU {waited:.0%} of the run "

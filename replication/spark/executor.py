@@ -42,10 +42,12 @@ from typing import TYPE_CHECKING, Any
 from ..messages import Message
 from ..servicebus.client import AmqpReceiver, AmqpSource, SourceError
 from ..tasks.error_target import ERROR_TARGET, divert_to_error_target
+from ..tasks.inflight import InFlight
 from ..tasks.locks import LockKeeper
 from ..tasks.pump import PumpStats, settle_amqp
 from ..tasks.sender import AsyncSender
 from ..tasks.task import Decision, Settlement, process_batch
+from ..tasks.turns import SendTurns, Turn
 from .assignment import Assignment
 from .worker import next_sessions, pool_for, source_for
 
@@ -57,6 +59,10 @@ log = logging.getLogger("replication.spark")
 
 FOLLOW_UP_WAIT = 0.2
 """Seconds a task that has received waits for the next batch before it ends."""
+
+BATCHES_IN_FLIGHT = 2
+"""Batches of a plain receiver handled side by side, as the pump does (``tasks/pump.py``):
+one task alone keeps its Python worker busy while a batch's sends wait for the target."""
 
 PipelineRefTuple = tuple[str, str, str, str | None]
 """(pipeline file text, pipeline name, settings JSON, pipeline folder): ``PipelineRef``'s
@@ -223,40 +229,73 @@ class _Task:
 
     async def drain(self, receiver: AmqpReceiver, keeper: LockKeeper, wait: float) -> bool:
         """Receives and processes batches until the share is taken, nothing more comes
-        within ``FOLLOW_UP_WAIT``, or a session must be given back. True when it ended on
-        a message enqueued after the cutoff."""
-        while self.remaining > 0:
-            want = min(self.chunk, self.remaining)
-            self.remaining -= want  # reserved: session slots receive side by side
-            # the prefetch never asks for more than the share still wants: what arrives
-            # beyond it is released at the end, received again by the next task (was ~7% of
-            # the messages with shares of 2,500)
-            receiver.link.credit = min(self.prefetch, self.remaining)
-            batch: list[Message] = []
+        within ``FOLLOW_UP_WAIT``, or a session must be given back. A plain receiver's
+        next batch is received and planned while the one before waits for its targets
+        (``BATCHES_IN_FLIGHT``, sends kept in receive order by ``SendTurns``); a session's
+        batches go one after another. True when it ended on a message enqueued after the
+        cutoff."""
+        plain = receiver.session_id is None
+        flight = InFlight(BATCHES_IN_FLIGHT if plain else 1)
+        turns = SendTurns()
+        late = False
+
+        async def handle(batch: list[Message], turn: Turn | None) -> bool:
+            """True: receive no more here (a message came after the cutoff, or a session
+            must be given back: the abandoned one comes first again)."""
+            nonlocal late
             try:
-                batch = await receiver.receive(want, wait)
-            finally:
-                self.remaining += want - len(batch)
-            if not batch:
-                return False
-            wait = FOLLOW_UP_WAIT
-            keeper.hold(batch)
-            try:
-                late, settlements = await self.process(receiver, batch)
+                came_late, settlements = await self.process(receiver, batch, turn)
             finally:
                 keeper.settled(batch)
-            if late:
-                return True
-            if receiver.session_id is not None and any(
+            late = late or came_late
+            return came_late or (not plain and any(
                 s.decision in (Decision.ABANDON, Decision.RELEASE) for s in settlements
-            ):
-                return False  # given back: the abandoned one comes first again
-        return False
+            ))  # fmt: skip
+
+        try:
+            while self.remaining > 0 and flight.going:
+                await flight.slot()  # given back when the batch's handler finished
+                batch: list[Message] = []
+                try:
+                    if flight.going:
+                        batch = await self.receive(receiver, wait)
+                finally:
+                    if not batch:
+                        flight.release()
+                if not batch:
+                    break
+                wait = FOLLOW_UP_WAIT
+                keeper.hold(batch)
+                # the turn is taken before any await: batches side by side send in order
+                flight.start(handle(batch, turns.take() if plain else None))
+        except asyncio.CancelledError:
+            flight.cancel()
+            raise
+        finally:
+            await flight.close()
+        flight.raise_failure()
+        return late
+
+    async def receive(self, receiver: AmqpReceiver, wait: float) -> list[Message]:
+        """The next batch of the share (``remaining`` is reserved while it is received:
+        session slots receive side by side)."""
+        want = min(self.chunk, self.remaining)
+        self.remaining -= want
+        # the prefetch never asks for more than the share still wants: what arrives beyond
+        # it is released at the end, received again by the next task (was ~7% of the
+        # messages with shares of 2,500)
+        receiver.link.credit = min(self.prefetch, self.remaining)
+        batch: list[Message] = []
+        try:
+            batch = await receiver.receive(want, wait)
+        finally:
+            self.remaining += want - len(batch)
+        return batch
 
     # ------------------------------------------------------------------ one batch
 
     async def process(
-        self, receiver: AmqpReceiver, batch: list[Message]
+        self, receiver: AmqpReceiver, batch: list[Message], turn: Turn | None = None
     ) -> tuple[bool, list[Settlement]]:
         late: list[Message] = []
         cutoff = self.assignment.cutoff
@@ -268,7 +307,9 @@ class _Task:
         settlements: list[Settlement] = []
         if batch:
             self.counts.received += len(batch)
-            settlements = await process_batch(self.task, batch, self.senders, self.breakers)
+            settlements = await process_batch(
+                self.task, batch, self.senders, self.breakers, turn=turn
+            )
             dead = [s for s in settlements if s.decision is Decision.DEAD_LETTER]
             if dead and ERROR_TARGET in self.targets:
                 await divert_to_error_target(dead, self.task, self.senders, self.breakers)
@@ -276,6 +317,8 @@ class _Task:
             self.counts.filtered += sum(
                 1 for s in settlements if s.decision is Decision.COMPLETE and not s.outputs
             )
+        elif turn is not None:
+            turn.end()  # nothing of it to send: the batch after it need not wait
         if late:
             self.counts.late += receiver.release(late)
         return bool(late), settlements

@@ -36,13 +36,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("replication.spark")
 
-PER_SLOT = 10_000
-"""Default messages per micro-batch per task slot. A micro-batch costs Spark's driver about a
-quarter of a CPU second (its JVM, once warm) and some wall time whatever its size, and no
-body passes through the driver, so batches can be large: with 5,000 per micro-batch on two
-slots the driver used 60% as much CPU as the executors, and ``local[2]`` ran markedly
-slower than with 20,000 (``bench/spark.py``, figures in ``spark/README.md``). A task
-settles chunk by chunk, so a large share holds no more locks than a small one."""
+PER_SLOT = 50_000
+"""Default messages per micro-batch per task slot. A micro-batch costs Spark's driver CPU
+(its JVM: planning, the offset and commit logs, progress) and about a third of a second in
+which no task runs, whatever its size, and no body passes through the driver, so batches
+can be large: on ``local[2]`` 10,000 per slot ran 1.6 s batches of which 0.3-0.37 s were
+between the tasks, and the JVM used 0.35 cores; 50,000 per slot cut the JVM to 0.13 cores
+(``bench/spark.py``, figures in ``spark/README.md``). A task settles batch by batch as it
+goes and ends when the source runs dry, so a large share holds no more locks than a small
+one and keeps an idle stream no busier."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -37,6 +37,7 @@ from ..clock import SYSTEM, Clock
 from ..messages import Message
 from ..servicebus.client import AmqpSource, NoSessionAvailable, SourceError
 from ..servicebus.sdk_source import SdkSource, SourceReceiver
+from .inflight import InFlight
 from .locks import LockKeeper
 
 
@@ -150,45 +151,31 @@ class ReceiveLoop:
                 return
 
     async def _drain_overlapped(self, receiver: SourceReceiver, keeper: LockKeeper) -> None:
-        """``drain`` with up to ``batches_in_flight`` batches handled at once. A handler's
-        error stops the receiving: the others finish (copies sent, messages settled), then
-        it is raised. Cancelled: the handlers are cancelled too, as ``drain``'s one is."""
-        slots = asyncio.Semaphore(self.batches_in_flight)
-        handling: set[asyncio.Task[bool]] = set()
-        failed: list[BaseException] = []
-
-        def finished(task: asyncio.Task[bool]) -> None:
-            handling.discard(task)
-            slots.release()
-            error = None if task.cancelled() else task.exception()
-            if error is not None:
-                failed.append(error)
-
+        """``drain`` with up to ``batches_in_flight`` batches handled at once
+        (``inflight.InFlight``). A handler's error stops the receiving: the others finish
+        (copies sent, messages settled), then it is raised. Cancelled: the handlers are
+        cancelled too, as ``drain``'s one is."""
+        flight = InFlight(self.batches_in_flight)
         try:
-            while not self.stop.is_set() and not failed:
-                await slots.acquire()  # released when the batch's handler finished
+            while not self.stop.is_set() and flight.going:
+                await flight.slot()  # given back when the batch's handler finished
                 batch: list[Message] = []
                 try:
-                    if not (self.stop.is_set() or failed):
+                    if not self.stop.is_set() and flight.going:
                         batch = await self._receive_unless_stopped(receiver)
                 finally:
                     if not batch:
-                        slots.release()
+                        flight.release()
                 if not batch:
                     continue
                 keeper.hold(batch)
-                task = asyncio.create_task(self._handled(receiver, keeper, batch))
-                handling.add(task)
-                task.add_done_callback(finished)
+                flight.start(self._handled(receiver, keeper, batch))
         except asyncio.CancelledError:
-            for task in handling:
-                task.cancel()
+            flight.cancel()
             raise
         finally:
-            if handling:
-                await asyncio.wait(set(handling))
-        if failed:
-            raise failed[0]
+            await flight.close()
+        flight.raise_failure()
 
     async def _receive_unless_stopped(self, receiver: SourceReceiver) -> list[Message]:
         """The next batch, or nothing once ``stop`` is set: while a batch beside it is let go

@@ -223,15 +223,17 @@ def build_wheel(dest: Path) -> Path:
 
 def submit(
     master: str, wheel: Path, folder: Path, log: Path, *args: str,
-    conf: dict[str, str] | None = None,
+    conf: dict[str, str] | None = None, pipeline: str = "copy", py_files: Iterable[Path] = (),
 ) -> Process:  # fmt: skip
-    """``spark-submit --master MASTER --py-files WHEEL spark_submit.py --pipeline copy --dir
-    FOLDER --no-brokers ARGS`` in its own session (the driver runs this interpreter)."""
+    """``spark-submit --master MASTER --py-files WHEEL[,PY_FILES] spark_submit.py --pipeline
+    PIPELINE --dir FOLDER --no-brokers ARGS`` in its own session (the driver runs this
+    interpreter)."""
     options = {"spark.ui.enabled": "false", "spark.driver.host": HOST, **(conf or {})}
-    command = [str(SPARK_BIN / "spark-submit"), "--master", master, "--py-files", str(wheel)]
+    shipped = ",".join(str(path) for path in (wheel, *py_files))
+    command = [str(SPARK_BIN / "spark-submit"), "--master", master, "--py-files", shipped]
     for key, value in options.items():
         command += ["--conf", f"{key}={value}"]
-    command += [str(REPO_ROOT / "spark_submit.py"), "--pipeline", "copy", "--dir", str(folder),
+    command += [str(REPO_ROOT / "spark_submit.py"), "--pipeline", pipeline, "--dir", str(folder),
                 "--no-brokers", *args]  # fmt: skip
     return Process(command, log, spark_env(folder / "spark"), folder)
 
