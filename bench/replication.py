@@ -87,12 +87,16 @@ def free_port() -> int:
 
 
 def start_broker(
-    workdir: Path, port: int | None = None, profile: Path | None = None
-) -> tuple[subprocess.Popen[str], str]:
+    workdir: Path, port: int | None = None, profile: Path | None = None,
+    max_size_mb: int | None = None,
+) -> tuple[subprocess.Popen[str], str]:  # fmt: skip
     """The broker on ``workdir``'s store (``port``: the same one again after a restart),
-    under cProfile writing to ``profile`` when given."""
+    under cProfile writing to ``profile`` when given; ``max_size_mb``: the queues'
+    ``MaxSizeInMegabytes`` (default 1,024, as Service Bus; premium allows up to 81,920)."""
+    properties = {} if max_size_mb is None else {"MaxSizeInMegabytes": max_size_mb}
     config = {"UserConfig": {"Namespaces": [{"Name": "sbemulatorns", "Queues": [
-        {"Name": name, "Properties": {}} for name in ("src", "dst", "plain", "hsrc", "hdst")
+        {"Name": name, "Properties": properties}
+        for name in ("src", "dst", "plain", "hsrc", "hdst")
     ]}], "Logging": {"Type": "Console"}}}  # fmt: skip
     (workdir / "Config.json").write_text(json.dumps(config))
     port = port or free_port()

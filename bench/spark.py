@@ -7,7 +7,7 @@
 
 Each run gets a fresh embedded broker (a subprocess, queues ``src`` -> ``dst``, loaded
 untimed) and one of two pipelines: ``copy`` (replicate as it is) and ``heavy`` (the same with
-a transform step that costs about 1 ms of CPU per message, ``bench/spark_heavy.py``, so the
+a transform step that costs about 1 ms of CPU per message, ``bench/steps/spark_heavy.py``, so the
 executors and not the broker bound the throughput):
 
 1. local host: the task pump (the trigger loop the local host runs) replicates src -> dst
@@ -74,13 +74,15 @@ pipelines:
     source: {connection: Bus, queue: src}
     target: {connection: Bus, queue: dst}
   - name: heavy
-    description: copy, with about 1 ms of CPU per message (bench/spark_heavy.py)
+    description: copy, with about 1 ms of CPU per message (bench/steps/spark_heavy.py)
     source: {connection: Bus, queue: src}
     steps:
       - transform: {callable: "spark_heavy:pseudonymise", callable_takes: message}
     target: {connection: Bus, queue: dst}
 """
-HEAVY_STEP = ROOT / "bench" / "spark_heavy.py"
+HEAVY_STEP = ROOT / "bench" / "steps" / "spark_heavy.py"
+"""In a folder of its own: on PYTHONPATH it must not shadow anything (bench/replication.py
+would shadow the package)."""
 BATCH_LINE = re.compile(
     r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO replication\.spark: [\w-]+-0: batch "
     r"(\d+), (\d+) messages in"
@@ -224,6 +226,7 @@ def watch(run: Run, process: Process, broker: int, executors: list[int]) -> Run:
     received = sum(m for _, _, m in run.batches)
     if received != run.messages:
         print(f"  ! {run.name}: the batch lines count {received} of {run.messages} messages")
+    print(f"  (done) {row(run.name, run)}", flush=True)  # kept if a later run fails
     return run
 
 
@@ -233,7 +236,8 @@ class Broker:
     def __init__(self, folder: Path, count: int, size: int) -> None:
         folder.mkdir(parents=True)
         self.folder = folder
-        self.process, self.connection_string = BENCH.start_broker(folder)
+        # 40,000 x 64 KiB is past Service Bus's default 1 GB queue: a premium-sized queue
+        self.process, self.connection_string = BENCH.start_broker(folder, max_size_mb=8192)
         per = max(1, min(100, 200_000 // max(size, 1)))
         asyncio.run(BENCH.send_all(self.connection_string, "src", BENCH.messages(count, size), per))
         app = folder / "app"
@@ -296,7 +300,8 @@ def cluster_run(
     with Broker(work / f"broker-{name}", count, size) as broker:
         process = submit(cluster.url, wheel, broker.app, broker.folder / "driver.log",
                          "--available-now", *trigger_args(per_trigger), conf=conf,
-                         pipeline=pipeline, py_files=[HEAVY_STEP])  # fmt: skip
+                         pipeline=pipeline, py_files=[HEAVY_STEP],
+                         env={"PYTHONPATH": str(HEAVY_STEP.parent)})  # fmt: skip
         try:
             workers = [w.pid for w in cluster.workers]
             return watch(Run(name, count), process, broker.pid, workers)
@@ -326,6 +331,7 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-spark-") as tmp:
         work = Path(tmp)
         pump_rate, pump_broker = pump_run(work, args.messages, args.size)
+        print(f"  (done) local host (task pump): {pump_rate:,.0f} msgs/s", flush=True)
         for master in ("local[1]", "local[2]"):
             runs[master] = local_run(work, master, args.messages, args.size, args.per_trigger)
         if not args.skip_heavy:
@@ -354,6 +360,14 @@ def main(argv: list[str] | None = None) -> None:
     report(args, pump_rate, pump_broker, runs, waited)
 
 
+def row(name: str, run: Run) -> str:
+    busy = sum(run.cores(column) for column in (1, 2, 3))
+    warning = "  task-size warning!" if run.big_task else ""
+    return (f"{name:<16} {run.startup:9.1f} {run.rate:9,.0f} {len(run.batches):8d} "
+            f"{run.cores(3):7.2f} {busy:6.2f} {run.per_10k(1):10.2f} {run.per_batch(1):12.2f} "
+            f"{run.per_10k(2):10.2f}{warning}")  # fmt: skip
+
+
 def report(args: argparse.Namespace, pump_rate: float, pump_broker: float,
            runs: dict[str, Run], waited: float) -> None:  # fmt: skip
     print(
@@ -368,12 +382,7 @@ def report(args: argparse.Namespace, pump_rate: float, pump_broker: float,
     print(f"{'':<16} {'s':>9} {'msgs/s':>9} {'':>8} {'cores':>7} {'cores':>6} "
           f"{'CPU s/10k':>10} {'CPU s/batch':>12} {'CPU s/10k':>10}")  # fmt: skip
     for name, run in runs.items():
-        busy = sum(run.cores(column) for column in (1, 2, 3))
-        print(
-            f"{name:<16} {run.startup:9.1f} {run.rate:9,.0f} {len(run.batches):8d} "
-            f"{run.cores(3):7.2f} {busy:6.2f} {run.per_10k(1):10.2f} {run.per_batch(1):12.2f} "
-            f"{run.per_10k(2):10.2f}" + ("  task-size warning!" if run.big_task else "")
-        )
+        print(row(name, run))
     print(f"ratio spark local[2] / local host (steady): {runs['local[2]'].rate / pump_rate:.2f}")
     for label, one, two in (
         ("copy, local[1] -> local[2]", "local[1]", "local[2]"),

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 from collections import Counter
@@ -235,7 +236,7 @@ class _Task:
         batches go one after another. True when it ended on a message enqueued after the
         cutoff."""
         plain = receiver.session_id is None
-        flight = InFlight(BATCHES_IN_FLIGHT if plain else 1)
+        flight = InFlight[Message](BATCHES_IN_FLIGHT if plain else 1)
         turns = SendTurns()
         late = False
 
@@ -252,28 +253,16 @@ class _Task:
                 s.decision in (Decision.ABANDON, Decision.RELEASE) for s in settlements
             ))  # fmt: skip
 
-        try:
+        async with flight:
             while self.remaining > 0 and flight.going:
-                await flight.slot()  # given back when the batch's handler finished
-                batch: list[Message] = []
-                try:
-                    if flight.going:
-                        batch = await self.receive(receiver, wait)
-                finally:
-                    if not batch:
-                        flight.release()
+                # given back when the batch's handler finished
+                batch = await flight.take(functools.partial(self.receive, receiver, wait))
                 if not batch:
                     break
                 wait = FOLLOW_UP_WAIT
                 keeper.hold(batch)
                 # the turn is taken before any await: batches side by side send in order
                 flight.start(handle(batch, turns.take() if plain else None))
-        except asyncio.CancelledError:
-            flight.cancel()
-            raise
-        finally:
-            await flight.close()
-        flight.raise_failure()
         return late
 
     async def receive(self, receiver: AmqpReceiver, wait: float) -> list[Message]:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -155,31 +156,20 @@ class ReceiveLoop:
         (``inflight.InFlight``). A handler's error stops the receiving: the others finish
         (copies sent, messages settled), then it is raised. Cancelled: the handlers are
         cancelled too, as ``drain``'s one is."""
-        flight = InFlight(self.batches_in_flight)
-        try:
+        async with InFlight[Message](self.batches_in_flight) as flight:
             while not self.stop.is_set() and flight.going:
-                await flight.slot()  # given back when the batch's handler finished
-                batch: list[Message] = []
-                try:
-                    if not self.stop.is_set() and flight.going:
-                        batch = await self._receive_unless_stopped(receiver)
-                finally:
-                    if not batch:
-                        flight.release()
+                # given back when the batch's handler finished
+                batch = await flight.take(functools.partial(self._receive_unless_stopped, receiver))
                 if not batch:
                     continue
                 keeper.hold(batch)
                 flight.start(self._handled(receiver, keeper, batch))
-        except asyncio.CancelledError:
-            flight.cancel()
-            raise
-        finally:
-            await flight.close()
-        flight.raise_failure()
 
     async def _receive_unless_stopped(self, receiver: SourceReceiver) -> list[Message]:
         """The next batch, or nothing once ``stop`` is set: while a batch beside it is let go
         at a stop, its messages must not come back into this receive and be let go twice."""
+        if self.stop.is_set():
+            return []
         receiving = asyncio.ensure_future(receiver.receive(self.max_batch, self.max_wait))
         stopping = asyncio.ensure_future(self.stop.wait())
         try:

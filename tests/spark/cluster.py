@@ -224,10 +224,11 @@ def build_wheel(dest: Path) -> Path:
 def submit(
     master: str, wheel: Path, folder: Path, log: Path, *args: str,
     conf: dict[str, str] | None = None, pipeline: str = "copy", py_files: Iterable[Path] = (),
+    env: dict[str, str] | None = None,
 ) -> Process:  # fmt: skip
     """``spark-submit --master MASTER --py-files WHEEL[,PY_FILES] spark_submit.py --pipeline
     PIPELINE --dir FOLDER --no-brokers ARGS`` in its own session (the driver runs this
-    interpreter)."""
+    interpreter; ``env`` adds to ``spark_env``'s)."""
     options = {"spark.ui.enabled": "false", "spark.driver.host": HOST, **(conf or {})}
     shipped = ",".join(str(path) for path in (wheel, *py_files))
     command = [str(SPARK_BIN / "spark-submit"), "--master", master, "--py-files", shipped]
@@ -235,7 +236,7 @@ def submit(
         command += ["--conf", f"{key}={value}"]
     command += [str(REPO_ROOT / "spark_submit.py"), "--pipeline", pipeline, "--dir", str(folder),
                 "--no-brokers", *args]  # fmt: skip
-    return Process(command, log, spark_env(folder / "spark"), folder)
+    return Process(command, log, spark_env(folder / "spark", **(env or {})), folder)
 
 
 def socket_owner(local_port: int, remote_port: int, pids: Iterable[int]) -> int | None:

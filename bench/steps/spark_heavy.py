@@ -4,8 +4,10 @@ per message, so the executors, not the broker, bound the throughput.
 Each message gets a ``customer-pseudonym`` property: its ``customer`` property (else its
 message-id) through PBKDF2-HMAC-SHA256 with ``ROUNDS`` rounds, the kind of keyed slow hash a
 replica in another region uses so that it holds no personal data. Used as the callable of a
-``transform`` step (``callable_takes: message``); local runs import it from ``bench/`` on
-PYTHONPATH, cluster runs get this file through ``spark-submit --py-files``.
+``transform`` step (``callable_takes: message``). Local runs import it from this folder on
+PYTHONPATH; cluster runs ship it with ``spark-submit --py-files`` (executors) and have the
+folder on the driver's PYTHONPATH too: the pipeline is parsed, and its callables imported,
+in the driver's Python processes as well (the runner and Spark's planning process).
 """
 
 from __future__ import annotations
