@@ -205,7 +205,8 @@ def watch(run: Run, process: Process, broker: int, executors: list[int]) -> Run:
         for pid in tree:  # local mode; a worker stays one (an ending one has no cmdline)
             python_worker[pid] = python_worker.get(pid, False) or PYTHON_WORKER in cmdline(pid)
         worker_pids += [p for p in tree if python_worker[p]]
-        driver_pids = [p for p in tree if p not in set(worker_pids)]
+        workers = set(worker_pids)
+        driver_pids = [p for p in tree if p not in workers]
         run.samples.append((now, clocks[0].sample(driver_pids), clocks[1].sample(worker_pids),
                             clocks[2].sample([broker])))  # fmt: skip
         pending += log.read()

@@ -57,37 +57,41 @@ def concurrency(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     yield seen
 
 
-def run(broker: BrokerHandle, pipeline: str, path: str, sessions: int, share: int) -> Counts:
+def moved(
+    broker: BrokerHandle, pipeline: str, source: str, target: str, ids: list[str],
+    session: str | None = None,
+) -> Counts:  # fmt: skip
+    """Sends ``ids`` to ``source``, runs one assignment of ``pipeline`` for all of them (one
+    session slot when ``session`` is given) and checks that ``target`` got them in that
+    order and ``source`` is empty; the task's counts."""
+    with broker.client() as client, client.get_queue_sender(source) as sender:
+        for start in range(0, len(ids), 100):
+            sender.send_messages(
+                [ServiceBusMessage(i, message_id=i, session_id=session) for i in ids[start:][:100]]
+            )
     job = PipelineJob((PIPELINES, pipeline, json.dumps({"Bus": broker.connection_string}), None))
     namespace = endpoint_host(broker.connection_string)
-    assignment = Assignment("run", 1, 0, namespace, path, sessions, share, 5.0)
-    return run_async(run_assignment(job, assignment))
+    sessions = 0 if session is None else 1
+    assignment = Assignment("run", 1, 0, namespace, source, sessions, len(ids), 5.0)
+    counts = run_async(run_assignment(job, assignment))
+    assert [str(m.message_id) for m in receive_all(broker, target)] == ids
+    assert broker.count(source) == 0
+    return counts
 
 
 @pytest.mark.broker_config(CONFIG)
 def test_a_plain_receiver_s_batches_overlap_and_keep_their_order(
     broker: BrokerHandle, concurrency: list[int]
 ) -> None:
-    ids = [f"m-{i:04d}" for i in range(600)]
-    with broker.client() as client, client.get_queue_sender("src") as sender:
-        for start in range(0, len(ids), 100):
-            sender.send_messages([ServiceBusMessage(i, message_id=i) for i in ids[start:][:100]])
-    counts = run(broker, "copy", "src", 0, len(ids))
+    counts = moved(broker, "copy", "src", "dst", [f"m-{i:04d}" for i in range(600)])
     assert (counts.received, counts.completed, counts.forwarded) == (600, 600, 600)
     assert concurrency[1] == BATCHES_IN_FLIGHT == 2, "the batches did not overlap"
-    assert [str(m.message_id) for m in receive_all(broker, "dst")] == ids
-    assert broker.count("src") == 0
 
 
 @pytest.mark.broker_config(CONFIG)
 def test_a_session_s_batches_go_one_after_another(
     broker: BrokerHandle, concurrency: list[int]
 ) -> None:
-    ids = [f"s-{i:03d}" for i in range(200)]
-    with broker.client() as client, client.get_queue_sender("ssrc") as sender:
-        sender.send_messages([ServiceBusMessage(i, message_id=i, session_id="a") for i in ids])
-    counts = run(broker, "sessions", "ssrc", 1, len(ids))
+    counts = moved(broker, "sessions", "ssrc", "sdst", [f"s-{i:03d}" for i in range(200)], "a")
     assert (counts.received, counts.completed) == (200, 200)
     assert concurrency[1] == 1, "a session's batches overlapped"
-    assert [str(m.message_id) for m in receive_all(broker, "sdst")] == ids
-    assert broker.count("ssrc") == 0
