@@ -1,6 +1,6 @@
 """Benchmark: a pipeline on Spark against the local host's task pump, and Spark's scaling.
 
-    python bench/spark.py [--messages 300000] [--size 1024] [--per-trigger N]
+    python bench/spark.py [--messages 300000] [--size 1024] [--per-trigger N] [--pairs 3]
                           [--size-messages 40000] [--size-per-trigger 20000]
                           [--heavy-messages 30000] [--heavy-per-trigger 10000]
                           [--no-cluster] [--skip-sizes] [--skip-heavy]
@@ -11,10 +11,14 @@ a transform step that costs about 1 ms of CPU per message, ``bench/steps/spark_h
 executors and not the broker bound the throughput):
 
 1. local host: the task pump (the trigger loop the local host runs) replicates src -> dst
-   with ``copy``;
+   with ``copy``; and two pumps, each in a process of its own taking half (what a second
+   Python process gives on this machine, its broker on the same cores, without Spark);
 2. Spark ``local[1]`` and ``local[2]``: ``python -m replication spark --available-now`` as a
    subprocess (the driver plans assignments, each task receives, runs the pipeline, sends
-   and settles on its own link), ``copy`` and ``heavy``;
+   and settles on its own link), ``copy`` and ``heavy``. The pump, the two pumps and
+   ``local[2]`` with ``copy`` run ``--pairs`` times, in turn (every other time in reverse
+   order): on a shared machine one configuration's rate drifts by up to a fifth from one
+   run to the next, so the ratios reported are medians, with each pair's;
 3. a standalone cluster (``tests/spark/cluster.py``: a master and two 1-core workers as
    separate processes, the wheel built from this checkout, ``spark-submit ...
    spark_submit.py``): one worker (``spark.cores.max=1``) and two workers, ``copy`` and
@@ -45,12 +49,15 @@ import json
 import os
 import platform
 import re
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,7 +91,7 @@ HEAVY_STEP = ROOT / "bench" / "steps" / "spark_heavy.py"
 """In a folder of its own: on PYTHONPATH it must not shadow anything (bench/replication.py
 would shadow the package)."""
 BATCH_LINE = re.compile(
-    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO replication\.spark: [\w-]+-0: batch "
+    r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO replication\.spark: [\w-]+-0: batch "
     r"(\d+), (\d+) messages in"
 )
 BIG_TASK = "contains a task of very large size"
@@ -213,7 +220,7 @@ def watch(run: Run, process: Process, broker: int, executors: list[int]) -> Run:
         *lines, pending = pending.split(b"\n")
         for raw in lines:
             line = raw.decode(errors="replace")
-            found = BATCH_LINE.match(line)
+            found = BATCH_LINE.search(line)  # Spark's console progress bar may come first
             if found and int(found.group(3)):
                 run.batches.append((_epoch(found.group(1)), int(found.group(2)),
                                     int(found.group(3))))  # fmt: skip
@@ -270,7 +277,47 @@ def pump_run(work: Path, count: int, size: int) -> tuple[float, float]:
         before = cpu_seconds([broker.pid])
         elapsed = asyncio.run(BENCH.replicate(broker.connection_string, count, 100, 1, "amqp",
                                               "amqp"))  # fmt: skip
+        print(f"  (done) local host (task pump): {count / elapsed:,.0f} msgs/s", flush=True)
         return count / elapsed, (cpu_seconds([broker.pid]) - before) / elapsed
+
+
+PUMP_CHILD = "--pump-child"
+SHARE_SLACK = 1_000
+"""Messages each of several pumps leaves of its share: one that takes its last batch past
+its share (a prefetch) must not leave the other short of its own."""
+
+
+def pumps_run(work: Path, count: int, size: int, processes: int = 2) -> float:
+    """Messages/s of ``processes`` task pumps, each in a process of its own, on one src: what
+    more Python processes give on this machine without Spark (from the first one's start to
+    the last one's end)."""
+    with Broker(work / "broker-pumps", count, size) as broker:
+        share = count // processes - SHARE_SLACK
+        command = [sys.executable, __file__, PUMP_CHILD, broker.connection_string, str(share)]
+        children = [subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True) for _ in range(processes)]  # fmt: skip
+        for child in children:  # imported and ready: started together
+            assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        for child in children:
+            assert child.stdin is not None
+            child.stdin.write("go\n")
+            child.stdin.flush()
+        spans = [[float(x) for x in child.communicate()[0].split()] for child in children]
+        if any(child.returncode for child in children):
+            raise RuntimeError("a pump process failed")
+        rate = share * processes / (max(end for _, end in spans) - min(s for s, _ in spans))
+        print(f"  (done) {processes} pump processes: {rate:,.0f} msgs/s", flush=True)
+        return rate
+
+
+def pump_child(connection_string: str, share: int) -> None:
+    """One of ``pumps_run``'s processes: prints its start and end (``perf_counter`` is the
+    system's monotonic clock here, one for all processes)."""
+    print("ready", flush=True)
+    sys.stdin.readline()
+    elapsed = asyncio.run(BENCH.replicate(connection_string, share, 100, 1, "amqp", "amqp"))
+    end = time.perf_counter()
+    print(end - elapsed, end, flush=True)
 
 
 def trigger_args(per_trigger: int | None) -> list[str]:
@@ -311,6 +358,10 @@ def cluster_run(
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == [PUMP_CHILD]:
+        pump_child(argv[1], int(argv[2]))
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=300_000)
     parser.add_argument("--size", type=int, default=1024)
@@ -322,6 +373,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--heavy-messages", type=int, default=30_000,
                         help="messages of the heavy pipeline's scaling runs")  # fmt: skip
     parser.add_argument("--heavy-per-trigger", type=int, default=10_000)
+    parser.add_argument("--pairs", type=int, default=3,
+                        help="pump and local[2] copy runs, alternated (median ratio)")  # fmt: skip
     parser.add_argument("--no-cluster", action="store_true", help="local runs only")
     parser.add_argument("--skip-sizes", action="store_true", help="no 1 KiB / 64 KiB runs")
     parser.add_argument("--skip-heavy", action="store_true", help="no heavy pipeline runs")
@@ -331,10 +384,10 @@ def main(argv: list[str] | None = None) -> None:
     heavy = (args.heavy_messages, args.size, args.heavy_per_trigger)
     with tempfile.TemporaryDirectory(prefix="bench-spark-") as tmp:
         work = Path(tmp)
-        pump_rate, pump_broker = pump_run(work, args.messages, args.size)
-        print(f"  (done) local host (task pump): {pump_rate:,.0f} msgs/s", flush=True)
-        for master in ("local[1]", "local[2]"):
-            runs[master] = local_run(work, master, args.messages, args.size, args.per_trigger)
+        pairs = [pair(work / f"pair-{i}", i, args) for i in range(max(1, args.pairs))]
+        for i, done in enumerate(pairs):
+            runs[f"local[2] #{i + 1}"] = done.spark
+        runs["local[1]"] = local_run(work, "local[1]", args.messages, args.size, args.per_trigger)
         if not args.skip_heavy:
             for master in ("local[1]", "local[2]"):
                 runs[f"heavy {master}"] = local_run(work, master, *heavy, pipeline="heavy")
@@ -358,7 +411,34 @@ def main(argv: list[str] | None = None) -> None:
                         args.size_per_trigger,
                     )  # fmt: skip
     waited = (cpu_pressure() - pressure) / 1e6 / (time.time() - started)
-    report(args, pump_rate, pump_broker, runs, waited)
+    report(args, pairs, runs, waited)
+
+
+@dataclass
+class Pair:
+    """The pump, two pump processes and ``local[2]``, one after another."""
+
+    pump: float
+    """msgs/s"""
+    pump_broker: float
+    """The broker's cores busy during the pump run."""
+    pumps: float
+    """msgs/s of two pump processes."""
+    spark: Run
+
+
+def pair(work: Path, index: int, args: argparse.Namespace) -> Pair:
+    """The pump, two pump processes and ``local[2]`` copy runs; odd pairs in reverse order."""
+    count, size = args.messages, args.size
+    runs: list[Callable[[], Any]] = [
+        lambda: pump_run(work, count, size),
+        lambda: pumps_run(work, count, size),
+        lambda: local_run(work, "local[2]", count, size, args.per_trigger),
+    ]
+    order = [2, 1, 0] if index % 2 else [0, 1, 2]
+    done = {i: runs[i]() for i in order}
+    rate, broker = done[0]
+    return Pair(rate, broker, done[1], done[2])
 
 
 def row(name: str, run: Run) -> str:
@@ -369,24 +449,35 @@ def row(name: str, run: Run) -> str:
             f"{run.per_10k(2):10.2f}{warning}")  # fmt: skip
 
 
-def report(args: argparse.Namespace, pump_rate: float, pump_broker: float,
-           runs: dict[str, Run], waited: float) -> None:  # fmt: skip
+def report(args: argparse.Namespace, pairs: list[Pair], runs: dict[str, Run],
+           waited: float) -> None:  # fmt: skip
     print(
         f"replication {__version__}, Python {platform.python_version()}, {os.cpu_count()} "
         f"CPUs; {args.messages:,} x {args.size} B, copy pipeline, "
         f"{args.per_trigger or 'the runner default of messages'} per trigger; heavy: "
         f"{args.heavy_messages:,}, {args.heavy_per_trigger:,} per trigger; {native.STATE}"
     )
-    print(f"local host (task pump): {pump_rate:,.0f} msgs/s, broker {pump_broker:.2f} cores")
+    pumps = ", ".join(f"{p.pump:,.0f}" for p in pairs)
+    brokers = ", ".join(f"{p.pump_broker:.2f}" for p in pairs)
+    print(f"local host (task pump): {pumps} msgs/s, broker {brokers} cores")
+    print(f"two pump processes: {', '.join(f'{p.pumps:,.0f}' for p in pairs)} msgs/s")
     print(f"{'run':<16} {'start-up':>9} {'steady':>9} {'batches':>8} {'broker':>7} {'busy':>6} "
           f"{'driver':>10} {'driver':>12} {'executors':>10}")  # fmt: skip
     print(f"{'':<16} {'s':>9} {'msgs/s':>9} {'':>8} {'cores':>7} {'cores':>6} "
           f"{'CPU s/10k':>10} {'CPU s/batch':>12} {'CPU s/10k':>10}")  # fmt: skip
     for name, run in runs.items():
         print(row(name, run))
-    print(f"ratio spark local[2] / local host (steady): {runs['local[2]'].rate / pump_rate:.2f}")
+    for label, ratios in (
+        ("spark local[2] / local host (steady)", [p.spark.rate / p.pump for p in pairs]),
+        ("two pump processes / local host", [p.pumps / p.pump for p in pairs]),
+        ("spark local[2] / two pump processes", [p.spark.rate / p.pumps for p in pairs]),
+    ):
+        print(f"ratio {label}, median of {len(ratios)}: {median(ratios):.2f} "
+              f"(each: {', '.join(f'{r:.2f}' for r in ratios)})")  # fmt: skip
+    local2 = median([p.spark.rate for p in pairs])
+    if "local[1]" in runs:
+        print(f"scaling copy, local[1] -> local[2] (median): {local2 / runs['local[1]'].rate:.2f}")
     for label, one, two in (
-        ("copy, local[1] -> local[2]", "local[1]", "local[2]"),
         ("heavy, local[1] -> local[2]", "heavy local[1]", "heavy local[2]"),
         ("copy, 1 worker -> 2 workers", "1 worker", "2 workers"),
         ("heavy, 1 worker -> 2 workers", "heavy 1 worker", "heavy 2 workers"),
