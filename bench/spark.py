@@ -297,7 +297,9 @@ def pumps_run(work: Path, count: int, size: int, processes: int = 2) -> float:
         children = [subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True) for _ in range(processes)]  # fmt: skip
         for child in children:  # imported and ready: started together
-            assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+            assert child.stdout is not None and child.stdin is not None
+            if child.stdout.readline().strip() != "ready":
+                raise RuntimeError("a pump process did not start (its error is above)")
         for child in children:
             assert child.stdin is not None
             child.stdin.write("go\n")
@@ -374,7 +376,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="messages of the heavy pipeline's scaling runs")  # fmt: skip
     parser.add_argument("--heavy-per-trigger", type=int, default=10_000)
     parser.add_argument("--pairs", type=int, default=3,
-                        help="pump and local[2] copy runs, alternated (median ratio)")  # fmt: skip
+                        help="pump, two pumps and local[2] runs in turn (medians)")  # fmt: skip
     parser.add_argument("--no-cluster", action="store_true", help="local runs only")
     parser.add_argument("--skip-sizes", action="store_true", help="no 1 KiB / 64 KiB runs")
     parser.add_argument("--skip-heavy", action="store_true", help="no heavy pipeline runs")
@@ -475,8 +477,7 @@ def report(args: argparse.Namespace, pairs: list[Pair], runs: dict[str, Run],
         print(f"ratio {label}, median of {len(ratios)}: {median(ratios):.2f} "
               f"(each: {', '.join(f'{r:.2f}' for r in ratios)})")  # fmt: skip
     local2 = median([p.spark.rate for p in pairs])
-    if "local[1]" in runs:
-        print(f"scaling copy, local[1] -> local[2] (median): {local2 / runs['local[1]'].rate:.2f}")
+    print(f"scaling copy, local[1] -> local[2] (median): {local2 / runs['local[1]'].rate:.2f}")
     for label, one, two in (
         ("heavy, local[1] -> local[2]", "heavy local[1]", "heavy local[2]"),
         ("copy, 1 worker -> 2 workers", "1 worker", "2 workers"),
