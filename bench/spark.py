@@ -275,10 +275,14 @@ def pump_run(work: Path, count: int, size: int) -> tuple[float, float]:
     """Messages/s of the local host's task pump, and the broker's cores busy meanwhile."""
     with Broker(work / "broker-pump", count, size) as broker:
         before = cpu_seconds([broker.pid])
-        elapsed = asyncio.run(BENCH.replicate(broker.connection_string, count, 100, 1, "amqp",
-                                              "amqp"))  # fmt: skip
+        elapsed = pump_seconds(broker.connection_string, count)
         print(f"  (done) local host (task pump): {count / elapsed:,.0f} msgs/s", flush=True)
         return count / elapsed, (cpu_seconds([broker.pid]) - before) / elapsed
+
+
+def pump_seconds(connection_string: str, count: int) -> float:
+    """Seconds for the task pump (batches of 100, our AMQP stack) to move ``count``."""
+    return float(asyncio.run(BENCH.replicate(connection_string, count, 100, 1, "amqp", "amqp")))
 
 
 PUMP_CHILD = "--pump-child"
@@ -296,17 +300,22 @@ def pumps_run(work: Path, count: int, size: int, processes: int = 2) -> float:
         command = [sys.executable, __file__, PUMP_CHILD, broker.connection_string, str(share)]
         children = [subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True) for _ in range(processes)]  # fmt: skip
-        for child in children:  # imported and ready: started together
-            assert child.stdout is not None and child.stdin is not None
-            if child.stdout.readline().strip() != "ready":
-                raise RuntimeError("a pump process did not start (its error is above)")
-        for child in children:
-            assert child.stdin is not None
-            child.stdin.write("go\n")
-            child.stdin.flush()
-        spans = [[float(x) for x in child.communicate()[0].split()] for child in children]
+        try:
+            for child in children:  # imported and ready: started together
+                assert child.stdout is not None
+                if child.stdout.readline().strip() != "ready":
+                    raise RuntimeError("a pump process did not start (its error is above)")
+            for child in children:
+                assert child.stdin is not None
+                child.stdin.write("go\n")
+                child.stdin.flush()
+            outputs = [child.communicate()[0] for child in children]
+        finally:
+            for child in children:  # none left waiting for "go" on a closed broker
+                child.kill()
         if any(child.returncode for child in children):
-            raise RuntimeError("a pump process failed")
+            raise RuntimeError("a pump process failed (its error is above)")
+        spans = [[float(x) for x in output.split()] for output in outputs]
         rate = share * processes / (max(end for _, end in spans) - min(s for s, _ in spans))
         print(f"  (done) {processes} pump processes: {rate:,.0f} msgs/s", flush=True)
         return rate
@@ -317,7 +326,7 @@ def pump_child(connection_string: str, share: int) -> None:
     system's monotonic clock here, one for all processes)."""
     print("ready", flush=True)
     sys.stdin.readline()
-    elapsed = asyncio.run(BENCH.replicate(connection_string, share, 100, 1, "amqp", "amqp"))
+    elapsed = pump_seconds(connection_string, share)
     end = time.perf_counter()
     print(end - elapsed, end, flush=True)
 
