@@ -39,21 +39,21 @@ class Assignment(InputPartition):
     """The ``servicebus`` data source (README "(b)"): ``host:port`` of the driver's commit
     service, which the task's holder asks whether the batch was committed; None for the
     pipeline runner (its tasks settle by themselves)."""
+    max_seconds: float | None = None
+    """The pipeline runner: seconds after which the task takes no new batch (it finishes and
+    settles what it took), so a micro-batch lasts about this long however slow the source;
+    None: only the share bounds it."""
 
 
 def plan(
     run: str, batch: int, namespace: str, path: str, *, partitions: int, total: int,
     sessions: int = 0, max_wait: float = 1.0, cutoff: float | None = None,
-    commit_service: str | None = None,
+    commit_service: str | None = None, max_seconds: float | None = None,
 ) -> list[Assignment]:  # fmt: skip
     """``partitions`` assignments sharing ``total`` messages; ``sessions`` (the source's
     ``maxConcurrentSessions``, 0 without sessions) spread over them, at least one each."""
     partitions = max(1, partitions)
     share = max(1, math.ceil(total / partitions))
     per_slot = max(1, math.ceil(sessions / partitions)) if sessions else 0
-    return [
-        Assignment(
-            run, batch, slot, namespace, path, per_slot, share, max_wait, cutoff, commit_service
-        )
-        for slot in range(partitions)
-    ]
+    fixed = (namespace, path, per_slot, share, max_wait, cutoff, commit_service, max_seconds)
+    return [Assignment(run, batch, slot, *fixed) for slot in range(partitions)]

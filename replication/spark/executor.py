@@ -3,13 +3,14 @@
 ``run_assignment`` is what ``read(assignment)`` runs on the Python worker's loop (README
 "(a)"): it takes the worker's connection to the namespace the assignment names
 (``worker.source_for``), opens a peek-lock receiver (or accepts up to ``sessions``
-next-available sessions), and until the assignment's share is received or nothing more
-comes, takes a batch (the pipeline's ``batch_size``), runs it through ``process_batch``
-with the worker's ``SenderPool`` and settles each message on the receiving link with
-``settle_amqp``, as the local host does: complete once every copy was accepted (or the
-steps filtered it out), dead-letter with the step's reason (to the pipeline's
-``error_target`` instead when it has one, as in Functions), abandon what a target refused,
-release the later messages of a session behind an abandoned one and give the session back.
+next-available sessions), and until the assignment's share is received, its
+``max_seconds`` have passed or nothing more comes, takes a batch (the pipeline's
+``batch_size``), runs it through ``process_batch`` with the worker's ``SenderPool`` and
+settles each message on the receiving link with ``settle_amqp``, as the local host does:
+complete once every copy was accepted (or the steps filtered it out), dead-letter with the
+step's reason (to the pipeline's ``error_target`` instead when it has one, as in
+Functions), abandon what a target refused, release the later messages of a session behind
+an abandoned one and give the session back.
 A ``LockKeeper`` renews the locks (or the session lock) while the task holds them. The
 receiver is closed at the end, which gives back what was prefetched and not taken.
 
@@ -19,13 +20,13 @@ once without counting a delivery: what was sent and not completed comes again, a
 the target's duplicate detection removes (the copy keeps the message-id).
 
 Why this is not ``tasks.receiving.ReceiveLoop`` (the loop of the pump and the host's
-triggers): a task receives a bounded share once and ends when it is taken or the source runs
-dry (``FOLLOW_UP_WAIT``), not when told to stop; it caps the link's credit to what the share
-still wants (what arrives beyond it would be released and received again by the next task);
-it releases messages enqueued after an ``AvailableNow`` cutoff; and it does not retry a
-receiver that failed: it counts it, and Spark plans the next task (or retries this one). The
-parts that are the same are shared: ``worker.next_sessions``, ``LockKeeper``,
-``process_batch`` and ``settle_amqp``.
+triggers): a task receives a bounded share once and ends when it is taken, its time is up or
+the source runs dry (``FOLLOW_UP_WAIT``), not when told to stop; it caps the link's credit
+to what the share still wants (what arrives beyond it would be released and received again
+by the next task); it releases messages enqueued after an ``AvailableNow`` cutoff; and it
+does not retry a receiver that failed: it counts it, and Spark plans the next task (or
+retries this one). The parts that are the same are shared: ``worker.next_sessions``,
+``LockKeeper``, ``process_batch`` and ``settle_amqp``.
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ import contextlib
 import functools
 import json
 import logging
+import time
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
@@ -163,9 +165,13 @@ class _CountingSenders:
 class _Task:
     """One assignment's receive-process-settle loop and its counts."""
 
-    def __init__(self, job: PipelineJob, assignment: Assignment) -> None:
+    def __init__(
+        self, job: PipelineJob, assignment: Assignment, clock: Callable[[], float]
+    ) -> None:
         built = job.built()
         self.assignment = assignment
+        self.clock = clock
+        self.deadline = None if assignment.max_seconds is None else clock() + assignment.max_seconds
         self.task = built.tasks[job.source]
         self.targets = built.targets
         pool, self.breakers = pool_for(job.ref, built.targets, built.pipeline.backend)
@@ -174,6 +180,11 @@ class _Task:
         self.remaining = assignment.max_messages
         self.stats = PumpStats()
         self.counts = Counts()
+
+    @property
+    def taking(self) -> bool:
+        """Whether to take another batch: the share wants more and time is left."""
+        return self.remaining > 0 and (self.deadline is None or self.clock() < self.deadline)
 
     @property
     def prefetch(self) -> int:
@@ -204,7 +215,7 @@ class _Task:
         """Takes next-available sessions one after another until the share is received or
         no session comes; a session is kept until it runs dry, is given back (something of
         it was abandoned) or its next message came after the cutoff."""
-        if self.remaining <= 0:
+        if not self.taking:
             return
         path, wait = self.assignment.path, self.assignment.max_wait
         sessions = next_sessions(source, path, self.prefetch, wait, self._failed)
@@ -218,7 +229,7 @@ class _Task:
                     late = False
                 finally:
                     await receiver.close()
-                if late or self.remaining <= 0:
+                if late or not self.taking:
                     return  # late: the rest of it is too; taking it again would only release it
 
     def _failed(self, exc: SourceError, what: str) -> None:
@@ -229,12 +240,12 @@ class _Task:
                     self.assignment.batch, self.assignment.slot, exc)  # fmt: skip
 
     async def drain(self, receiver: AmqpReceiver, keeper: LockKeeper, wait: float) -> bool:
-        """Receives and processes batches until the share is taken, nothing more comes
-        within ``FOLLOW_UP_WAIT``, or a session must be given back. A plain receiver's
-        next batch is received and planned while the one before waits for its targets
-        (``BATCHES_IN_FLIGHT``, sends kept in receive order by ``SendTurns``); a session's
-        batches go one after another. True when it ended on a message enqueued after the
-        cutoff."""
+        """Receives and processes batches until the share is taken or its time is up
+        (``taking``), nothing more comes within ``FOLLOW_UP_WAIT``, or a session must be
+        given back. A plain receiver's next batch is received and planned while the one
+        before waits for its targets (``BATCHES_IN_FLIGHT``, sends kept in receive order by
+        ``SendTurns``); a session's batches go one after another. True when it ended on a
+        message enqueued after the cutoff."""
         plain = receiver.session_id is None
         flight = InFlight[Message](BATCHES_IN_FLIGHT if plain else 1)
         turns = SendTurns()
@@ -254,7 +265,7 @@ class _Task:
             ))  # fmt: skip
 
         async with flight:
-            while self.remaining > 0 and flight.going:
+            while flight.going and self.taking:
                 # given back when the batch's handler finished
                 batch = await flight.take(functools.partial(self.receive, receiver, wait))
                 if not batch:
@@ -331,9 +342,12 @@ def _after(message: Message, cutoff: float) -> bool:
     return enqueued is not None and enqueued.timestamp() > cutoff
 
 
-async def run_assignment(job: PipelineJob, assignment: Assignment) -> Counts:
-    """Receives, processes and settles one assignment on this worker (see the module)."""
-    task = _Task(job, assignment)
+async def run_assignment(
+    job: PipelineJob, assignment: Assignment, clock: Callable[[], float] = time.monotonic
+) -> Counts:
+    """Receives, processes and settles one assignment on this worker (see the module);
+    ``clock`` is read at the start and before each batch (``Assignment.max_seconds``)."""
+    task = _Task(job, assignment, clock)
     source = source_for(job.connection(assignment.namespace))
     if assignment.sessions:
         await task.sessions(source)

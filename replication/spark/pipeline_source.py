@@ -10,7 +10,9 @@ Driver side (one long-lived Python process next to the driver): offsets are ``{r
 batch}``; ``latestOffset`` resolves the source's namespace (its ``failover`` block, cached
 answers and ``recheck_interval`` as everywhere: so a flip moves the next micro-batch) and
 advances the batch by one; ``partitions`` plans ``numPartitions`` assignments of
-``maxMessagesPerTrigger / numPartitions`` messages each, naming that namespace. Nothing is
+``maxMessagesPerTrigger / numPartitions`` messages each, naming that namespace; a task takes
+no new batch after ``maxSecondsPerTrigger`` (default 30), so a micro-batch's length (and
+how often progress and metrics move) stays about that whatever the source's speed. Nothing is
 received here and nothing waits for ``commit``: the offsets only say how many batches ran,
 and a batch replayed after a driver restart receives other messages (nothing unsent was
 settled). ``Trigger.AvailableNow``: before each batch the driver peeks the source's head
@@ -43,6 +45,7 @@ class PipelineSourceOptions:
     max_messages_per_trigger: int = 5000
     max_concurrent_sessions: int = 8
     receive_wait: float = 1.0
+    max_seconds_per_trigger: float = 30.0
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> PipelineSourceOptions:
@@ -61,6 +64,7 @@ class PipelineSourceOptions:
             max_messages_per_trigger=_int(options, "maxMessagesPerTrigger", 5000),
             max_concurrent_sessions=_int(options, "maxConcurrentSessions", 8),
             receive_wait=_float(options, "receiveWait", 1.0),
+            max_seconds_per_trigger=_float(options, "maxSecondsPerTrigger", 30.0),
         )  # fmt: skip
 
 
@@ -100,7 +104,8 @@ class PipelineStreamReader(RunStreamReader[PipelineSourceOptions]):
         return plan(str(end.get("run", self.run)), int(end.get("batch", 0)), namespace,
                     job.path(), partitions=self.options.num_partitions,
                     total=self.options.max_messages_per_trigger, sessions=sessions,
-                    max_wait=self.options.receive_wait, cutoff=cutoff)  # fmt: skip
+                    max_wait=self.options.receive_wait, cutoff=cutoff,
+                    max_seconds=self.options.max_seconds_per_trigger)  # fmt: skip
 
     def commit(self, end: dict[str, Any]) -> None:
         pass  # every task settled its own messages before it ended

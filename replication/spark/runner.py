@@ -36,15 +36,25 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("replication.spark")
 
-PER_SLOT = 50_000
+PER_SLOT = 200_000
 """Default messages per micro-batch per task slot. A micro-batch costs Spark's driver CPU
-(its JVM: planning, the offset and commit logs, progress) and about a third of a second in
-which no task runs, whatever its size, and no body passes through the driver, so batches
-can be large: on ``local[2]`` 10,000 per slot ran 1.6 s batches of which 0.3-0.37 s were
-between the tasks, and the JVM used 0.35 cores; 50,000 per slot cut the JVM to 0.13 cores
-(``bench/spark.py``, figures in ``spark/README.md``). A task settles batch by batch as it
-goes and ends when the source runs dry, so a large share holds no more locks than a small
-one and keeps an idle stream no busier."""
+(its JVM: planning, the offset and commit logs, progress; 0.6-1.3 CPU s on ``local[2]``)
+and about 0.4 s in which no task runs, whatever its size, and no body passes through the
+driver, so batches can be large: on ``local[2]`` 10,000 per slot ran 1.6 s batches of which
+0.3-0.37 s were between the tasks; with 50,000 per slot the boundary still cost about 0.8 s
+of a 7 s batch (``bench/spark.py``, figures in ``spark/README.md``). ``MAX_SECONDS`` bounds
+a batch in time, so a slow source does not stretch it to minutes. A task settles batch by
+batch as it goes and ends when the source runs dry, so a large share holds no more locks
+than a small one and keeps an idle stream no busier."""
+
+EVENTS_PER_SLOT = 50_000
+"""Default events per micro-batch per task slot of an event hub source: its ranges are fixed
+when planned (no time bound), so they keep the earlier default."""
+
+MAX_SECONDS = 30.0
+"""Default seconds after which a task takes no new batch (``maxSecondsPerTrigger``): how
+long a micro-batch with a backlog lasts at most, give or take its last batch, and so how
+often progress lines and metrics move."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,7 +86,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-messages-per-trigger",
         type=int,
         default=None,
-        help=f"messages per micro-batch (default {PER_SLOT:,} per task slot of the cluster)",
+        help=f"messages per micro-batch (default {PER_SLOT:,} per task slot of the cluster; "
+        f"an event hub source's events, {EVENTS_PER_SLOT:,} per slot)",
+    )
+    parser.add_argument(
+        "--max-seconds-per-trigger",
+        type=float,
+        default=MAX_SECONDS,
+        help="seconds after which a micro-batch's tasks take no new batch of messages "
+        f"(default {MAX_SECONDS:g})",
     )
     parser.add_argument(
         "--no-brokers",
@@ -121,7 +139,8 @@ def run(args: argparse.Namespace) -> int:
             return 0
         checkpoint = args.checkpoint or args.dir / ".replication" / "spark" / pipeline.name
         job.stream(checkpoint, available_now=args.available_now,
-                   max_per_trigger=args.max_messages_per_trigger)  # fmt: skip
+                   max_per_trigger=args.max_messages_per_trigger,
+                   max_seconds=args.max_seconds_per_trigger)  # fmt: skip
         return 0
     except KeyboardInterrupt:
         return 130
@@ -142,7 +161,12 @@ def session(master: str | None) -> SparkSession:
     builder = SparkSession.builder.appName("replication")
     under_submit = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started this driver
     if not under_submit:
-        builder = builder.master(master or "local[2]")
+        # pyspark launched from python counts as its shell, whose console progress bar
+        # ("[Stage 3:> (0 + 2) / 2]", redrawn with \r) runs into the log lines; the runner's
+        # "batch N" lines and metrics are the progress (spark-submit leaves it off anyway)
+        builder = builder.master(master or "local[2]").config(
+            "spark.ui.showConsoleProgress", "false"
+        )
     spark = builder.config("spark.sql.session.timeZone", "UTC").getOrCreate()
     register(spark)
     return spark
@@ -169,17 +193,23 @@ class SparkPipeline:
             options["pipelineDir"] = base_dir
         return options
 
-    def source_options(self, index: int, max_per_trigger: int | None = None) -> dict[str, str]:
+    def source_options(
+        self, index: int, max_per_trigger: int | None = None, max_seconds: float = MAX_SECONDS
+    ) -> dict[str, str]:
         """The ``servicebus-pipeline`` stream of source ``index``: the pipeline itself (its
         source's namespace is resolved on the driver every micro-batch), one assignment per
-        task slot of the cluster; ``max_per_trigger`` defaults to ``PER_SLOT`` per slot."""
+        task slot of the cluster; ``max_per_trigger`` defaults to ``PER_SLOT`` per slot,
+        ``max_seconds`` bounds each task. An event hub's tasks read the ranges of sequence
+        numbers the driver planned, which no clock may cut short: ``EVENTS_PER_SLOT``."""
         slots = max(1, int(self.spark.sparkContext.defaultParallelism))
-        max_per_trigger = max_per_trigger or PER_SLOT * slots
         if self.pipeline.sources[index].is_event_hub:  # one task per partition's range
+            events = max_per_trigger or EVENTS_PER_SLOT * slots
             return {**self.sink_options(), "source": str(index),
-                    "maxEventsPerTrigger": str(max_per_trigger)}  # fmt: skip
+                    "maxEventsPerTrigger": str(events)}  # fmt: skip
+        messages = max_per_trigger or PER_SLOT * slots
         return {**self.sink_options(), "source": str(index), "numPartitions": str(slots),
-                "maxMessagesPerTrigger": str(max_per_trigger)}  # fmt: skip
+                "maxMessagesPerTrigger": str(messages),
+                "maxSecondsPerTrigger": str(max_seconds)}  # fmt: skip
 
     def source_format(self, index: int) -> str:
         """``eventhubs-pipeline`` for an event hub source (``eventhub_pipeline.py``), else
@@ -197,8 +227,9 @@ class SparkPipeline:
         return f"{self.pipeline.name}-{index}"
 
     def stream(
-        self, checkpoint: Path | str, *, available_now: bool, max_per_trigger: int | None = None
-    ) -> None:
+        self, checkpoint: Path | str, *, available_now: bool, max_per_trigger: int | None = None,
+        max_seconds: float = MAX_SECONDS,
+    ) -> None:  # fmt: skip
         """One query per source until they end (AvailableNow) or Ctrl-C; progress goes to
         the log and the metrics (``progress.PipelineProgress``). Executors receive, run the
         steps, send and settle (``executor.run_assignment``); the query's rows are their
@@ -211,7 +242,7 @@ class SparkPipeline:
         queries = []
         try:
             for index in range(len(self.pipeline.sources)):
-                source = self.source_options(index, max_per_trigger)
+                source = self.source_options(index, max_per_trigger, max_seconds)
                 counts = (self.spark.readStream.format(self.source_format(index))
                           .options(**source).load())  # fmt: skip
                 location = _child(checkpoint, f"source-{index}")

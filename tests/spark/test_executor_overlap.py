@@ -4,11 +4,13 @@ Spark: the real broker, our receiver and sender.
 
 Side by side, the target still has the messages in the order they were received and every
 source message is completed once; how many batches were handled at once is observed by
-wrapping ``process_batch`` (the real one runs).
+wrapping ``process_batch`` (the real one runs). A task whose ``max_seconds`` have passed takes
+no new batch (the clock is the task's input).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -57,6 +59,10 @@ def concurrency(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     yield seen
 
 
+def job_of(broker: BrokerHandle, pipeline: str) -> PipelineJob:
+    return PipelineJob((PIPELINES, pipeline, json.dumps({"Bus": broker.connection_string}), None))
+
+
 def moved(
     broker: BrokerHandle, pipeline: str, source: str, target: str, ids: list[str],
     session: str | None = None,
@@ -69,7 +75,7 @@ def moved(
             sender.send_messages(
                 [ServiceBusMessage(i, message_id=i, session_id=session) for i in ids[start:][:100]]
             )
-    job = PipelineJob((PIPELINES, pipeline, json.dumps({"Bus": broker.connection_string}), None))
+    job = job_of(broker, pipeline)
     namespace = endpoint_host(broker.connection_string)
     sessions = 0 if session is None else 1
     assignment = Assignment("run", 1, 0, namespace, source, sessions, len(ids), 5.0)
@@ -95,3 +101,24 @@ def test_a_session_s_batches_go_one_after_another(
     counts = moved(broker, "sessions", "ssrc", "sdst", [f"s-{i:03d}" for i in range(200)], "a")
     assert (counts.received, counts.completed) == (200, 200)
     assert concurrency[1] == 1, "a session's batches overlapped"
+
+
+@pytest.mark.broker_config(CONFIG)
+def test_a_task_takes_no_new_batch_once_its_seconds_are_up(broker: BrokerHandle) -> None:
+    """``max_seconds`` 30: the clock reads 0 at the start and before the first batch, then 31;
+    the task finishes and settles the one batch (``batch_size`` 10) it took and gives back
+    the rest of its share untouched."""
+    ids = [f"t-{i:03d}" for i in range(100)]
+    with broker.client() as client, client.get_queue_sender("src") as sender:
+        sender.send_messages([ServiceBusMessage(i, message_id=i) for i in ids])
+    assignment = Assignment("run", 1, 0, endpoint_host(broker.connection_string), "src", 0,
+                            len(ids), 5.0, max_seconds=30.0)  # fmt: skip
+    readings = iter([0.0, 0.0])
+    counts = run_async(run_assignment(job_of(broker, "copy"), assignment,
+                                      clock=lambda: next(readings, 31.0)))  # fmt: skip
+    assert (counts.received, counts.completed, counts.forwarded) == (10, 10, 10)
+    assert [str(m.message_id) for m in receive_all(broker, "dst")] == ids[:10]
+    assert broker.count("src") == 90  # the prefetched rest was released, not lost
+    untimed = dataclasses.replace(assignment, batch=2, max_seconds=None, max_messages=90)
+    counts = run_async(run_assignment(job_of(broker, "copy"), untimed, clock=lambda: 31.0))
+    assert counts.completed == 90 and broker.count("src") == 0  # no bound: the whole share

@@ -125,7 +125,8 @@ def test_assignments_are_small_and_the_bodies_never_ride_in_them(
     pipeline, path = app(tmp_path, COPY, settings)
     job = SparkPipeline(spark, pipeline, path, settings)
 
-    reader = PipelineStreamReader(PipelineSourceOptions.parse(job.source_options(0, 500)))
+    options = job.source_options(0, 500, max_seconds=12.5)
+    reader = PipelineStreamReader(PipelineSourceOptions.parse(options))
     try:
         start = reader.initialOffset()
         end = reader.latestOffset(start, reader.getDefaultReadLimit())
@@ -134,6 +135,7 @@ def test_assignments_are_small_and_the_bodies_never_ride_in_them(
         reader.stop()
     assert len(planned) == spark.sparkContext.defaultParallelism == 2
     assert all(isinstance(p, Assignment) for p in planned)
+    assert [(p.max_messages, p.max_seconds) for p in planned] == [(250, 12.5)] * 2
     sizes = [len(pickle.dumps(p)) for p in planned]
     assert max(sizes) < 1024, sizes
     assert broker.count("big-src") == total  # planning received nothing

@@ -17,3 +17,14 @@ def test_a_connection_string_or_the_setting_that_holds_it(monkeypatch: pytest.Mo
         connection_option({"connection": "Bus"})
     with pytest.raises(OptionError, match="give option 'connectionString'"):
         connection_option({})
+
+
+def test_a_pipeline_stream_s_seconds_per_trigger_must_be_positive() -> None:
+    from replication.spark.pipeline_source import PipelineSourceOptions
+
+    given = {"pipeline": "pipelines: []", "pipelineName": "copy"}
+    assert PipelineSourceOptions.parse(given).max_seconds_per_trigger == 30.0
+    parsed = PipelineSourceOptions.parse({**given, "maxSecondsPerTrigger": "2.5"})
+    assert parsed.max_seconds_per_trigger == 2.5
+    with pytest.raises(OptionError, match="'maxSecondsPerTrigger' must be more than 0"):
+        PipelineSourceOptions.parse({**given, "maxSecondsPerTrigger": "0"})
