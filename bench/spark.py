@@ -67,6 +67,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from replication import __version__, native  # noqa: E402
+from replication.gc_tuning import collect_garbage_for_throughput  # noqa: E402
 from tests.spark.cluster import (  # noqa: E402
     Process,
     StandaloneCluster,
@@ -304,7 +305,9 @@ def pump_run(work: Path, count: int, size: int) -> tuple[float, float]:
 
 
 def pump_seconds(connection_string: str, count: int) -> float:
-    """Seconds for the task pump (batches of 100, our AMQP stack) to move ``count``."""
+    """Seconds for the task pump (batches of 100, our AMQP stack) to move ``count``, with the
+    cycle collector tuned as the local host (and Spark's workers) tune theirs."""
+    collect_garbage_for_throughput()
     return float(asyncio.run(BENCH.replicate(connection_string, count, 100, 1, "amqp", "amqp")))
 
 

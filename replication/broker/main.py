@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import gc
 import logging
 import signal
 import socket
@@ -14,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..gc_tuning import collect_garbage_for_throughput
 from .admin.api import AdminApi
 from .auth import Authorizer
 from .config import BrokerConfig, ConfigError, Rule, load_config
@@ -166,21 +166,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="serve the dashboard (entities, messages, dead letters) on the HTTP port, at /",
     )  # fmt: skip
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (INFO)")
-
-
-GC_THRESHOLDS = (20_000, 20, 20)
-"""Young-generation passes every 20,000 allocations rather than 700 (CPython's default)."""
-
-
-def collect_garbage_for_throughput() -> None:
-    """Every message allocates a few dozen short-lived objects that reference counting
-    frees; CPython's cycle collector, left at its defaults, still walks the young ones every
-    700 allocations and the whole heap now and then. What exists once the broker has opened
-    (modules, config, entities) is frozen out of those walks and the young generation is
-    collected less often: 6% less broker CPU per message on ``bench/broker.py``'s e2e loads
-    (55-56 -> 52 us), same run; cycles are still collected, later."""
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def run(args: argparse.Namespace) -> int:

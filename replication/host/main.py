@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import metrics
+from ..gc_tuning import collect_garbage_for_throughput
 
 if TYPE_CHECKING:
     from .app import Host
@@ -67,6 +68,7 @@ def run_start(args: argparse.Namespace) -> int:
     except (SettingsError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    collect_garbage_for_throughput()  # the host is set up: its triggers move the messages
     try:
         return asyncio.run(_start(host, args.demo))
     except OSError as exc:  # typically a broker port in use (another emulator running?)

@@ -4,7 +4,8 @@ Spark reuses Python workers (``spark.python.worker.reuse``, default true), one p
 task slot, so module globals live across the tasks a worker runs. Each worker keeps
 
 - one asyncio loop in a daemon thread (``run_async``): Spark's callbacks are synchronous,
-  and connections must stay on the loop that opened them;
+  and connections must stay on the loop that opened them; the first call also tunes the
+  worker's cycle collector (``gc_tuning``: 9% less CPU per message);
 - one ``SenderPool`` (and its ``Breakers``) per target set (``pool_for``): connecting and
   closing clients per partition cost about a second each micro-batch;
 - one ``AmqpSource`` per source namespace (``source_for``): one connection, opened on first
@@ -42,8 +43,10 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
     """Runs a coroutine on this process's loop thread from Spark's synchronous callbacks."""
     global _LOOP
     if _LOOP is None:
+        from ..gc_tuning import collect_garbage_for_throughput
         from .intake import LoopThread
 
+        collect_garbage_for_throughput()  # pyspark and this package imported: set up
         _LOOP = LoopThread("servicebus-worker")
     return _LOOP.run(coro, timeout=None)
 

@@ -1,5 +1,6 @@
-"""The connection option both Spark sources take: a connection string, or the name of an
-environment setting holding one (as Functions bindings name app settings)."""
+"""The Spark sources' options: the connection option both take (a connection string, or the
+name of an environment setting holding one, as Functions bindings name app settings), and
+the pipeline stream's ``maxSecondsPerTrigger``."""
 
 from __future__ import annotations
 
