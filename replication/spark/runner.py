@@ -91,7 +91,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-seconds-per-trigger",
-        type=float,
+        type=_positive_seconds,
         default=MAX_SECONDS,
         help="seconds after which a micro-batch's tasks take no new batch of messages "
         f"(default {MAX_SECONDS:g})",
@@ -109,6 +109,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(0: any free port; default: not served)",
     )
     parser.add_argument("--log-level", default="INFO")  # fmt: skip
+
+
+def _positive_seconds(text: str) -> float:
+    """argparse's type for a number of seconds more than 0 (as ``maxSecondsPerTrigger``)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give more than 0 seconds")
+    return seconds
 
 
 def run(args: argparse.Namespace) -> int:
