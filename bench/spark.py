@@ -98,8 +98,9 @@ BATCH_LINE = re.compile(
     r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO replication\.spark: [\w-]+-0: batch "
     r"(\d+), (\d+) messages in"
 )
-TEMPLATES = Path(tempfile.gettempdir())
-"""Where ``Broker`` keeps its loaded stores; ``main`` points it into its work folder."""
+TEMPLATES: Path | None = None
+"""Where ``Broker`` keeps its loaded stores (``main`` points it into its work folder); None:
+every broker is loaded through the SDK."""
 BIG_TASK = "contains a task of very large size"
 PYTHON_WORKER = "pyspark.daemon"
 """In a process's command line: pyspark's worker daemon or a Python worker it forked."""
@@ -253,14 +254,17 @@ class Broker:
     def __init__(self, folder: Path, count: int, size: int) -> None:
         folder.mkdir(parents=True)
         self.folder = folder
-        template = TEMPLATES / f"{count}x{size}"
-        if template.is_dir():
+        template = None if TEMPLATES is None else TEMPLATES / f"{count}x{size}"
+        loaded = False
+        if template is not None and template.is_dir():
             shutil.copytree(template, folder / "data")
+            loaded = True
         self.start()
-        if not template.is_dir():
+        if not loaded:
             per = max(1, min(100, 200_000 // max(size, 1)))
             messages = BENCH.messages(count, size)
             asyncio.run(BENCH.send_all(self.connection_string, "src", messages, per))
+        if template is not None and not loaded:
             self.stop()  # a clean shutdown: the store is whole, the copy is too
             shutil.copytree(folder / "data", template)
             self.start()
