@@ -255,19 +255,18 @@ class Broker:
         folder.mkdir(parents=True)
         self.folder = folder
         template = None if TEMPLATES is None else TEMPLATES / f"{count}x{size}"
-        loaded = False
         if template is not None and template.is_dir():
             shutil.copytree(template, folder / "data")
-            loaded = True
-        self.start()
-        if not loaded:
+            self.start()
+        else:
+            self.start()
             per = max(1, min(100, 200_000 // max(size, 1)))
             messages = BENCH.messages(count, size)
             asyncio.run(BENCH.send_all(self.connection_string, "src", messages, per))
-        if template is not None and not loaded:
-            self.stop()  # a clean shutdown: the store is whole, the copy is too
-            shutil.copytree(folder / "data", template)
-            self.start()
+            if template is not None:
+                self.stop()  # a clean shutdown: the store is whole, the copy is too
+                shutil.copytree(folder / "data", template)
+                self.start()
         app = folder / "app"
         app.mkdir()
         (app / "pipelines.yaml").write_text(PIPELINES)

@@ -48,7 +48,7 @@ from ..tasks.error_target import ERROR_TARGET, divert_to_error_target
 from ..tasks.inflight import InFlight
 from ..tasks.locks import LockKeeper
 from ..tasks.pump import PumpStats, settle_amqp
-from ..tasks.sender import AsyncSender
+from ..tasks.sender import AsyncSender, send_batch
 from ..tasks.task import Decision, Settlement, process_batch
 from ..tasks.turns import SendTurns, Turn
 from .assignment import Assignment
@@ -141,11 +141,16 @@ COUNTS_SCHEMA = "slot int, " + ", ".join(f"{f.name} long" for f in fields(Counts
 
 
 class _CountingSender:
+    reports_queued = True
+    """Passes the sender's "on the wire" on (``send_batch``): the next batch sends then."""
+
     def __init__(self, sender: AsyncSender, name: str | None, accepted: Counter[str | None]):
         self.sender, self.name, self.accepted = sender, name, accepted
 
-    async def send_messages(self, messages: list[Message]) -> None:
-        await self.sender.send_messages(messages)
+    async def send_messages(
+        self, messages: list[Message], queued: Callable[[], None] | None = None
+    ) -> None:
+        await send_batch(self.sender, messages, queued)
         self.accepted[self.name] += len(messages)
 
 

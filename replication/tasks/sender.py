@@ -52,6 +52,21 @@ class AsyncSender(Protocol):
     async def send_messages(self, messages: list[Message]) -> None: ...
 
 
+async def send_batch(
+    sender: AsyncSender, messages: list[Message], queued: Callable[[], None] | None = None
+) -> None:
+    """``sender.send_messages``, passing ``queued`` on where the sender can tell when the batch
+    is on the wire (``reports_queued``); a sender that cannot is on the wire when it returns,
+    and ``queued`` is the caller's to call then. A sender that wraps another (to count, or to
+    follow a failover) sends with this and says ``reports_queued = True``: dropping ``queued``
+    would make the next batch wait for this one's answer (batches side by side lose their
+    overlap)."""
+    if queued is not None and getattr(sender, "reports_queued", False):
+        await sender.send_messages(messages, queued=queued)  # type: ignore[call-arg]  # ours
+    else:
+        await sender.send_messages(messages)
+
+
 SenderFor = Callable[[str | None], AbstractAsyncContextManager[AsyncSender]]
 """Lends a sender of a target (None: the task's default target) for one group's sends."""
 
@@ -289,10 +304,7 @@ async def _send_with_retries(
                 return exc
         attempt += 1
         try:
-            if queued is not None and getattr(sender, "reports_queued", False):
-                await sender.send_messages(batch, queued=queued)  # type: ignore[call-arg]  # ours
-            else:
-                await sender.send_messages(batch)
+            await send_batch(sender, batch, queued)
         except asyncio.CancelledError:  # e.g. functionTimeout ended the invocation
             if breaker is not None and breaker.is_open:
                 breaker.gave_up()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -25,6 +25,7 @@ from ..messages import Message
 from ..servicebus.client import AmqpSource
 from ..servicebus.sender import AmqpSender
 from .eventhubs import EventHubSender
+from .sender import send_batch
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -238,7 +239,12 @@ class _FailoverSender:
         self.target = target
         self.failover = failover
 
-    async def send_messages(self, messages: list[Message]) -> None:
+    reports_queued = True
+    """Passes the lent sender's "on the wire" on (``sender.send_batch``)."""
+
+    async def send_messages(
+        self, messages: list[Message], queued: Callable[[], None] | None = None
+    ) -> None:
         from ..failover import FailoverError, FailoverSwitched, NamespaceUnresolved
 
         try:
@@ -251,7 +257,7 @@ class _FailoverSender:
             if self.failover.version != version:  # switched while waiting for the sender
                 raise FailoverSwitched(f"{self.failover.name}: moved to {self.failover.host}")
             try:
-                await sender.send_messages(messages)
+                await send_batch(sender, messages, queued)
             except Exception as exc:
                 switched = await self.failover.report_failure(exc)
                 if switched or self.failover.version != version:

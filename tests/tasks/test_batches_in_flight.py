@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from azure.servicebus import ServiceBusMessage
 
+from replication.failover import HOST_MAP_SETTING, FailoverSpec
 from replication.messages import Message
 from replication.servicebus.client import AmqpSource
 from replication.servicebus.endpoint import Endpoint
@@ -27,7 +28,7 @@ from replication.servicebus.sdk_source import SourceReceiver
 from replication.servicebus.sender import SendError
 from replication.tasks.pump import PumpStats, Source, pump
 from replication.tasks.receiving import ReceiveLoop
-from replication.tasks.sender import AsyncSender
+from replication.tasks.sender import AsyncSender, send_batch
 from replication.tasks.targets import SenderPool, Target
 from replication.tasks.task import ReplicationTask
 from replication.tasks.turns import SendTurns
@@ -154,7 +155,7 @@ class _Recording:
             await sends.release.wait()
             sends.log.append(("failed", ids))
             raise SendError("the link was lost before the answer", "amqp:connection:forced")
-        await self.sender.send_messages(messages, queued=queued)
+        await send_batch(self.sender, messages, queued)
         if first:
             await sends.release.wait()
         sends.log.append(("end", ids))
@@ -190,12 +191,27 @@ async def until(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
             await asyncio.sleep(0.01)
 
 
+NAMESPACE = "overlap-test-example-com.servicebus.windows.net"
+
+
+def dst(broker: BrokerHandle, failover: bool) -> Target:
+    """The broker's dst, as it is or behind a failover (which resolves to this broker): a
+    failover target's sender lends a sender per send and must pass "on the wire" on."""
+    if not failover:
+        return Target(broker.connection_string, "dst")
+    settings = {HOST_MAP_SETTING: f"{NAMESPACE}=127.0.0.1:{broker.port}"}
+    spec = FailoverSpec.model_validate({"static": NAMESPACE})
+    return Target(broker.connection_string, "dst",
+                  spec.build("overlap/target", broker.connection_string, settings))  # fmt: skip
+
+
+@pytest.mark.parametrize("failover", [False, True], ids=["target", "failover-target"])
 @pytest.mark.broker_config(CONFIG)
 async def test_a_batch_without_keys_sends_while_the_one_before_is_held(
-    broker: BrokerHandle,
+    broker: BrokerHandle, failover: bool
 ) -> None:
     ids = load(broker, 30)
-    pool = SenderPool({None: Target(broker.connection_string, "dst")})
+    pool = SenderPool({None: dst(broker, failover)})
     sends = HeldSends(pool)
     try:
         async with pumping(broker, sends, batches_in_flight=2) as stats:
