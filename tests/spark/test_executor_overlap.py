@@ -13,25 +13,23 @@ clock is the task's input).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from azure.servicebus import ServiceBusMessage
 
 from replication.failover.runtime import endpoint_host
-from replication.messages import Message
 from replication.spark import executor
 from replication.spark.assignment import Assignment
 from replication.spark.executor import BATCHES_IN_FLIGHT, Counts, PipelineJob, run_assignment
 from replication.spark.worker import run_async
 from replication.tasks.breaker import Breakers
-from replication.tasks.sender import AsyncSender
 from replication.tasks.targets import SenderPool, Target
 from tests.broker.conftest import BrokerHandle, make_config, receive_all
+from tests.tasks.held_sends import HeldSends
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -71,13 +69,21 @@ def job_of(broker: BrokerHandle, pipeline: str) -> PipelineJob:
     return PipelineJob((PIPELINES, pipeline, json.dumps({"Bus": broker.connection_string}), None))
 
 
+def on_worker(job: PipelineJob, assignment: Assignment) -> Counts:
+    return run_async(run_assignment(job, assignment))
+
+
+HOLD = 10.0
+"""Seconds a test waits for a second batch to send while the first one's answer is held."""
+
+
 def moved(
     broker: BrokerHandle, pipeline: str, source: str, target: str, ids: list[str],
-    session: str | None = None,
+    session: str | None = None, run: Callable[[PipelineJob, Assignment], Counts] = on_worker,
 ) -> Counts:  # fmt: skip
     """Sends ``ids`` to ``source``, runs one assignment of ``pipeline`` for all of them (one
-    session slot when ``session`` is given) and checks that ``target`` got them in that
-    order and ``source`` is empty; the task's counts."""
+    session slot when ``session`` is given) with ``run`` and checks that ``target`` got them
+    in that order and ``source`` is empty; the task's counts."""
     with broker.client() as client, client.get_queue_sender(source) as sender:
         for start in range(0, len(ids), 100):
             sender.send_messages(
@@ -87,7 +93,7 @@ def moved(
     namespace = endpoint_host(broker.connection_string)
     sessions = 0 if session is None else 1
     assignment = Assignment("run", 1, 0, namespace, source, sessions, len(ids), 5.0)
-    counts = run_async(run_assignment(job, assignment))
+    counts = run(job, assignment)
     assert [str(m.message_id) for m in receive_all(broker, target)] == ids
     assert broker.count(source) == 0
     return counts
@@ -102,47 +108,6 @@ def test_a_plain_receiver_s_batches_overlap_and_keep_their_order(
     assert concurrency[1] == BATCHES_IN_FLIGHT == 2, "the batches did not overlap"
 
 
-HOLD = 5.0
-"""Seconds the first send's answer waits for a second send to start."""
-
-
-class FirstAnswerHeld:
-    """A sender pool whose first send, once on the wire, holds its answer until a second
-    send started (at most ``HOLD`` seconds); ``overlapped`` says whether one did."""
-
-    def __init__(self, pool: SenderPool) -> None:
-        self.pool = pool
-        self.sends = 0
-        self.second_started = asyncio.Event()
-        self.overlapped = False
-
-    @contextlib.asynccontextmanager
-    async def __call__(self, target: str | None) -> AsyncIterator[AsyncSender]:
-        async with self.pool(target) as sender:
-            yield _Holding(self, sender)
-
-
-class _Holding:
-    reports_queued = True  # passes the real sender's "on the wire" on
-
-    def __init__(self, held: FirstAnswerHeld, sender: Any) -> None:
-        self.held, self.sender = held, sender
-
-    async def send_messages(
-        self, messages: list[Message], queued: Callable[[], None] | None = None
-    ) -> None:
-        held = self.held
-        held.sends += 1
-        if held.sends > 1:
-            held.second_started.set()
-            await self.sender.send_messages(messages, queued=queued)
-            return
-        await self.sender.send_messages(messages, queued=queued)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(held.second_started.wait(), HOLD)
-            held.overlapped = True
-
-
 @pytest.mark.broker_config(CONFIG)
 def test_a_plain_receiver_s_next_batch_sends_before_the_one_before_is_answered(
     broker: BrokerHandle, monkeypatch: pytest.MonkeyPatch
@@ -151,20 +116,42 @@ def test_a_plain_receiver_s_next_batch_sends_before_the_one_before_is_answered(
     must not keep the next batch waiting for the answer to the one before (it did: the
     counting sender dropped the "on the wire" signal, and a task moved ~20% fewer messages
     a second than the local host's pump)."""
-    pools: list[FirstAnswerHeld] = []
+    held: list[HeldSends] = []
 
     def pool_for(key: Any, targets: dict[str | None, Target], backend: Any = "amqp") -> Any:
-        pools.append(FirstAnswerHeld(SenderPool(targets, backend=backend)))
-        return pools[-1], Breakers()
+        held.append(HeldSends(SenderPool(targets, backend=backend)))
+        return held[-1], Breakers()
+
+    async def run(job: PipelineJob, assignment: Assignment) -> tuple[Counts, bool]:
+        """The task, and whether its second batch sent while the first answer was held."""
+        task = asyncio.create_task(run_assignment(job, assignment))
+        try:
+            async with asyncio.timeout(HOLD):
+                while not held:
+                    await asyncio.sleep(0.01)
+                await held[0].second_started.wait()
+            overlapped = True
+        except TimeoutError:
+            overlapped = False
+        finally:
+            if held:
+                held[0].release.set()
+        return await task, overlapped
 
     monkeypatch.setattr(executor, "pool_for", pool_for)
+    overlapped = [False]
+
+    def running(job: PipelineJob, assignment: Assignment) -> Counts:
+        counts, overlapped[0] = run_async(run(job, assignment))
+        return counts
+
     try:
-        counts = moved(broker, "copy", "src", "dst", [f"h-{i:03d}" for i in range(30)])
+        counts = moved(broker, "copy", "src", "dst", [f"h-{i:03d}" for i in range(30)], run=running)
     finally:
-        for held in pools:
-            run_async(held.pool.close())
+        for sends in held:
+            run_async(sends.pool.close())
     assert (counts.received, counts.completed, counts.forwarded) == (30, 30, 30)
-    assert pools[0].overlapped, "the second batch waited for the answer to the first"
+    assert overlapped[0], "the second batch waited for the answer to the first"
 
 
 @pytest.mark.broker_config(CONFIG)
