@@ -203,7 +203,7 @@ class Queue:
         else:
             state, start = STATE_ACTIVE, now
         expires = start + ttl if ttl else None
-        message = wire.with_expiry(message, expires)
+        message = wire.with_expiry(message, start, expires)
         seq = self.store.next_sequence(self.entity)
         self.store.insert(
             self.entity,
@@ -304,7 +304,9 @@ class Queue:
         return lock
 
     def payload(self, row: StoredMessage, lock: Lock | None) -> bytes:
-        ttl = row.expires_ms - row.enqueued_ms if row.expires_ms is not None else None
+        # the TTL counts from the enqueued time, or from the scheduled time while it waits
+        start = row.scheduled_ms if row.state == STATE_SCHEDULED else None
+        ttl = row.expires_ms - (start or row.enqueued_ms) if row.expires_ms is not None else None
         return wire.delivery_payload(
             bare=row.bare, sender_annotations=row.annotations, sequence_number=row.seq,
             enqueued_ms=row.enqueued_ms, delivery_count=row.delivery_count, ttl_ms=ttl,
@@ -535,7 +537,7 @@ class Queue:
         row = self.store.load(self.entity, [seq]).get(seq)
         if row is None:
             return
-        self.store.set_state(self.entity, seq, STATE_ACTIVE)
+        self.store.activate_scheduled(self.entity, seq)
         self.pending_ready.append((seq, self._session_key(row.session_id)))
 
 

@@ -368,6 +368,17 @@ class MessageStore:
             (state, scheduled_ms, _key(entity, seq)),
         )
 
+    def activate_scheduled(self, entity: int, seq: int) -> None:
+        """A scheduled message becomes active: it is enqueued as of its scheduled time (the
+        instant its time to live counts from), as Service Bus materializes it then."""
+        self._begin()
+        self._forget_hot(_key(entity, seq))
+        self._db.execute(
+            "UPDATE message SET state = ?, enqueued_ms = ifnull(scheduled_ms, enqueued_ms), "
+            "scheduled_ms = NULL WHERE id = ?",
+            (STATE_ACTIVE, _key(entity, seq)),
+        )
+
     def remember_message_id(self, entity: int, message_id: str, now_ms: int) -> None:
         self._begin()
         self._db.execute(

@@ -147,10 +147,10 @@ class Topic:
         message = wire.parse_message((row.annotations or b"") + row.bare)
         now = now_ms(self.clock)
         if row.expires_ms is not None:
-            remaining = row.expires_ms - now
-            if remaining <= 0:
+            if row.expires_ms <= now:
                 return  # expired while scheduled
-            message.header = Header(durable=True, ttl=remaining)
+            # the TTL in force, counted from now on in each subscription (as on a send)
+            message.header = Header(durable=True, ttl=row.expires_ms - (row.scheduled_ms or now))
         message.annotations.pop(SCHEDULED_ENQUEUE_TIME, None)
         self._fan_out(message, now, 0)
 

@@ -41,6 +41,9 @@ from ..servicebus.symbols import (
 )
 from .guids import GUIDS
 
+MAX_HEADER_TTL = 0xFFFFFFFF
+"""The longest time to live the header's uint holds (49.7 days in ms)."""
+
 BATCH_FORMAT = 0x80013700
 """message-format of a Service Bus batch: each data section holds one encoded message."""
 
@@ -79,8 +82,15 @@ class IncomingMessage:
 
     @property
     def ttl_ms(self) -> int | None:
-        """The sender's time to live (header ttl), if any."""
-        return int(self.header.ttl) if self.header and self.header.ttl else None
+        """The sender's time to live: the header ttl, or, where that is the largest a uint
+        holds (49.7 days, as the SDKs cap it), ``absolute-expiry-time - creation-time`` when
+        that is longer: the SDKs carry a longer TTL only there."""
+        ttl = int(self.header.ttl) if self.header and self.header.ttl else None
+        if ttl == MAX_HEADER_TTL and self.properties is not None:
+            expires, created = self.properties.absolute_expiry_time, self.properties.creation_time
+            if expires is not None and created is not None and expires - created > ttl:
+                return int(expires - created)
+        return ttl
 
     @property
     def scheduled_ms(self) -> int | None:
@@ -114,21 +124,34 @@ def ensure_message_id(message: IncomingMessage) -> IncomingMessage:
     return message
 
 
-def with_expiry(message: IncomingMessage, expires_ms: int | None) -> IncomingMessage:
+def with_expiry(message: IncomingMessage, start_ms: int, expires_ms: int | None) -> IncomingMessage:
     """The message as an entity keeps it: ``absolute-expiry-time`` is the instant it expires
-    there, left out when it never expires (Service Bus: "ignored on input, authoritative on
-    output"; the SDKs send their own guess, from the sender's clock). A copy when it
+    there (Service Bus: "ignored on input, authoritative on output") and ``creation-time``
+    the instant its time to live counts from (the enqueued or scheduled time), so a receiver
+    that reads TimeToLive as their difference (the .NET, Java and JavaScript SDKs) gets the
+    TTL in force exactly, whatever the sender's clock said. A message that never expires
+    keeps the sender's ``creation-time`` and has no ``absolute-expiry-time``. A copy when it
     changes, since a topic hands the same message to subscriptions with different TTLs."""
-    current = message.properties.absolute_expiry_time if message.properties else None
-    if current == expires_ms:
-        return message
-    properties = dataclasses.replace(message.properties or Properties(),
-                                     absolute_expiry_time=expires_ms)  # fmt: skip
-    bare, span = _with_properties(message.bare, properties, message.properties_span)
+    properties = message.properties
+    current = (properties.absolute_expiry_time, properties.creation_time) if properties else None
+    if expires_ms is None:
+        if current is None or current[0] is None:
+            return message
+        wanted = dataclasses.replace(properties or Properties(), absolute_expiry_time=None)
+    else:
+        if current == (expires_ms, start_ms):
+            return message
+        wanted = dataclasses.replace(
+            properties or Properties(), absolute_expiry_time=expires_ms, creation_time=start_ms
+        )
+    bare, span = _with_properties(message.bare, wanted, message.properties_span)
     return dataclasses.replace(
-        message, properties=properties, bare=bare,
-        size=message.size + len(bare) - len(message.bare), properties_span=span,
-    )  # fmt: skip
+        message,
+        properties=wanted,
+        bare=bare,
+        size=message.size + len(bare) - len(message.bare),
+        properties_span=span,
+    )
 
 
 def _with_properties(
@@ -287,7 +310,7 @@ def delivery_payload(
 
     Written straight from the values (every delivery goes through here): the sender's stored
     annotation entries are copied undecoded and the broker's appended after them."""
-    ttl = ttl_ms if ttl_ms and ttl_ms <= 0xFFFFFFFF else None
+    ttl = ttl_ms if ttl_ms and ttl_ms <= MAX_HEADER_TTL else None
     header = b"\x41\x50\x04" + (codec.uint_bytes(ttl) if ttl is not None else b"\x40") + b"\x42"
     header += codec.uint_bytes(delivery_count)
     count, entries = 0, b""

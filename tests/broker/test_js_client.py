@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,15 @@ import pytest
 from azure.servicebus import ServiceBusMessage
 from azure.servicebus.amqp import AmqpAnnotatedMessage, AmqpMessageBodyType
 
-from .conftest import NAMESPACE, BrokerHandle, body_bytes, make_config, nothing_more, receive_n
+from .conftest import (
+    NAMESPACE,
+    BrokerHandle,
+    body_bytes,
+    make_config,
+    nothing_more,
+    proton_connection,
+    receive_n,
+)
 
 try:
     import fcntl
@@ -547,3 +556,38 @@ def test_js_large_messages(js_node: str, broker: BrokerHandle) -> None:
         ("subscribe", "large-subscribe", 256_000), ("session", "large-session", 256_000),
     ]  # fmt: skip
     assert broker.count("q") == 0 and broker.count("sq") == 0
+
+
+TTL_MINUTES = 10 * 60_000
+DAY_MS = 24 * 3600 * 1000
+
+
+@pytest.mark.broker_config(make_config({"ttl": {"DefaultMessageTimeToLive": "P90D"}}))
+def test_js_reads_back_the_time_to_live_that_was_sent(js_node: str, broker: BrokerHandle) -> None:
+    """The JS SDK reads TimeToLive as absolute-expiry-time - creation-time: whatever clock
+    the sender's creation-time came from, and for a message that had none (proton writes
+    only the header ttl), the difference must be the TTL sent, exactly, and past 49 days
+    too; a message without one gets the entity's default."""
+    from proton import Message
+
+    conn = proton_connection(broker.port)
+    try:
+        conn.create_sender("ttl").send(
+            Message(body="proton", id="ttl-no-creation-time", ttl=TTL_MINUTES / 1000)
+        )
+    finally:
+        conn.close()
+
+    result = run_js(js_node, "ttl", broker, "--queue", "ttl", "--count", "1")
+    got = {m["messageId"]: m for m in result["received"]}
+    assert {k: got[k].get("timeToLive") for k in sorted(got)} == {
+        "ttl-60-days": 60 * DAY_MS,
+        "ttl-clock-behind": TTL_MINUTES,
+        "ttl-default": 90 * DAY_MS,
+        "ttl-no-creation-time": TTL_MINUTES,
+        "ttl-plain": TTL_MINUTES,
+    }
+    for message in got.values():  # expiry counts from the enqueued time, exactly
+        enqueued = datetime.fromisoformat(message["enqueuedTimeUtc"])
+        expires = datetime.fromisoformat(message["expiresAtUtc"])
+        assert expires - enqueued == timedelta(milliseconds=message["timeToLive"])

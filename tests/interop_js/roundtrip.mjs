@@ -29,6 +29,9 @@
 //            acceptNextSession, on both; the session lock, renewSessionLock and the
 //            messages' locks must all be about now + --lock-ms, and receiving, session state
 //            and completing must work on each.
+//   ttl      send four messages with times to live (plain, 60 days, a sender clock an hour
+//            behind, none) to --queue and receive them and --count more: each one's
+//            timeToLive, expiresAtUtc, enqueuedTimeUtc.
 //   large    --queue (and --session-queue, sessions on): messages of --size bytes (256000,
 //            250 KiB) sent, received and completed (receiveMessages, subscribe(), a
 //            session); nothing may come back.
@@ -46,7 +49,7 @@ import { ServiceBusClient } from "@azure/service-bus";
 
 const USAGE =
   "usage: node roundtrip.mjs <queue|session|topic|send|receive|management|no-message-id|" +
-  "session-locks|large> " +
+  "session-locks|large|ttl> " +
   "[--connection-string CS] " +
   "[--queue NAME] [--topic NAME] [--subscription NAME] [--count N] [--timeout-ms MS] " +
   "[--empty-timeout-ms MS] [--lock-ms MS] [--size BYTES] [--session-queue NAME]";
@@ -302,6 +305,46 @@ async function runReceive(client, args) {
   await expectNothingMore(receiver, "receive");
   await receiver.close();
   return { queue, received: messages.map(summary) };
+}
+
+/**
+ * Times to live as a receiver reads them: the SDK takes absolute-expiry-time - creation-time
+ * when both are there (since 7.9.4), so the broker must keep that difference the TTL sent.
+ * Sends four messages (a plain TTL; 60 days, past the header's uint32 and carried only in the
+ * properties; a sender clock an hour behind; none, so the entity's default applies), then
+ * receives them and --count (0) more another client sent first, and reports each one's
+ * timeToLive, expiresAtUtc and enqueuedTimeUtc.
+ */
+async function runTtl(client, args) {
+  const queue = required(args, "queue");
+  const count = 4 + Number(args.count ?? 0);
+  const day = 24 * 3600 * 1000;
+  const sender = client.createSender(queue);
+  await sender.sendMessages({ messageId: "ttl-plain", body: "plain", timeToLive: 600_000 });
+  await sender.sendMessages({
+    body: "long",
+    bodyType: "value",
+    header: { timeToLive: 60 * day },
+    properties: { messageId: "ttl-60-days" },
+  });
+  await sender.sendMessages({
+    body: "skewed",
+    bodyType: "value",
+    header: { timeToLive: 600_000 },
+    properties: { messageId: "ttl-clock-behind", creationTime: Date.now() - 3600_000 },
+  });
+  await sender.sendMessages({ messageId: "ttl-default", body: "default" });
+  await sender.close();
+  const receiver = client.createReceiver(queue, { receiveMode: "peekLock" });
+  const messages = await receiveN(receiver, count, "ttl");
+  for (const message of messages) await receiver.completeMessage(message);
+  await receiver.close();
+  const received = messages.map((message) => ({
+    ...summary(message),
+    timeToLive: message.timeToLive,
+    expiresAtUtc: plain(message.expiresAtUtc),
+  }));
+  return { queue, received };
 }
 
 async function runQueue(client, args) {
@@ -862,6 +905,7 @@ const MODES = {
   "no-message-id": runNoMessageId,
   "session-locks": runSessionLocks,
   large: runLarge,
+  ttl: runTtl,
 };
 
 function required(args, name) {
