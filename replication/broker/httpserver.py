@@ -1,7 +1,8 @@
 """HTTP/1.1 on one connection: ``h11`` parses, an ``HttpApp`` answers, an upgrade hands over.
 
 The broker serves a few HTTP requests (the management API, ``/health``) and WebSocket
-upgrades for AMQP, on sockets whose first bytes the listener already read. Requests are
+upgrades for AMQP, on sockets whose first bytes the listener already read; listening on
+loopback, only for a loopback Host and Origin (``loopback.py``: no DNS rebinding). Requests are
 answered one at a time (keep-alive, pipelining by h11's rules); a client gets
 ``HEADER_TIMEOUT`` seconds for each request head and bodies are capped at ``MAX_BODY``, so
 a slow or greedy client costs one socket and a little memory, never the broker's loop.
@@ -19,7 +20,7 @@ from typing import Any, cast
 
 import h11
 
-from . import websocket
+from . import loopback, websocket
 from .httpapi import HttpApp, Request, Response
 from .layers import Layer
 
@@ -55,15 +56,22 @@ class HttpConnection(Layer):
     """Serves requests on one connection until either side closes it or it upgrades.
 
     ``websocket`` makes the protocol to run inside an accepted WebSocket (None: no upgrades).
+    ``loopback_only``: the port listens on loopback, so requests for another Host, or
+    changes from another Origin, are refused before anything answers (``loopback.py``).
     """
 
     def __init__(
-        self, app: HttpApp, scheme: str, websocket: Callable[[], asyncio.Protocol] | None = None
+        self,
+        app: HttpApp,
+        scheme: str,
+        websocket: Callable[[], asyncio.Protocol] | None = None,
+        loopback_only: bool = False,
     ) -> None:
         super().__init__()
         self.app = app
         self.scheme = scheme
         self.websocket = websocket
+        self.loopback_only = loopback_only
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
         self._buffer = bytearray()
         self._eof = False
@@ -152,8 +160,8 @@ class HttpConnection(Layer):
             return False
         if request is None:
             return False
-        response = None
-        if self.websocket is not None and websocket.is_upgrade(request):
+        response = self._guard(request)
+        if response is None and self.websocket is not None and websocket.is_upgrade(request):
             response = websocket.handshake(request)
             if response.status == 101:
                 self._upgrade(response)
@@ -222,6 +230,17 @@ class HttpConnection(Layer):
                 self._wakeup.clear()
                 remaining = deadline - asyncio.get_running_loop().time()
                 await asyncio.wait_for(self._wakeup.wait(), max(remaining, 0.0))
+
+    def _guard(self, request: Request) -> Response | None:
+        """The refusal of a request a loopback-only port must not serve; None: serve it."""
+        if not self.loopback_only:
+            return None
+        host, origin = request.headers.get("host"), request.headers.get("origin")
+        refused = loopback.refusal(request.method, host, origin, websocket.is_upgrade(request))
+        if refused is None:
+            return None
+        body = refused.message.encode() + b"\n"
+        return Response(refused.status, {"content-type": "text/plain; charset=utf-8"}, body)
 
     async def _answer(self, request: Request) -> Response:
         response = health(request)

@@ -140,7 +140,10 @@ class Sniffer(Layer):
         else:
             root = self.root
             http = HttpConnection(
-                listener.app, surface.scheme, lambda: Sniffer(IN_WEBSOCKET, listener, root)
+                listener.app,
+                surface.scheme,
+                lambda: Sniffer(IN_WEBSOCKET, listener, root),
+                loopback_only=listener.loopback_only,
             )
             self.hand_over(http, transport, data)
 
@@ -168,14 +171,21 @@ class Listener:
 
     ``amqp`` makes the protocol for an AMQP connection (a ``ConnectionDriver``), ``app``
     answers HTTP requests, ``tls`` is the server context (None: TLS is refused).
+    ``loopback_only``: the sockets listen on loopback, so HTTP is served only for a loopback
+    Host and Origin (no DNS rebinding; ``loopback.py``).
     """
 
     def __init__(
-        self, amqp: Callable[[], asyncio.Protocol], app: HttpApp, tls: ssl.SSLContext | None
+        self,
+        amqp: Callable[[], asyncio.Protocol],
+        app: HttpApp,
+        tls: ssl.SSLContext | None,
+        loopback_only: bool = False,
     ) -> None:
         self.amqp = amqp
         self.app = app
         self.tls = tls
+        self.loopback_only = loopback_only
         self.servers: list[asyncio.Server] = []
         self.connections: set[Sniffer] = set()
 

@@ -17,6 +17,7 @@ from ..gc_tuning import collect_garbage_for_throughput
 from .admin.api import AdminApi
 from .auth import Authorizer
 from .config import BrokerConfig, ConfigError, Rule, load_config
+from .loopback import is_loopback_bind
 from .queue import QueueSettings
 from .registry import TopicSpec
 from .rules import RuleSpec
@@ -268,11 +269,12 @@ async def _serve(broker: Broker, ui: bool = False) -> None:
 
 def serve_dashboard(broker: Broker) -> Dashboard:
     """The dashboard on the broker's HTTP side (its paths answered before the management
-    API's); off loopback every call needs a SAS token of the namespace."""
+    API's); off loopback every call needs a SAS token of the namespace (on loopback the
+    listener takes only loopback Hosts and Origins instead: ``loopback.py``)."""
     from ..dashboard import Dashboard, Namespace
-    from ..dashboard.app import is_loopback
 
-    dashboard = Dashboard([Namespace.of_broker(broker)], require_token=not is_loopback(broker.host))
+    loopback = is_loopback_bind(broker.host)
+    dashboard = Dashboard([Namespace.of_broker(broker)], require_token=not loopback)
     broker.http_app = dashboard.wrap(broker.http_app)
     where = "localhost" if broker.host in ("0.0.0.0", "::", "") else broker.host
     if broker.http_port is not None:

@@ -42,6 +42,7 @@ from .eventhubs.hub import EventHubSpec
 from .httpapi import HttpApp, not_found
 from .limits import LINK_CREDIT, MAX_LINKS_PER_CONNECTION, Intake
 from .listener import AMQP_PORT, HTTP_PORT, TLS_PORT, Listener
+from .loopback import is_loopback_bind
 from .management import handle_request
 from .nodes import Nodes, RequestNode
 from .peer import Peer
@@ -222,7 +223,7 @@ class Broker:
         context, self.tls_files = tls.broker_tls(self.data_dir, self.tls_cert, self.tls_key)
         listener = self.listener = Listener(
             lambda: ConnectionDriver(self._new_connection(), self._on_event),
-            lambda request: self.http_app(request), context,
+            lambda request: self.http_app(request), context, is_loopback_bind(self.host),
         )  # fmt: skip
         try:
             self.port = await listener.listen(self.host, self.port, AMQP_PORT)

@@ -15,11 +15,13 @@ and on the broker's own HTTP port (``python -m replication broker --ui``). Paths
 
 Names start with ``$`` as Service Bus's own resources do, so no entity path can collide.
 
-Access: bound to a loopback address, requests must come for a loopback ``Host`` (a page
-elsewhere cannot reach it by rebinding a name) and POSTs must be JSON (a form on another
-site cannot send that without the browser asking first). Bound elsewhere, every API call
-needs a SAS token (``Authorization: SharedAccessSignature ...``) of the namespace, with the
-rights Service Bus would ask for: Listen to look, Send to send, Manage to resubmit or delete.
+Access: POSTs must be JSON (a form on another site cannot send that without the browser
+asking first). Bound to a loopback address, the server in front (the broker's listener, the
+local host's HTTP server) answers only for a loopback ``Host`` and takes POSTs only from a
+loopback ``Origin`` (``broker/loopback.py``: no DNS rebinding), so no token is asked for.
+Bound elsewhere, every API call needs a SAS token (``Authorization: SharedAccessSignature
+...``) of the namespace, with the rights Service Bus would ask for: Listen to look, Send to
+send, Manage to resubmit or delete.
 """
 
 from __future__ import annotations
@@ -52,10 +54,6 @@ TYPES = {
 HttpApp = Callable[[Request], Awaitable[Response]]
 
 
-def is_loopback(host: str) -> bool:
-    return host.strip("[]") in {"127.0.0.1", "localhost", "::1"} or host.startswith("127.")
-
-
 def _json(value: Any, status: int = 200) -> Response:
     body = json.dumps(value, default=str).encode()
     return Response(status, {"content-type": "application/json", "cache-control": "no-store"},
@@ -68,7 +66,8 @@ def _error(status: int, message: str) -> Response:
 
 class Dashboard:
     """The dashboard over ``namespaces`` (and the local host's pipelines, given a ``board``).
-    ``require_token``: callers must show a SAS token (the server listens beyond loopback)."""
+    ``require_token``: callers must show a SAS token (the server listens beyond loopback);
+    without, the server must be one that refuses other Hosts and Origins (``loopback.py``)."""
 
     def __init__(
         self, namespaces: list[Namespace], board: PipelineBoard | None = None, *,
@@ -142,9 +141,6 @@ class Dashboard:
             return _error(500, f"{type(exc).__name__}: {exc}")
 
     def _refuse(self, request: Request) -> Response | None:
-        host = request.headers.get("host", "").rpartition(":")[0] or request.headers.get("host")
-        if not self.require_token and host and not is_loopback(host):
-            return _error(403, f"this dashboard answers for localhost only, not {host!r}")
         if request.method == "POST":
             kind = request.headers.get("content-type", "").partition(";")[0].strip().lower()
             if kind != "application/json":

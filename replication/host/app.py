@@ -2,7 +2,8 @@
 
 Loads the settings, starts embedded brokers for local emulator connections (with the
 entities the pipelines use), discovers ``function_app.py``'s Service Bus triggers, runs them
-(``trigger.TriggerRunner``), serves ``/metrics`` and ``/health``, and shows progress. Ctrl-C
+(``trigger.TriggerRunner``), serves ``/metrics``, ``/health`` and the dashboard on 127.0.0.1
+(for loopback Hosts and Origins only: ``broker/loopback.py``), and shows progress. Ctrl-C
 (or SIGTERM) stops receiving, lets every in-flight batch finish and settle, stops the
 brokers: nothing received is lost (unsettled messages would simply come back).
 
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from .. import metrics
+from ..broker.loopback import refusal
 from ..dashboard.threaded import serve
 from ..generated import generated, pipeline_name
 from .discovery import ServiceBusTrigger, load_app, service_bus_triggers
@@ -50,6 +52,10 @@ if TYPE_CHECKING:
     from ..pipeline import Pipeline, PipelineFile
 
 log = logging.getLogger("replication.host")
+
+MAX_REFUSED_BODY = 1024 * 1024
+"""A refused request's body is read (and dropped) up to this size before the answer, so the
+close after it does not reset the connection under the client's feet."""
 
 
 @dataclass(slots=True)
@@ -231,10 +237,14 @@ class Host:
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
+                if self._refused():
+                    return
                 if dashboard is None or not serve(self, dashboard, loop):
                     self.send_error(404)
 
             def do_GET(self) -> None:
+                if self._refused():
+                    return
                 if self.path.startswith("/metrics"):
                     body, kind, code = generate_latest(metrics.REGISTRY), CONTENT_TYPE_LATEST, 200
                 elif self.path.startswith("/health"):
@@ -250,6 +260,23 @@ class Host:
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
+
+            def _refused(self) -> bool:
+                """Bound to 127.0.0.1: other Hosts and Origins are refused (``loopback.py``)."""
+                headers = self.headers
+                why = refusal(self.command, headers.get("Host"), headers.get("Origin"))
+                if why is None:
+                    return False
+                with contextlib.suppress(ValueError):  # read what was sent: no reset at close
+                    length = int(headers.get("Content-Length") or 0)
+                    self.rfile.read(length if 0 < length <= MAX_REFUSED_BODY else 0)
+                body = why.message.encode() + b"\n"
+                self.send_response(why.status)
+                self.send_header("Content-Type", "text/plain; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return True
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass

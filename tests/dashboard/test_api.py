@@ -284,8 +284,6 @@ def test_bad_requests_say_what_is_wrong(api: Api) -> None:
         "send", {"body": "x"}, entity="work", headers={"content-type": "text/plain"}
     )
     assert status == 415  # a form on another site cannot post JSON without asking first
-    status, answer = api("overview", headers={"host": "evil.example:9464"})
-    assert status == 403 and "localhost only" in answer["error"]
 
 
 def test_off_loopback_every_call_needs_a_token_with_the_right(
