@@ -2,13 +2,23 @@
 // (FC1) or Elastic Premium (EP1) plan, with a system-assigned identity and the app settings
 // the pipeline file needs.
 //
+// The plan and the site are in a module per hosting plan, functionapp-flex.bicep (FC1) or
+// functionapp-premium.bicep (EP1), so that each declares only what its plan takes: Flex
+// Consumption has its runtime, package container and scale limits in the site's
+// functionAppConfig and refuses linuxFxVersion, ftpsState and other siteConfig properties
+// that Elastic Premium needs (ARM error 51021, reported even for null values, so not
+// `plan ? value : null` either). Modules rather than `= if (...)` resources: checkov 3.3.30
+// reads no property of a conditional resource. This file works out the app settings once
+// and hands them to the plan's module.
+//
 // App settings: one entry per setting in `settings` below, each { name, source, value,
 // namespaceName, eventHubName, ruleName } where source says where the value comes from at
 // deployment:
 //   'value'        the value as given (pipeline file path, namespace host, ...)
 //   'sas'          the primary connection string of authorization rule ruleName of Service
-//                  Bus namespace namespaceName (read with listKeys: never in a parameter or
-//                  an output)
+//                  Bus namespace namespaceName (read with listKeys at deployment: never in a
+//                  parameter of main.bicep or in an output; the plan's module takes the
+//                  settings in a @secure() parameter)
 //   'eventHubsSas' the same of a rule of Event Hubs namespace namespaceName
 //   'eventHubSas'  the same of a rule of event hub eventHubName there (it carries EntityPath)
 //   'storage'      a connection string of the app's storage account
@@ -162,85 +172,29 @@ resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
   name: storageAccountName
 }
 
-resource blobService 'Microsoft.Storage/storageAccounts/blobServices@2023-05-01' existing = {
-  parent: storage
-  name: 'default'
-}
-
-resource deploymentContainer 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' existing = {
-  parent: blobService
-  name: deploymentContainerName
-}
-
 resource appInsights 'Microsoft.Insights/components@2020-02-02' existing = {
   name: applicationInsightsName
 }
 
 var storageConnectionString = 'DefaultEndpointsProtocol=https;AccountName=${storage.name};EndpointSuffix=${environment().suffixes.storage};AccountKey=${storage.listKeys().keys[0].value}'
 
-resource hostingPlan 'Microsoft.Web/serverfarms@2024-04-01' = {
-  name: planName
-  location: location
-  tags: tags
-  kind: (isFlex) ? 'functionapp' : 'elastic'
-  sku: (isFlex) ? {
-    name: 'FC1'
-    tier: 'FlexConsumption'
-  } : {
-    name: 'EP1'
-    tier: 'ElasticPremium'
-  }
-  // checkov:skip=CKV_AZURE_225: zone redundancy is the zoneRedundant parameter (off by default): not every region offers it, and on Elastic Premium it means 3 instances always running
-  properties: {
-    reserved: true
+// The settings with their values, as siteConfig.appSettings takes them. Both module
+// declarations below write the same loop (tests/infra compares them): a loop that calls
+// listKeys cannot be a variable.
+module flexSite 'functionapp-flex.bicep' = if (isFlex) {
+  name: 'functionapp-flex'
+  params: {
+    appName: appName
+    planName: planName
+    location: location
+    tags: tags
+    storageAccountName: storageAccountName
+    deploymentContainerName: deploymentContainerName
+    maximumInstanceCount: maximumInstanceCount
+    instanceMemoryMB: instanceMemoryMB
     zoneRedundant: zoneRedundant
-    maximumElasticWorkerCount: (isFlex) ? null : maximumElasticWorkerCount
-  }
-}
-
-resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
-  name: appName
-  location: location
-  tags: tags
-  kind: 'functionapp,linux'
-  identity: {
-    type: 'SystemAssigned'
-  }
-  properties: {
-    serverFarmId: hostingPlan.id
-    httpsOnly: true
-    // checkov:skip=CKV_AZURE_17: the app has no HTTP-triggered functions (Service Bus and Event Hubs triggers only): there is no call for client certificates to guard
-    clientCertEnabled: false
-    // checkov:skip=CKV_AZURE_222: deployment (func publish, zip deploy) reaches the app over its public endpoint; the app serves no HTTP functions and this template has no private network
-    publicNetworkAccess: 'Enabled'
-    functionAppConfig: (isFlex) ? {
-      deployment: {
-        storage: {
-          type: 'blobContainer'
-          value: '${storage.properties.primaryEndpoints.blob}${deploymentContainerName}'
-          authentication: {
-            type: 'SystemAssignedIdentity'
-          }
-        }
-      }
-      scaleAndConcurrency: {
-        maximumInstanceCount: maximumInstanceCount
-        instanceMemoryMB: instanceMemoryMB
-      }
-      runtime: {
-        name: 'python'
-        version: '3.11'
-      }
-    } : null
-    siteConfig: {
-      linuxFxVersion: (isFlex) ? null : 'Python|3.11'
-      // checkov:skip=CKV_AZURE_212: instance counts are the platform's: Flex Consumption and Elastic Premium scale out on queue length (maximumInstanceCount / maximumElasticWorkerCount)
-      // checkov:skip=CKV_AZURE_213: there is no HTTP endpoint to probe: the functions are Service Bus and Event Hubs triggers and the platform watches the Functions host itself
-      minTlsVersion: '1.2'
-      ftpsState: 'Disabled'
-      http20Enabled: true
-      remoteDebuggingEnabled: false
-      appSettings: [for s in settings: {
+    appSettings: {
+      items: [for s in settings: {
         name: s.name
         value: ((s.source) == 'sas') ? listKeys(resourceId('Microsoft.ServiceBus/namespaces/authorizationRules', s.namespaceName, s.ruleName), '2022-10-01-preview').primaryConnectionString : (((s.source) == 'eventHubsSas') ? listKeys(resourceId('Microsoft.EventHub/namespaces/authorizationRules', s.namespaceName, s.ruleName), '2022-10-01-preview').primaryConnectionString : (((s.source) == 'eventHubSas') ? listKeys(resourceId('Microsoft.EventHub/namespaces/eventhubs/authorizationRules', s.namespaceName, s.eventHubName, s.ruleName), '2022-10-01-preview').primaryConnectionString : (((s.source) == 'storage') ? storageConnectionString : (((s.source) == 'appInsights') ? appInsights.properties.ConnectionString : s.value))))
       }]
@@ -248,19 +202,25 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
   }
 }
 
-var blobContributorRoleId = 'ba92f5b4-2d11-453d-a403-e96b0029c9fe' // Storage Blob Data Contributor
-
-// Flex Consumption fetches the package from the deployment container with the app's identity.
-resource deploymentAccess 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (isFlex) {
-  name: guid(deploymentContainer.id, functionApp.id, blobContributorRoleId)
-  scope: deploymentContainer
-  properties: {
-    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', blobContributorRoleId)
-    principalId: functionApp.identity.principalId
-    principalType: 'ServicePrincipal'
+module premiumSite 'functionapp-premium.bicep' = if (!isFlex) {
+  name: 'functionapp-premium'
+  params: {
+    appName: appName
+    planName: planName
+    location: location
+    tags: tags
+    maximumElasticWorkerCount: maximumElasticWorkerCount
+    zoneRedundant: zoneRedundant
+    appSettings: {
+      items: [for s in settings: {
+        name: s.name
+        value: ((s.source) == 'sas') ? listKeys(resourceId('Microsoft.ServiceBus/namespaces/authorizationRules', s.namespaceName, s.ruleName), '2022-10-01-preview').primaryConnectionString : (((s.source) == 'eventHubsSas') ? listKeys(resourceId('Microsoft.EventHub/namespaces/authorizationRules', s.namespaceName, s.ruleName), '2022-10-01-preview').primaryConnectionString : (((s.source) == 'eventHubSas') ? listKeys(resourceId('Microsoft.EventHub/namespaces/eventhubs/authorizationRules', s.namespaceName, s.eventHubName, s.ruleName), '2022-10-01-preview').primaryConnectionString : (((s.source) == 'storage') ? storageConnectionString : (((s.source) == 'appInsights') ? appInsights.properties.ConnectionString : s.value))))
+      }]
+    }
   }
 }
 
-output name string = functionApp.name
-output principalId string = functionApp.identity.principalId
-output defaultHostName string = functionApp.properties.defaultHostName
+// One of the two is deployed; ARM evaluates only the branch a condition takes.
+output name string = appName
+output principalId string = (isFlex) ? flexSite.outputs.principalId : premiumSite.outputs.principalId
+output defaultHostName string = (isFlex) ? flexSite.outputs.defaultHostName : premiumSite.outputs.defaultHostName

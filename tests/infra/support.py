@@ -97,10 +97,25 @@ def only(items: list[Any]) -> Any:
     return items[0]
 
 
+PLAN_MODULES = {"FC1": "flexSite", "EP1": "premiumSite"}
+"""modules/functionapp.bicep's module per hosting plan (functionapp-flex.bicep,
+functionapp-premium.bicep): the one of the chosen plan is deployed."""
+
+
+def plan_module(main: Instance) -> Instance:
+    """The deployed module of modules/functionapp.bicep that holds the plan and the site."""
+    app = only(main.module("functionApp"))
+    return only([m for symbol in PLAN_MODULES.values() for m in app.module(symbol)])
+
+
+def site(main: Instance) -> dict[str, Any]:
+    """The Function App's site resource, as the chosen plan deploys it."""
+    return only(plan_module(main).resource("site"))
+
+
 def app_settings(main: Instance) -> list[dict[str, Any]]:
     """The Function App's app settings (names concrete, values mostly ``Unknown``)."""
-    app = only(main.module("functionApp"))
-    return only(app.resource("functionApp"))["properties"]["siteConfig"]["appSettings"]
+    return site(main)["properties"]["siteConfig"]["appSettings"]
 
 
 def bicep_files() -> Iterator[Path]:

@@ -42,7 +42,13 @@ def test_the_templates_pass_checkov(infra: tuple[int, dict[str, Any]]) -> None:
     assert code == 0
     assert summary["parsing_errors"] == 0, results["parsing_errors"]
     scanned = {Path(r["file_path"]).name for r in results["passed_checks"]}
-    assert {"storage.bicep", "functionapp.bicep", "eventhubs.bicep"} <= scanned  # the modules
+    modules = {
+        "storage.bicep",
+        "eventhubs.bicep",
+        "functionapp-flex.bicep",
+        "functionapp-premium.bicep",
+    }
+    assert modules <= scanned  # the resources of each module were read
     passed = {(Path(r["file_path"]).name, r["check_id"]) for r in results["passed_checks"]}
     assert ("eventhubs.bicep", "CKV_AZURE_223") in passed  # Event Hubs namespace: TLS 1.2
     assert summary["passed"] >= 15
