@@ -312,6 +312,7 @@ def register_pipelines(
     a function cannot run it (see the module); under ``pumped_by_host()`` it is handed to
     the local host instead."""
     settings = os.environ if settings is None else settings
+    metrics.export(settings)  # Azure Monitor in Azure (Functions sets its connection string)
     pumped = _PUMPED.get()
     for pipeline in pipelines.pipelines:
         if pumped is None:

@@ -74,6 +74,8 @@ def run_start(args: argparse.Namespace) -> int:
     except OSError as exc:  # typically a broker port in use (another emulator running?)
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    finally:
+        metrics.export(host.settings).shutdown()  # what is still pending goes out
 
 
 async def _start(host: Host, demo: bool) -> int:

@@ -111,6 +111,7 @@ def build_pipeline(
             source_namespace=namespace,
             target_namespaces=dict(target_namespaces),
             loop_guard=pipeline.loop_guard,
+            pipeline=pipeline.name,
             session_id_from_key=source.session_id_from == "partition_key",
         )
         for function, namespace, source in zip(

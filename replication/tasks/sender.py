@@ -87,9 +87,11 @@ class SendPolicy:
 
 @dataclass(slots=True)
 class SendResult:
-    """Per input message: None when the target accepted it, else the error."""
+    """Per input message: None when the target accepted it, else the error; and when its
+    target accepted it (``clock.time()``, None when it did not), for the lag."""
 
     errors: list[BaseException | None]
+    accepted_at: list[float | None] = field(default_factory=list)
 
     @property
     def all_sent(self) -> bool:
@@ -144,6 +146,7 @@ async def send_ordered(
     ``clock``: what the pauses between retries wait on (tests pass a ``ManualClock``)."""
     policy = policy or SendPolicy()
     errors: list[BaseException | None] = [None] * len(messages)
+    accepted_at: list[float | None] = [None] * len(messages)
     groups: dict[tuple[str | None, str | None, str | None], _Group] = {}
     for index, message in enumerate(messages):
         key = (message.target, message.session_id, message.partition_key)
@@ -164,7 +167,15 @@ async def send_ordered(
             async with limit:
                 breaker = breakers(group.target) if breakers is not None else None
                 await _send_group(
-                    group, messages, errors, sender_for, policy, breaker, clock, on_wire
+                    group,
+                    messages,
+                    errors,
+                    accepted_at,
+                    sender_for,
+                    policy,
+                    breaker,
+                    clock,
+                    on_wire,
                 )
         finally:
             on_wire()
@@ -172,7 +183,7 @@ async def send_ordered(
     if not groups and queued is not None:
         queued()
     await asyncio.gather(*(run(group) for group in groups.values()))
-    return SendResult(errors)
+    return SendResult(errors, accepted_at)
 
 
 class _Once:
@@ -193,6 +204,7 @@ async def _send_group(
     group: _Group,
     messages: list[Message],
     errors: list[BaseException | None],
+    accepted_at: list[float | None],
     sender_for: SenderFor,
     policy: SendPolicy,
     breaker: Breaker | None,
@@ -201,7 +213,9 @@ async def _send_group(
 ) -> None:
     try:
         async with sender_for(group.target) as sender:
-            await _send_in_order(sender, group, messages, errors, policy, breaker, clock, on_wire)
+            await _send_in_order(
+                sender, group, messages, errors, accepted_at, policy, breaker, clock, on_wire
+            )
     except Exception as exc:  # no sender for the target (unknown name, cannot connect)
         for index in group.indexes:
             if errors[index] is None:
@@ -213,6 +227,7 @@ async def _send_in_order(
     group: _Group,
     messages: list[Message],
     errors: list[BaseException | None],
+    accepted_at: list[float | None],
     policy: SendPolicy,
     breaker: Breaker | None,
     clock: Clock,
@@ -237,8 +252,13 @@ async def _send_in_order(
             for index in pending:  # the rest would overtake what failed: not sent either
                 errors[index] = error
             return
-        for index in pending[:count] if error is not None else ():
-            errors[index] = error  # no order to keep (no session): the rest go on
+        if error is None:
+            now = clock.time()
+            for index in pending[:count]:
+                accepted_at[index] = now
+        else:
+            for index in pending[:count]:
+                errors[index] = error  # no order to keep (no session): the rest go on
         pending = pending[count:]
 
 

@@ -15,13 +15,16 @@ before its copies are on the target.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum
 
 from ..clock import SYSTEM, Clock
 from ..messages import Message
+from ..telemetry.tracing import batch_span
 from .breaker import Breakers
+from .lag import record_lag
 from .sender import SenderFor, SendPolicy, send_ordered
 from .stamping import stamp
 from .steps import BoundStep, Outcome, run_chain
@@ -74,6 +77,8 @@ class ReplicationTask:
     loop_guard: bool = False
     """Drop outputs whose target namespace the message already came through (merge)."""
     policy: SendPolicy = field(default_factory=SendPolicy)
+    pipeline: str = ""
+    """The pipeline this task is one source of (metrics label; ``name`` when empty)."""
     session_id_from_key: bool = False
     """An event hub source's ``session_id_from: partition_key``: an event without a session
     id gets its partition key as one (before the steps, so they see it)."""
@@ -123,6 +128,24 @@ async def process_batch(
     A batch with messages of a session or partition key ends its turn once the targets
     accepted them (a failed one is not overtaken); any other once its messages are on their
     links, so the next batch's sends follow them on the wire while their answers are out."""
+    pipeline = task.pipeline or task.name
+    with batch_span(pipeline, messages) as span:
+        settlements = await _process(task, messages, sender_for, breakers, clock, turn, pipeline)
+        if span is not None:
+            decided = Counter(settlement.decision.value for settlement in settlements)
+            span.set_attributes({f"replication.{k}": v for k, v in decided.items()})
+    return settlements
+
+
+async def _process(
+    task: ReplicationTask,
+    messages: list[Message],
+    sender_for: SenderFor,
+    breakers: Breakers | None,
+    clock: Clock,
+    turn: Turn | None,
+    pipeline: str,
+) -> list[Settlement]:
     try:
         outcomes = [task.plan(message) for message in messages]
         outputs: list[Message] = []
@@ -143,6 +166,7 @@ async def process_batch(
     finally:
         if turn is not None:
             turn.end()
+    record_lag(pipeline, messages, outputs, owners, result)
     failed = {owners[i]: result.errors[i] for i in result.failed()}
     settlements = []
     failed_sessions: set[str] = set()

@@ -123,7 +123,7 @@ async def test_failures_re_resolve_after_the_threshold_and_switch() -> None:
     assert "sb://sb1/" in await failover.connection_string()
     seen: list[tuple[str, str]] = []
     failover.on_switch(lambda old, new: seen.append((old, new)))
-    before = metrics.FAILOVERS.labels("orders/target")._value.get()
+    before = metrics.FAILOVERS.labels("orders/target").value()
     resolver.host = "sb2"
     busy = ServiceBusError(message="server busy")
     assert await failover.report_failure(busy) is False
@@ -134,7 +134,7 @@ async def test_failures_re_resolve_after_the_threshold_and_switch() -> None:
     assert failover.host == "sb2" and failover.switches == 1
     assert "sb://sb2/" in await failover.connection_string()
     assert seen == [(connection_for(BASE, "sb1"), connection_for(BASE, "sb2"))]
-    assert metrics.FAILOVERS.labels("orders/target")._value.get() == before + 1
+    assert metrics.FAILOVERS.labels("orders/target").value() == before + 1
 
 
 async def test_a_success_resets_the_count_and_refused_re_resolves_at_once() -> None:

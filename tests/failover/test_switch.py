@@ -98,14 +98,14 @@ async def test_a_cname_flip_mid_stream_moves_replication_to_sb2(
     })  # fmt: skip
     # TTL 0: the flip is seen at the next re-check, however fast the stream runs
     dns_server.set_cname(ALIAS, "sb1.test.example.com", ttl=0)  # type: ignore[attr-defined]
-    before = metrics.FAILOVERS.labels("stream/target")._value.get()
+    before = metrics.FAILOVERS.labels("stream/target").value()
 
     def flip() -> None:
         dns_server.set_cname(ALIAS, "sb2.test.example.com", ttl=0)  # type: ignore[attr-defined]
 
     switches = await replicate_through_flip(src, sb1, spec, host_map(sb1, sb2), flip)
     assert switches == 1
-    assert metrics.FAILOVERS.labels("stream/target")._value.get() == before + 1
+    assert metrics.FAILOVERS.labels("stream/target").value() == before + 1
     check_nothing_lost(sb1.message_ids("dst"), sb2.message_ids("dst"))
 
 

@@ -85,7 +85,7 @@ async def test_the_host_follows_a_flipped_file_to_the_other_namespace(tmp_path: 
     assert on_west == {f"m{i}" for i in range(total // 2, total)}
     # the configured Secondary namespace itself got nothing: sends went where the file said
     assert await peek(directory, local, "SecondaryServiceBus", "work", 10) == []
-    assert metrics.FAILOVERS.labels("failing-over/target")._value.get() >= 1
+    assert metrics.FAILOVERS.labels("failing-over/target").value() >= 1
 
 
 async def test_functions_send_where_the_target_failover_points(
