@@ -7,7 +7,9 @@
 //   - the Function App running function_app.py (Flex Consumption or Elastic Premium), its
 //     storage account, Application Insights on a Log Analytics workspace;
 //   - the DNS zone of the failover design: SRV records per namespace, a CNAME alias on the
-//     active one (modules/dns.bicep).
+//     active one (modules/dns.bicep);
+//   - alert rules on the app's metrics in Application Insights and on the namespaces' dead
+//     letters, with an action group that mails or calls a webhook (modules/alerts.bicep).
 //
 // The entity and connection parameters are derived from the pipeline file:
 //   python -m replication infra-parameters pipelines.yaml --base infra/main.parameters.example.json
@@ -137,6 +139,62 @@ param duplicateDetectionWindow string = 'PT10M'
 
 @minValue(1)
 param maxDeliveryCount int = 10
+
+@description('Deploy the alert rules and their action group (modules/alerts.bicep).')
+param deployAlerts bool = true
+
+@description('E-mail address the alerts notify; empty: none.')
+param alertEmail string = ''
+
+@description('Webhook the alerts call with the common alert schema (Teams, PagerDuty, ...); empty: none. Secure: such a URL carries its own token.')
+@secure()
+param alertWebhookUrl string = ''
+
+@description('Replication lag alert: a target accepted a copy more than this many seconds after the source enqueued it.')
+@minValue(1)
+param alertLagSeconds int = 60
+
+@description('RPO alert: the oldest message not yet replicated at a source is older than this many seconds.')
+@minValue(1)
+param alertRpoSeconds int = 300
+
+@description('Dead letters alert: more than this many source messages dead-lettered by a pipeline in the window.')
+@minValue(0)
+param alertDeadLetteredMessages int = 0
+
+@description('Failed batches alert: more than this many batches abandoned for redelivery by a pipeline in the window.')
+@minValue(0)
+param alertFailedBatches int = 0
+
+@description('Failover alert: more than this many failover switches of an endpoint in the window.')
+@minValue(0)
+param alertFailovers int = 0
+
+@description('Dead-letter queue alert: more than this many messages in the dead-letter queue of a Service Bus entity.')
+@minValue(0)
+param alertDeadLetterQueueMessages int = 0
+
+@description('How often the alert rules run.')
+@allowed([
+  'PT1M'
+  'PT5M'
+  'PT15M'
+  'PT30M'
+  'PT1H'
+])
+param alertEvaluationFrequency string = 'PT5M'
+
+@description('The time each alert evaluation looks back over: at least alertEvaluationFrequency.')
+@allowed([
+  'PT5M'
+  'PT15M'
+  'PT30M'
+  'PT1H'
+  'PT6H'
+  'PT12H'
+  'P1D'
+])
+param alertWindowSize string = 'PT15M'
 
 var suffix = uniqueString(resourceGroup().id, appName)
 
@@ -418,6 +476,30 @@ module dns 'modules/dns.bicep' = {
     secondaryHost: namespaceHosts.secondary
     ttl: dnsTtl
     tags: tags
+  }
+}
+
+module alerts 'modules/alerts.bicep' = if (deployAlerts) {
+  name: 'alerts'
+  params: {
+    namePrefix: appName
+    location: location
+    tags: tags
+    applicationInsightsId: monitoring.outputs.applicationInsightsId
+    serviceBusNamespaceNames: [
+      primary.outputs.name
+      secondary.outputs.name
+    ]
+    alertEmail: alertEmail
+    alertWebhookUrl: alertWebhookUrl
+    lagSeconds: alertLagSeconds
+    rpoSeconds: alertRpoSeconds
+    deadLetteredMessages: alertDeadLetteredMessages
+    failedBatches: alertFailedBatches
+    failovers: alertFailovers
+    deadLetterQueueMessages: alertDeadLetterQueueMessages
+    evaluationFrequency: alertEvaluationFrequency
+    windowSize: alertWindowSize
   }
 }
 

@@ -38,3 +38,6 @@ resource appInsights 'Microsoft.Insights/components@2020-02-02' = {
 
 // The name only: the Function App reads the connection string itself (no key in outputs).
 output applicationInsightsName string = appInsights.name
+
+// The scope of the alert rules (modules/alerts.bicep).
+output applicationInsightsId string = appInsights.id
