@@ -27,6 +27,11 @@ Starts the embedded broker as a subprocess (queues ``src``, ``dst``, ``plain``),
    abandon would go through ``ServiceBusMessageActions`` (gRPC), the completes are the
    host's (auto-complete, ranged).
 
+``--telemetry-cost N`` runs only 2, N times with the app's instrumentation live (an
+OpenTelemetry SDK provider exporting metrics every 5 s and every batch span, to exporters that
+write nowhere; the lag aggregated per copy) alternated with N times without it (lag not
+recorded, no spans; the counters' adds stay, a few per batch), and prints the median ratio.
+
 ``--profile-broker FILE`` runs only 2, with the broker restarted under cProfile on the
 loaded store, and prints the broker's top entries by own time (the profile behind the
 broker's per-message work; cProfile slows it about twofold, so the rate it prints is not
@@ -235,9 +240,80 @@ async def profile_broker(args: argparse.Namespace) -> None:
     pstats.Stats(str(args.profile_broker)).sort_stats("tottime").print_stats(25)
 
 
+def instrumentation(live: bool) -> None:
+    """The app's telemetry on (an SDK provider, spans, lag) or off (no lag, no spans)."""
+    from replication.tasks import task as task_module
+    from replication.tasks.lag import record_lag
+    from replication.telemetry import tracing
+
+    task_module.record_lag = record_lag if live else (lambda *args, **kwargs: None)  # type: ignore[assignment]
+    tracing.enabled = live
+
+
+def live_providers() -> None:
+    """What ``telemetry.export.configure`` sets up, with exporters that write to /dev/null."""
+    from opentelemetry import metrics as otel_metrics
+    from opentelemetry import trace
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import (
+        ConsoleMetricExporter,
+        PeriodicExportingMetricReader,
+    )
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+
+    from replication import metrics
+    from replication.telemetry.producer import WithLag
+
+    sink = open(os.devnull, "w")  # noqa: SIM115 - for the whole run
+    exporter = WithLag(ConsoleMetricExporter(out=sink), metrics.LAG, metrics.LAG_HISTOGRAM, "lag")
+    reader = PeriodicExportingMetricReader(exporter, export_interval_millis=5_000)
+    otel_metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter(out=sink)))
+    trace.set_tracer_provider(tracer_provider)
+
+
+async def telemetry_cost(args: argparse.Namespace) -> None:
+    live_providers()
+    with tempfile.TemporaryDirectory(prefix="bench-telemetry-") as tmp:
+        process, connection_string = start_broker(Path(tmp))
+        try:
+            items = messages(args.messages, args.size)
+            rates: dict[bool, list[float]] = {False: [], True: []}
+            for _ in range(args.telemetry_cost):
+                for live in (False, True):
+                    instrumentation(live)
+                    await send_all(connection_string, "src", items, args.batch)  # untimed
+                    elapsed = await replicate(
+                        connection_string,
+                        args.messages,
+                        args.batch,
+                        args.workers,
+                        args.backend,
+                        args.send_backend,
+                    )
+                    rates[live].append(args.messages / elapsed)
+                    label = "with" if live else "without"
+                    print(f"  {label} telemetry: {rates[live][-1]:,.0f} msgs/s", flush=True)
+        finally:
+            process.terminate()
+            process.wait(20)
+    ratios = sorted(w / wo for w, wo in zip(rates[True], rates[False], strict=True))
+    median = ratios[len(ratios) // 2]
+    print(
+        f"{args.messages:,} x {args.size} B, {native.STATE}; replicate with / without "
+        f"telemetry: median {median:.3f} (pairs {', '.join(f'{r:.3f}' for r in ratios)}); "
+        f"cost {1 - median:+.1%}"
+    )
+
+
 async def run(args: argparse.Namespace) -> None:
     if args.profile_broker is not None:
         await profile_broker(args)
+        return
+    if args.telemetry_cost:
+        await telemetry_cost(args)
         return
     with tempfile.TemporaryDirectory(prefix="bench-replication-") as tmp:
         process, connection_string = start_broker(Path(tmp))
@@ -315,6 +391,13 @@ def main(argv: list[str] | None = None) -> None:
         "--send-backend", choices=("amqp", "sdk"), default="amqp",
         help="the pump's send side: our AMQP stack (default) or the SDK",
     )  # fmt: skip
+    parser.add_argument(
+        "--telemetry-cost",
+        type=int,
+        default=0,
+        metavar="N",
+        help="only the replication, N times with the instrumentation and N without",
+    )
     parser.add_argument(
         "--profile-broker", type=Path, metavar="FILE",
         help="only the replication, with the broker under cProfile (stats written to FILE); "

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from .. import metrics
 from ..failover.runtime import endpoint_host
 from ..generated import generated, pipeline_name
+from ..telemetry.lag import HOP
 
 if TYPE_CHECKING:
     from ..failover.runtime import Failover
@@ -101,6 +102,7 @@ class PipelineBoard:
                 "name": name,
                 "counts": {f: counts[f] for f in FIELDS},
                 "rate": _rate(ring),
+                "lag": lag_now(name),
                 "sources": [self._source(r) for r in self.host.runners if _pipeline(r) == name],
                 "targets": self._targets(name, configured.get(name)),
             })  # fmt: skip
@@ -156,6 +158,20 @@ class PipelineBoard:
         if failover is not None:
             found["failover"] = self._failover(failover)
         return found
+
+
+def lag_now(pipeline: str) -> dict[str, float | None]:
+    """How far behind the pipeline's copies are now (seconds, this hop, the worst target):
+    the last copy's lag and the largest in the lag window; None before any copy."""
+    last = [v for (p, _, scope), v in metrics.LAG.last().items() if p == pipeline and scope == HOP]
+    peak = [
+        v for (p, _, scope), v in metrics.LAG.window_max().items() if p == pipeline and scope == HOP
+    ]
+    return {
+        "last": max(last) if last else None,
+        "max": max(peak) if peak else None,
+        "window": metrics.LAG.window,
+    }
 
 
 def _rate(ring: deque[tuple[float, ...]] | None, window: float = 10.0) -> float:

@@ -178,6 +178,12 @@ def test_dashboard_in_a_browser(browser: Any, host: tuple[str, dict[str, str], P
     _until("the dead-lettered count", lambda: _cells(browser, "telemetry-to-json")
            .get("dead_lettered") == "1")  # fmt: skip
     assert _cells(browser, "telemetry-to-json")["forwarded"] == "50"
+    # how far behind each pipeline is: its copies' lag (last / largest in the window)
+    lag = _api(url, "overview")["pipelines"]
+    orders = next(p for p in lag if p["name"] == "orders-to-secondary")["lag"]
+    assert orders["last"] is not None and 0 <= orders["last"] <= orders["max"] < 60
+    shown = _cells(browser, "orders-to-secondary")["lag"]
+    assert re.fullmatch(r"[\d.]+ (ms|s) / [\d.]+ (ms|s)", shown), shown
     _shot(browser, "1-pipelines")
 
     # the pipeline's dead letter, with the reason and the description the step gave

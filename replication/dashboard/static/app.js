@@ -69,6 +69,14 @@ function failoverNote(f) {
       `${last.to} (${last.why.join("; ")})` : ""));
 }
 
+function seconds(value) {
+  // a lag: "-" before any copy, ms under a second, else seconds (minutes past two)
+  if (value === null || value === undefined) return "–";
+  if (value < 1) return `${Math.round(value * 1000)} ms`;
+  if (value < 120) return `${value.toFixed(1)} s`;
+  return `${(value / 60).toFixed(1)} min`;
+}
+
 function renderPipelines(pipelines) {
   $("pipelines-section").hidden = !pipelines;
   if (!pipelines) return;
@@ -92,6 +100,11 @@ function renderPipelines(pipelines) {
     ...["received", "forwarded", "filtered", "dead_lettered", "failed_batches", "backlog"]
       .map((f) => el("td", { class: "n", "data-field": f }, fmt(c[f]))),
     el("td", { class: "n", "data-field": "rate" }, fmt(p.rate)),
+    el("td", { class: "n", "data-field": "lag", title: `last copy / largest in ${p.lag.window} s` },
+      `${seconds(p.lag.last)} / ${seconds(p.lag.max)}`),
+    el("td", { class: "n", "data-field": "rpo", title: "age of the oldest message not yet " +
+      "replicated, and how many wait (measured at the source)" },
+      p.rpo ? `${seconds(p.rpo.seconds)}, ${fmt(p.rpo.messages)} msg` : "–"),
     el("td", {}, sources), el("td", {}, targets));
     return row;
   }));
