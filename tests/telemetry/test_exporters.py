@@ -83,7 +83,9 @@ def receiver_factory() -> Iterator[Callable[[Callable[[str, bytes], bytes]], Rec
         receiver.close()
 
 
-def run_host(tmp_path: Path, processes: Processes, extra: dict[str, str]) -> Any:
+def run_host(
+    tmp_path: Path, processes: Processes, extra: dict[str, str]
+) -> tuple[Any, dict[str, str]]:
     """The host replicating ``work`` with ``extra`` app settings; COUNT messages sent, each
     carrying a producer's W3C context as the Azure SDKs write it."""
     directory, settings = project(tmp_path, REPLICATE)
@@ -105,7 +107,7 @@ def run_host(tmp_path: Path, processes: Processes, extra: dict[str, str]) -> Any
                 for i in range(COUNT)
             ]
         )
-    return process
+    return process, settings
 
 
 def azure_monitor_items(receiver: Receiver) -> list[dict[str, Any]]:
@@ -142,7 +144,7 @@ def test_azure_monitor_gets_counts_lag_and_linked_spans(
         "APPLICATIONINSIGHTS_CONNECTION_STRING": connection_string,
         "APPLICATIONINSIGHTS_STATSBEAT_DISABLED_ALL": "true",
     }
-    process = run_host(tmp_path, processes, settings)
+    process, _ = run_host(tmp_path, processes, settings)
 
     def exported() -> bool:
         items = azure_monitor_items(ingestion)
@@ -170,7 +172,7 @@ def test_otlp_gets_counts_lag_and_linked_spans(
 ) -> None:
     collector = receiver_factory(lambda _path, _body: b"")
     endpoint = f"http://127.0.0.1:{collector.port}"
-    process = run_host(tmp_path, processes, {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint})
+    process, settings = run_host(tmp_path, processes, {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint})
 
     def metric_points(name: str) -> list[Any]:
         points = []
@@ -200,6 +202,15 @@ def test_otlp_gets_counts_lag_and_linked_spans(
                 for span in scope.spans:
                     linked |= {link.trace_id.hex() for link in span.links}
     assert TRACE_ID in linked
+    # the copies keep the producer's context, so their consumer's spans link to it too
+    with (
+        ServiceBusClient.from_connection_string(settings["SecondaryServiceBus"]) as client,
+        client.get_queue_receiver("work") as receiver,
+    ):
+        (copy,) = receiver.peek_messages(max_message_count=1)
+    assert copy.application_properties is not None
+    assert copy.application_properties[b"traceparent"] == TRACEPARENT.encode()
+    assert copy.application_properties[b"Diagnostic-Id"] == TRACEPARENT.encode()
     process.send_signal(signal.SIGINT)
     process.wait(timeout=60)
 
