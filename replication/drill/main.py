@@ -38,9 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--flip-after",
         type=float,
-        default=10.0,
+        default=12.0,
         metavar="SECONDS",
-        help="seconds from the start to the flip or kill (default: 10)",
+        help="seconds from the start to the flip or kill (default: 12); a flip is seen at "
+        "the producer's next re-check, every --recheck-interval s from the start",
     )
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the figures here")
     parser.add_argument(

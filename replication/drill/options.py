@@ -33,8 +33,10 @@ class DrillOptions:
     """Messages a second the producer sends."""
     duration: float = 30.0
     """Seconds of producing."""
-    flip_after: float = 10.0
-    """Seconds from the start to the flip (or the kill)."""
+    flip_after: float = 12.0
+    """Seconds from the start to the flip (or the kill). A flip is seen at the producer's
+    next re-check (every ``recheck_interval`` s from its first resolution, just before the
+    start): 12 s falls 3 s before one with the default 5 s, not right after it."""
     pipelines_file: Path = Path("pipelines.yaml")
     pipeline: str = DEFAULT_PIPELINE
     via: Via = "dns"

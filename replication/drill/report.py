@@ -75,11 +75,7 @@ def table(result: DrillResult) -> Table:
             f"{f.accepted_by_primary} to the primary ({f.accepted_by_primary_after_flip} "
             f"after the flip), {f.accepted_by_secondary} to the secondary, {f.unsent} unsent",
         ),
-        (
-            "recovery time (RTO)",
-            f"{_seconds(f.rto)} to the first accept on the secondary "
-            f"({f.first_on_secondary or 'none'})",
-        ),
+        ("recovery time (RTO)", _recovery_time(result)),
         (
             "recovery point (RPO)",
             f"{_messages(f.rpo_messages)}, {f.rpo_seconds:.3f} s: accepted by the primary, "
@@ -110,8 +106,14 @@ def print_table(result: DrillResult, console: Console | None = None) -> None:
     console.print(table(result))
 
 
-def _seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f} s"
+def _recovery_time(result: DrillResult) -> str:
+    f = result.figures
+    if f.rto is None:
+        return "- (nothing reached the secondary)"
+    text = f"{f.rto:.3f} s to the first accept on the secondary ({f.first_on_secondary})"
+    if result.options.mode == "flip":  # no error tells the producer: its next re-check does
+        text += f"; the producer re-checks every {result.options.recheck_interval:g} s"
+    return text
 
 
 def _messages(count: int) -> str:
