@@ -27,6 +27,12 @@ def _broker(args: argparse.Namespace, rest: list[str]) -> int:
     return run(args)
 
 
+def _drill(args: argparse.Namespace, rest: list[str]) -> int:
+    from .drill.main import run
+
+    return run(args)
+
+
 def _read_settings(args: argparse.Namespace) -> dict[str, str] | None:
     """``--settings FILE`` (local.settings.json's ``Values``, or a flat JSON mapping) and/or
     ``--env`` (the environment); None when neither was given (settings are not checked)."""
@@ -296,6 +302,20 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     resolve.add_argument("--timeout", type=float, default=2.0, help="seconds per attempt")
     resolve.set_defaults(handler=_resolve)
+
+    drill = commands.add_parser(
+        "drill",
+        help="a failover drill: measure RTO, RPO, duplicates and lag end to end",
+        description="Runs a failover drill: a producer at a steady rate into a pipeline's "
+        "source through a failover-resolved target, the pipeline replicating primary -> "
+        "secondary, the primary killed or the alias/file flipped at --flip-after; then "
+        "reports the recovery time, the recovery point (by message-id), duplicates and "
+        "replication lag. Embedded brokers by default; --primary/--secondary for your own.",
+    )
+    from .drill.main import add_arguments as add_drill_arguments
+
+    add_drill_arguments(drill)
+    drill.set_defaults(handler=_drill)
 
     package = commands.add_parser(
         "package",

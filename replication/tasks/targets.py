@@ -238,6 +238,8 @@ class _FailoverSender:
         self.pool = pool
         self.target = target
         self.failover = failover
+        self.accepted_by: str | None = None
+        """The namespace host that accepted the last send (for callers that count by it)."""
 
     reports_queued = True
     """Passes the lent sender's "on the wire" on (``sender.send_batch``)."""
@@ -251,7 +253,7 @@ class _FailoverSender:
             connection_string = await self.failover.connection_string()
         except FailoverError as exc:
             raise NamespaceUnresolved(f"{self.failover.name}: {exc}") from exc
-        version = self.failover.version
+        version, host = self.failover.version, self.failover.host
         async with self.pool.lend(connection_string, self.target.entity,
                                   **FAILOVER_CLIENT_OPTIONS) as sender:  # fmt: skip
             if self.failover.version != version:  # switched while waiting for the sender
@@ -266,6 +268,7 @@ class _FailoverSender:
                     ) from exc
                 raise
         self.failover.report_success()
+        self.accepted_by = host
 
 
 class ViaSenders:
