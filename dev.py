@@ -5,6 +5,7 @@ is installed. Re-running skips the install while pyproject.toml is unchanged.
 
     python3.11 dev.py start [args]   # the quick-start demo (python -m replication start --demo)
     python3.11 dev.py test [args]    # ruff (check, format --check) and mypy, then pytest
+    python3.11 dev.py test --quick   # the inner loop: no other processes, no JVM, no browser
     python3.11 dev.py lint           # ruff and mypy only
     python3.11 dev.py build          # compile the hot path (start and test do it when needed)
 

@@ -1,8 +1,12 @@
-"""Suite-wide settings: hypothesis profiles (CI runs many more examples), and the
-``processes`` fixture (child processes ended with their process groups)."""
+"""Suite-wide settings: hypothesis profiles (CI runs many more examples), the
+``processes`` fixture (child processes ended with their process groups), and ``--quick``
+(the inner loop: only tests that need no other process, no JVM and no browser)."""
 
 import os
+import re
 from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -33,3 +37,36 @@ def processes() -> Iterator[Processes]:
         yield started
     finally:
         started.end_all()
+
+
+OTHER_PROCESSES = frozenset({"processes", "broker_process", "spark", "browser", "js_node"})
+"""Fixtures that start another process: a broker or host, a JVM, Chromium, Node.js."""
+STARTS_PROCESSES = re.compile(r"\bsubprocess\b|\bPopen\b|sys\.executable")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--quick",
+        action="store_true",
+        help="the inner loop: leave out tests that start other processes (brokers, hosts, "
+        "CLIs), a JVM (Spark) or a browser",
+    )
+
+
+@cache
+def _starts_processes(path: Path) -> bool:
+    """A test module that runs something in another process itself (a CLI, a broker)."""
+    return bool(STARTS_PROCESSES.search(path.read_text(encoding="utf-8")))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("--quick"):
+        return
+    kept, left_out = [], []
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        slow = bool(fixtures & OTHER_PROCESSES) or _starts_processes(item.path)
+        (left_out if slow else kept).append(item)
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = kept
