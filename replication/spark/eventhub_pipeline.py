@@ -99,12 +99,15 @@ class EventHubPipelineReader(EventHubsStreamReader):
         self.__init__(state["options"], state["job"])  # type: ignore[misc]  # unpickling: re-initialise
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        from .task_lag import TaskLag
         from .worker import run_async
 
         assert isinstance(partition, EventRange)
-        counts = run_async(run_range(self.job, self.options, partition))
+        with TaskLag(self.job.pipeline) as lag:
+            counts = run_async(run_range(self.job, self.options, partition))
+            measured = lag.encoded()
         slot = int(partition.partition) if partition.partition.isdigit() else 0
-        yield counts.row(slot)
+        yield counts.row(slot, measured)
 
 
 async def run_range(job: PipelineJob, options: EventHubOptions, part: EventRange) -> Counts:

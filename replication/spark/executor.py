@@ -80,6 +80,11 @@ class PipelineJob:
     ref: PipelineRefTuple
     source: int = 0
 
+    @property
+    def pipeline(self) -> str:
+        """The pipeline's name: the ``pipeline`` label of its metrics and lag."""
+        return self.ref[1]
+
     def built(self) -> BuiltPipeline:
         from .pipeline import built_pipeline
 
@@ -133,11 +138,13 @@ class Counts:
     errors: int = 0
     """Receivers that failed (the source could not be reached, a link or session lost)."""
 
-    def row(self, slot: int) -> tuple[int, ...]:
-        return (slot, *(getattr(self, f.name) for f in fields(self)))
+    def row(self, slot: int, lag: str | None = None) -> tuple[int | str | None, ...]:
+        """The task's row; ``lag`` is what it measured (``task_lag.TaskLag.encoded``)."""
+        return (slot, *(getattr(self, f.name) for f in fields(self)), lag)
 
 
-COUNTS_SCHEMA = "slot int, " + ", ".join(f"{f.name} long" for f in fields(Counts))
+COUNTS_SCHEMA = "slot int, " + ", ".join(f"{f.name} long" for f in fields(Counts)) + ", lag string"
+"""A task's row: its slot, its counts and the lag of the copies it made (``task_lag``)."""
 
 
 class _CountingSender:

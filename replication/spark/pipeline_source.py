@@ -125,11 +125,15 @@ class PipelineStreamReader(RunStreamReader[PipelineSourceOptions]):
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         from .executor import run_assignment
+        from .task_lag import TaskLag
         from .worker import run_async
 
         assert isinstance(partition, Assignment)
-        counts = run_async(run_assignment(self.options.job, partition))
-        yield counts.row(partition.slot)
+        job = self.options.job
+        with TaskLag(job.pipeline) as lag:
+            counts = run_async(run_assignment(job, partition))
+            measured = lag.encoded()
+        yield counts.row(partition.slot, measured)
 
 
 async def _resolve(job: PipelineJob) -> str:

@@ -6,7 +6,9 @@ the tasks' rows of counts, ``executor.Counts``: messages received, copies the ta
 the error targets accepted, messages filtered, dead-lettered, abandoned). They feed the same
 Prometheus counters as the Functions worker and the local host
 (``replication_received_messages_total`` and friends), plus the Spark-only batch count,
-batch duration and rate (messages per second).
+batch duration and rate (messages per second). The lag of the copies comes the same way: each
+task's row carries what it measured (``task_lag``), the observed metrics collect the
+micro-batch's, and they are added to the driver's ``metrics.LAG`` (``replication_lag_seconds``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from prometheus_client import Counter, Gauge, Histogram
 from pyspark.sql.streaming import StreamingQueryListener
 
 from .. import metrics
+from ..telemetry.lag import HOP, Distribution
+from .task_lag import TargetScope, merged
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row
@@ -69,14 +73,19 @@ SUMMED = (
 )
 """The columns of ``executor.Counts`` summed per micro-batch."""
 
+LAG = "lag"
+"""The tasks' lag column (``task_lag``), collected per micro-batch (nulls left out)."""
+
 
 def observe(counts: DataFrame, query_name: str) -> DataFrame:
-    """The tasks' rows of counts with their sums observed per micro-batch."""
+    """The tasks' rows of counts with their sums, and their lag columns, observed per
+    micro-batch."""
     from pyspark.sql import functions as f
 
     return counts.observe(
         observed_name(query_name),
         *(f.coalesce(f.sum(name), f.lit(0)).alias(name) for name in SUMMED),
+        f.collect_list(LAG).alias(LAG),
     )
 
 
@@ -134,7 +143,7 @@ class PipelineProgress(StreamingQueryListener):
     def _progress(self, progress: Any) -> None:
         seconds = progress.durationMs.get("triggerExecution", 0) / 1000
         try:
-            counts = self.record(
+            counts, lag = self.record(
                 progress.name, seconds, progress.observedMetrics.get(observed_name(progress.name))
             )
         except Exception:  # a listener that raises is dropped by Spark: log and go on
@@ -143,19 +152,24 @@ class PipelineProgress(StreamingQueryListener):
             return
         received = counts.get("received", 0)
         level = logging.INFO if received or counts.get("errors") else logging.DEBUG
+        hops = [dist.maximum for (_, scope), dist in lag.items() if scope == HOP]
         log.log(
             level,
-            "%s: batch %d, %d messages in %.2f s (%.0f msgs/s): %s",
+            "%s: batch %d, %d messages in %.2f s (%.0f msgs/s): %s%s",
             progress.name,
             progress.batchId,
             received,
             seconds,
             received / seconds if seconds else 0.0,
             ", ".join(f"{k} {v}" for k, v in counts.items() if v and k != "received"),
+            f"; lag up to {max(hops):.3f} s" if hops else "",
         )
 
-    def record(self, query: str, seconds: float, observed: Row | None) -> dict[str, int]:
-        """Counts one micro-batch into the metrics; returns its observed sums."""
+    def record(
+        self, query: str, seconds: float, observed: Row | None
+    ) -> tuple[dict[str, int], dict[TargetScope, Distribution]]:
+        """Counts one micro-batch into the metrics and adds its tasks' lag to
+        ``metrics.LAG``; returns its observed sums and lag."""
         name = self.pipeline
         counts = {key: int(observed[key] or 0) for key in SUMMED} if observed is not None else {}
         BATCHES.labels(name, query).inc()
@@ -169,4 +183,7 @@ class PipelineProgress(StreamingQueryListener):
         )
         if counts.get("abandoned"):
             metrics.FAILED.labels(name).inc()
-        return counts
+        lag = merged(observed[LAG] or ()) if observed is not None else {}
+        for (target, scope), distribution in lag.items():
+            metrics.LAG.add(name, target, scope, distribution)
+        return counts, lag

@@ -6,10 +6,10 @@ driver plans assignments (``pipeline_source``), each executor task receives its 
 runs the pipeline's steps, sends and settles on its own link (``executor``), as the local
 host does; an event hub source's tasks each read one partition's range of sequence numbers
 and run it through the steps (``eventhub_pipeline``: nothing to settle, the offsets in the
-checkpoint are the progress); the rows are the tasks' counts, for the metrics, written to
-Spark's ``noop``
-sink. ``--available-now`` processes what is there and stops; otherwise it runs until Ctrl-C
-(the query stops between micro-batches; what a task had not settled is given back).
+checkpoint are the progress); the rows are the tasks' counts and the lag of their copies,
+for the driver's metrics (``progress``), written to Spark's ``noop`` sink.
+``--available-now`` processes what is there and stops; otherwise it runs until Ctrl-C (the
+query stops between micro-batches; what a task had not settled is given back).
 ``--replay PATH`` sends the records of Capture files through the pipeline instead (a batch
 job: the steps in ``mapInArrow``, the ``servicebus`` sink). Nothing here assumes local
 mode: on a cluster the same module runs under ``spark-submit`` (``--master`` is then

@@ -90,16 +90,25 @@ class LagBook:
 
     def record(self, pipeline: str, target: str, scope: str, lags: list[float]) -> None:
         """One batch's lags (seconds) of copies ``target`` accepted."""
-        if not lags:
-            return
-        batch = Distribution.of(lags)
-        key = (pipeline, target, scope)
+        if lags:
+            self._merge((pipeline, target, scope), Distribution.of(lags), lags[-1])
+
+    def add(self, pipeline: str, target: str, scope: str, distribution: Distribution) -> None:
+        """Lags measured and aggregated elsewhere: Spark's executors measure the copies
+        they send, the driver adds each micro-batch's here (``spark/task_lag.py``). The
+        order of the copies is lost on the way, so their maximum stands for the last
+        value: the one that says how far behind the batch got, which a "last" alert must
+        not miss. The windowed maximum counts them as recorded now."""
+        if distribution.count:
+            self._merge((pipeline, target, scope), distribution, distribution.maximum)
+
+    def _merge(self, key: Key, batch: Distribution, last: float) -> None:
         now = self.clock.monotonic()
         with self._lock:
             self._totals.setdefault(key, Distribution()).add(batch)
             for since in self._since:
                 since.setdefault(key, Distribution()).add(batch)
-            self._last[key] = lags[-1]
+            self._last[key] = last
             peaks = self._peaks.setdefault(key, deque())
             while peaks and peaks[0][0] <= now - self.window:
                 peaks.popleft()
@@ -114,7 +123,8 @@ class LagBook:
 
     def reader(self) -> DeltaReader:
         """A view that gives what was recorded since its previous ``take`` (delta
-        temporality: min and max are then those of the interval, as Azure Monitor wants)."""
+        temporality: min and max are then those of the interval, as Azure Monitor wants).
+        Every record updates every open reader: ``close`` one that is done."""
         since: dict[Key, Distribution] = {}
         with self._lock:
             self._since.append(since)
@@ -149,3 +159,11 @@ class DeltaReader:
             taken = {key: value.copy() for key, value in self._since.items() if value.count}
             self._since.clear()
         return taken
+
+    def close(self) -> None:
+        """Stops collecting. An exporter's reader lives as long as the process; a Spark
+        task's (``spark/task_lag.py``) ends with the task, and one left open would cost
+        every later record an update and keep its keys for ever."""
+        with self._book._lock:
+            readers = self._book._since
+            readers[:] = [since for since in readers if since is not self._since]

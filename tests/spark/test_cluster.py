@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -123,12 +124,17 @@ def test_twenty_thousand_messages_on_two_workers(
     broker_factory: Any, spark_submit: Callable[..., Process], tmp_path: Path
 ) -> None:
     """All arrive once, none left, none dead-lettered; both executors worked; no task carries
-    messages (Spark's task-size warning is gone)."""
+    messages (Spark's task-size warning is gone); the lag the executors measured reached
+    the driver with each batch's counts."""
     broker = loaded(broker_factory)
     folder = app(tmp_path / "app", broker)
     output = finished(spark_submit(folder, "--available-now", *PER_TRIGGER))
     all_arrived_once(broker)
     assert "forwarded 5000" in output
+    batches = [line for line in output.splitlines() if re.search(r"\bforwarded \d+", line)]
+    lags = [re.search(r"; lag up to ([0-9.]+) s$", line) for line in batches]
+    assert batches and all(lags), batches  # every batch that forwarded carries its lag
+    assert all(0 <= float(lag[1]) < 300 for lag in lags if lag), batches
     assert BIG_TASK not in output
     executors = set()
     for line in output.splitlines():

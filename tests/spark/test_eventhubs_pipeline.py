@@ -19,6 +19,7 @@ from replication import metrics
 from replication.pipeline import load_pipelines
 from replication.spark.progress import BATCHES
 from replication.spark.runner import SparkPipeline
+from replication.telemetry.lag import HOP
 from tests.broker.conftest import BrokerHandle
 from tests.broker.eventhubs_support import eventhub_config, eventhub_connection_string, producer
 from tests.spark.support import fill, properties
@@ -101,10 +102,17 @@ def test_event_hubs_to_service_bus_sends_each_key_as_a_session_once(
         job = runner(spark, broker, tmp_path, "eh-to-sb")
         batches = BATCHES.labels("eh-to-sb", "eh-to-sb-0")
         before, batches_before = metrics.counts("eh-to-sb"), batches._value.get()
-        job.stream(tmp_path / "checkpoint", available_now=True, max_per_trigger=25)
+        lag = metrics.LAG.reader()  # what the executors measured, added on the driver
+        try:
+            job.stream(tmp_path / "checkpoint", available_now=True, max_per_trigger=25)
+            measured = lag.take()
+        finally:
+            lag.close()
         after = metrics.counts("eh-to-sb")
         assert after["received"] - before["received"] == 41
         assert after["forwarded"] - before["forwarded"] == 40
+        hop = measured[("eh-to-sb", "target", HOP)]
+        assert hop.count == 40 and 0 <= hop.minimum <= hop.maximum < 300
         assert after["filtered"] - before["filtered"] == 1
         assert batches._value.get() - batches_before == 2  # 41 events, 25 a micro-batch
 

@@ -22,6 +22,7 @@ from azure.servicebus import ServiceBusMessage
 from replication import metrics
 from replication.pipeline import load_pipelines
 from replication.spark.runner import SparkPipeline
+from replication.telemetry.lag import HOP, PATH
 from tests.broker.conftest import REPO_ROOT, BrokerHandle, make_config
 from tests.host.support import pipeline_app, run_app, settled
 from tests.processes import Processes
@@ -124,8 +125,10 @@ def test_a_merge_of_a_queue_and_a_topic_subscription_counts_into_the_metrics(
     spark: Any, broker_factory: Any, tmp_path: Path
 ) -> None:
     """Two sources (two streaming queries side by side), one of them a subscription; a
-    validation failure goes to the error target; the metrics come from Spark's progress."""
+    validation failure goes to the error target; the metrics come from Spark's progress,
+    and so does the lag the executors measured: one value per copy the target accepted."""
     broker: BrokerHandle = broker_factory(CONFIG)
+    started = time.time()
     folder = app_folder(tmp_path, broker, MERGE)
     fill(broker, "m-queue", orders(90))
     with broker.client() as client, client.get_topic_sender("m-topic") as sender:
@@ -135,9 +138,15 @@ def test_a_merge_of_a_queue_and_a_topic_subscription_counts_into_the_metrics(
     settings = {"Bus": broker.connection_string}
     pipeline = load_pipelines(folder / "pipelines.yaml", settings=settings).get("merge")
     before = metrics.counts("merge")
-    SparkPipeline(spark, pipeline, folder / "pipelines.yaml", settings).stream(
-        tmp_path / "checkpoint", available_now=True, max_per_trigger=50
-    )
+    lag = metrics.LAG.reader()  # the driver's book: executors record into their own
+    try:
+        SparkPipeline(spark, pipeline, folder / "pipelines.yaml", settings).stream(
+            tmp_path / "checkpoint", available_now=True, max_per_trigger=50
+        )
+        measured = lag.take()
+    finally:
+        lag.close()
+    elapsed = time.time() - started
     merged = broker.message_ids("merged")
     assert sorted(merged) == sorted([f"o-{i}" for i in range(90)] +
                                     [f"t-{i}" for i in range(60)])  # fmt: skip
@@ -151,6 +160,12 @@ def test_a_merge_of_a_queue_and_a_topic_subscription_counts_into_the_metrics(
     assert after["received"] - before["received"] == 151
     assert after["forwarded"] - before["forwarded"] == 150
     assert after["dead_lettered"] - before["dead_lettered"] == 1
+    hop = measured[("merge", "target", HOP)]
+    assert hop.count == after["forwarded"] - before["forwarded"] == 150
+    assert 0 <= hop.minimum <= hop.total / hop.count <= hop.maximum < elapsed
+    assert sum(hop.counts) == 150
+    assert ("merge", "target", PATH) not in measured  # one hop
+    assert 0 <= metrics.LAG.last()[("merge", "target", HOP)] < elapsed
     from replication.spark.progress import BATCHES
 
     batches = sum(BATCHES.labels("merge", f"merge-{i}")._value.get() for i in (0, 1))

@@ -59,3 +59,40 @@ def test_an_empty_batch_records_nothing() -> None:
     book.record("p", "t", HOP, [])
     assert book.totals() == {} and book.window_max() == {}
     assert math.isinf(Distribution().minimum)
+
+
+def test_add_merges_a_distribution_measured_elsewhere() -> None:
+    """What Spark's driver does with a micro-batch's lag from its executors: the totals and
+    every reader get it whole, and its maximum stands for the last value (the copies' order
+    is lost) and enters the window now."""
+    clock = ManualClock()
+    book = LagBook(clock, window=60.0)
+    key = ("p", "t", HOP)
+    reader = book.reader()
+    book.record("p", "t", HOP, [1.0])
+    book.add("p", "t", HOP, Distribution.of([0.5, 7.0, 2.0]))
+    total = book.totals()[key]
+    assert (total.count, total.minimum, total.maximum) == (4, 0.5, 7.0)
+    assert total.total == pytest.approx(10.5)
+    assert total.counts == Distribution.of([1.0, 0.5, 7.0, 2.0]).counts
+    taken = reader.take()[key]
+    assert (taken.count, taken.total) == (4, pytest.approx(10.5))
+    assert book.last()[key] == 7.0
+    assert book.window_max()[key] == 7.0
+    clock.advance(60)
+    assert book.window_max()[key] == 0.0
+    book.add("p", "t", HOP, Distribution())  # an empty one changes nothing
+    assert book.totals()[key].count == 4 and book.last()[key] == 7.0
+
+
+def test_a_closed_reader_collects_no_more() -> None:
+    book = LagBook(ManualClock())
+    kept, closed = book.reader(), book.reader()
+    book.record("p", "t", HOP, [1.0])
+    closed.close()
+    book.record("p", "t", HOP, [2.0])
+    assert closed.take()[("p", "t", HOP)].count == 1  # what came before it was closed
+    assert kept.take()[("p", "t", HOP)].count == 2
+    book.record("p", "t", HOP, [3.0])
+    assert closed.take() == {}  # no longer fed: a task's reader costs nothing after it
+    assert kept.take()[("p", "t", HOP)].count == 1
