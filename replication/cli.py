@@ -24,7 +24,11 @@ def _peek(args: argparse.Namespace, rest: list[str]) -> int:
 def _broker(args: argparse.Namespace, rest: list[str]) -> int:
     from .broker.main import run
 
-    return run(args)
+    if not args.ui:
+        return run(args)
+    from .compose import serve_dashboard  # the dashboard's imports only when it is asked for
+
+    return run(args, services=[serve_dashboard])
 
 
 def _drill(args: argparse.Namespace, rest: list[str]) -> int:

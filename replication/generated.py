@@ -8,13 +8,20 @@ on the function under one attribute, read back through ``generated``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from .pipeline.model import Pipeline
 
-if TYPE_CHECKING:
-    from .functions import PipelineRuntime
+
+class PipelineRuntime(Protocol):
+    """What a generated function's built pipeline shows the host and the dashboard
+    (``functions.PipelineRuntime``, which imports this module: a protocol keeps it one-way)."""
+
+    @property
+    def targets(self) -> Mapping[str | None, Any]: ...
+
 
 ATTRIBUTE = "__replication__"
 
@@ -24,7 +31,7 @@ class GeneratedFunction:
     pipeline: Pipeline
     source_index: int
     """Which of the pipeline's sources the function's trigger reads."""
-    runtime: list[PipelineRuntime]
+    runtime: Sequence[PipelineRuntime]
     """The pipeline's runtime once the first batch built it (empty before)."""
 
 

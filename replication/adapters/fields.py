@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..amqp.message import Header, Properties
-from ..servicebus.symbols import (
+from ..symbols import (
     DEAD_LETTER_DESCRIPTION,
     DEAD_LETTER_REASON,
     DEAD_LETTER_SOURCE,
@@ -56,7 +56,7 @@ class Field:
     functions: str | None
     """The attribute (and constructor keyword) of ``azure.functions.ServiceBusMessage``."""
     column: str | None
-    """The Spark row column (``spark_rows.py``); None: rows do not carry it."""
+    """The Spark row column (``rows.py``); None: rows do not carry it."""
     capture: str | None
     """The Capture record's ``SystemProperties`` key, or a record field (``Body``, ...)."""
     sent: bool

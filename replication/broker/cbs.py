@@ -10,7 +10,7 @@ from ..amqp.link import Delivery
 from ..amqp.message import decode_message
 from ..amqp.outcomes import Accepted
 from ..amqp.sasl import PLAIN, SaslCredentials
-from ..servicebus.symbols import CBS_NODE
+from ..symbols import CBS_NODE
 from .auth import AuthorizationError, Authorizer
 from .clock import Clock
 from .commit import GroupCommit

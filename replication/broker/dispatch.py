@@ -19,7 +19,7 @@ from ..amqp.errors import MessageSizeExceededError
 from ..amqp.link import Delivery, Link, LinkState
 from ..amqp.outcomes import ACCEPTED, Accepted, Modified, Rejected, Released
 from ..amqp.performatives import SND_SETTLED
-from ..servicebus.symbols import (
+from ..symbols import (
     LOCKED_UNTIL_UTC,
     MESSAGE_LOCK_LOST,
     SESSION_CANNOT_BE_LOCKED,

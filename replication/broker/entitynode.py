@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..amqp.errors import AMQPError
 from ..amqp.link import Delivery, Link
 from ..amqp.outcomes import ACCEPTED, Rejected, TransactionalState
-from ..servicebus.symbols import ENTITY_DISABLED, TRANSFER_DESTINATION
+from ..symbols import ENTITY_DISABLED, TRANSFER_DESTINATION
 from . import wire
 from .cbs import Cbs
 from .commit import GroupCommit

@@ -10,14 +10,14 @@ import signal
 import socket
 import ssl
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..gc_tuning import collect_garbage_for_throughput
 from .admin.api import AdminApi
 from .auth import Authorizer
 from .config import BrokerConfig, ConfigError, Rule, load_config
-from .loopback import is_loopback_bind
 from .queue import QueueSettings
 from .registry import TopicSpec
 from .rules import RuleSpec
@@ -25,8 +25,15 @@ from .server import Broker
 from .tls import local_ca
 from .topic import TopicSettings
 
-if TYPE_CHECKING:
-    from ..dashboard import Dashboard
+
+class Service(Protocol):
+    """Something served beside the broker (the dashboard): stopped before the broker is."""
+
+    async def stop(self) -> None: ...
+
+
+ServiceFor = Callable[[Broker], Service]
+"""Starts a service on a started broker (``compose.serve_dashboard``)."""
 
 log = logging.getLogger("replication.broker")
 
@@ -169,7 +176,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (INFO)")
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, services: Sequence[ServiceFor] = ()) -> int:
+    """The broker of ``args`` until SIGINT or SIGTERM, with ``services`` started beside it
+    once it listens (composed above the broker: ``cli.py``)."""
     logging.basicConfig(
         level=args.log_level.upper(), stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -208,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: cannot open data dir {args.data_dir}: {exc}", file=sys.stderr)
         return 2
     try:
-        asyncio.run(_serve(broker, ui=args.ui))
+        asyncio.run(_serve(broker, services))
     except ssl.SSLError as tls_error:  # a certificate or key that does not load
         print(f"error: TLS certificate {args.tls_cert}: {tls_error}", file=sys.stderr)
         return 2
@@ -250,38 +259,21 @@ def http_port(args: argparse.Namespace) -> int | None:
     return DEFAULT_HTTP_PORT
 
 
-async def _serve(broker: Broker, ui: bool = False) -> None:
+async def _serve(broker: Broker, services: Sequence[ServiceFor] = ()) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     await broker.start()
-    dashboard = serve_dashboard(broker) if ui else None
+    started = [start(broker) for start in services]
     try:
         await stop.wait()
     finally:
         log.info("stopping")
-        if dashboard is not None:
-            await dashboard.stop()
+        for service in reversed(started):
+            await service.stop()
         await broker.stop()
-
-
-def serve_dashboard(broker: Broker) -> Dashboard:
-    """The dashboard on the broker's HTTP side (its paths answered before the management
-    API's); off loopback every call needs a SAS token of the namespace (on loopback the
-    listener takes only loopback Hosts and Origins instead: ``loopback.py``)."""
-    from ..dashboard import Dashboard, Namespace
-
-    loopback = is_loopback_bind(broker.host)
-    dashboard = Dashboard([Namespace.of_broker(broker)], require_token=not loopback)
-    broker.http_app = dashboard.wrap(broker.http_app)
-    where = "localhost" if broker.host in ("0.0.0.0", "::", "") else broker.host
-    if broker.http_port is not None:
-        log.info("dashboard on http://%s:%d/", where, broker.http_port)
-    else:
-        log.info("dashboard on https://%s:%d/ (no plain HTTP port)", where, broker.port)
-    return dashboard
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..amqp.link import Delivery, Link
-from ..servicebus.symbols import CBS_NODE, MANAGEMENT_SUFFIX
+from ..symbols import CBS_NODE, MANAGEMENT_SUFFIX
 from .cbs import Cbs
 from .limits import LINK_CREDIT
 from .peer import Peer

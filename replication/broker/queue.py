@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol
 
-from ..servicebus.symbols import DEAD_LETTER_SOURCE
+from ..symbols import DEAD_LETTER_SOURCE
 from . import wire
 from .clock import SYSTEM, Clock, now_ms
 from .guids import GUIDS

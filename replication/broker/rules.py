@@ -18,10 +18,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from .. import symbols
 from ..amqp.message import Header, Properties
 from ..amqp.types import decimal32, decimal64, decimal128, timestamp
-from ..servicebus import symbols
-from ..servicebus.symbols import PARTITION_KEY
 from ..sqlfilter import (
     CorrelationFilter,
     FalseFilter,
@@ -33,6 +32,7 @@ from ..sqlfilter import (
     parse_action,
     parse_filter,
 )
+from ..symbols import PARTITION_KEY
 from . import wire
 
 DEFAULT_RULE_NAME = "$Default"

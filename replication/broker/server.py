@@ -28,7 +28,7 @@ from ..amqp.link import Delivery, Link, LinkState
 from ..amqp.sasl import ANONYMOUS, MSSBCBS, PLAIN, SaslServer
 from ..amqp.transport import ConnectionDriver
 from ..amqp.types import symbol
-from ..servicebus.symbols import ENTITY_DISABLED, SESSION_LOCK_LOST
+from ..symbols import ENTITY_DISABLED, SESSION_LOCK_LOST
 from . import tls
 from .auth import Authorizer
 from .cbs import Cbs

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from ..amqp.message import Header
-from ..servicebus.symbols import SCHEDULED_ENQUEUE_TIME
+from ..symbols import SCHEDULED_ENQUEUE_TIME
 from . import wire
 from .clock import SYSTEM, Clock, now_ms
 from .errors import SendRefusedError

@@ -56,7 +56,7 @@ from ..amqp.outcomes import (
 from ..amqp.performatives import Error
 from ..amqp.terminus import Source
 from ..amqp.types import symbol
-from ..servicebus.symbols import TRANSFER_DESTINATION
+from ..symbols import TRANSFER_DESTINATION
 from . import wire
 from .cbs import Cbs
 from .clock import Clock, now_ms

@@ -29,7 +29,7 @@ from ..amqp.message import (
     Properties,
 )
 from ..amqp.types import symbol
-from ..servicebus.symbols import (
+from ..symbols import (
     DEAD_LETTER_SOURCE,
     ENQUEUE_SEQUENCE_NUMBER,
     ENQUEUED_TIME,

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import metrics
 from ..failover.runtime import endpoint_host
@@ -22,8 +22,23 @@ from ..telemetry.lag import HOP
 
 if TYPE_CHECKING:
     from ..failover.runtime import Failover
-    from ..host.app import Host
     from ..pipeline import Endpoint, Pipeline
+
+
+class PipelineHost(Protocol):
+    """What the board reads of a running local host (``host.app.Host`` has it): the
+    pipelines' names, their runners (trigger runners and pumps, read by attribute), the
+    pipelines file's pipelines and the app settings. The host composes the board, so the
+    board knows the host only through this."""
+
+    @property
+    def runners(self) -> Sequence[Any]: ...
+    @property
+    def pipeline_set(self) -> Sequence[Pipeline]: ...
+    @property
+    def settings(self) -> Mapping[str, str]: ...
+    def pipelines(self) -> list[str]: ...
+
 
 HISTORY = 600.0
 """Seconds of samples kept (the page's chart shows the last ten minutes)."""
@@ -41,9 +56,9 @@ class Switch:
 @dataclass
 class PipelineBoard:
     """Samples the host's pipeline metrics and describes its pipelines (``host``: a running
-    ``host.app.Host``)."""
+    local host)."""
 
-    host: Host
+    host: PipelineHost
     interval: float = 2.0
     clock: Callable[[], float] = time.time
     samples: dict[str, deque[tuple[float, ...]]] = field(default_factory=dict)

@@ -34,7 +34,7 @@ from azurefunctions.extensions.base import Datum, get_binding_registry
 
 from ..amqp.message import Message as AmqpMessage
 from ..amqp.message import encode_message
-from ..servicebus.symbols import LOCK_TOKEN
+from ..symbols import LOCK_TOKEN
 
 if TYPE_CHECKING:
     from azurefunctions.extensions.bindings.servicebus import ServiceBusMessageActions

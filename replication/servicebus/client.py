@@ -51,8 +51,7 @@ from ..amqp.outcomes import Accepted, Modified, Rejected, Released, Transactiona
 from ..amqp.performatives import RCV_SECOND, SND_UNSETTLED, Error
 from ..amqp.types import timestamp, uint
 from ..messages import Message
-from .endpoint import Endpoint
-from .symbols import (
+from ..symbols import (
     CBS_NODE,
     DEAD_LETTER,
     DEAD_LETTER_DESCRIPTION,
@@ -68,6 +67,7 @@ from .symbols import (
     TIMEOUT,
     UNAUTHORIZED_ACCESS,
 )
+from .endpoint import Endpoint
 from .tokens import ServiceBusSasl
 
 if TYPE_CHECKING:

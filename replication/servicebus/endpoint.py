@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from ..clock import SYSTEM, Clock
+from ..symbols import JWT_TOKEN_TYPE, SAS_TOKEN_TYPE
 from . import sas
 from .connection_string import PLAIN_PORT, TLS_PORT, ConnectionString
-from .symbols import JWT_TOKEN_TYPE, SAS_TOKEN_TYPE
 from .tokens import (
     TokenProvider,
     aad_token,

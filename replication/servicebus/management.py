@@ -33,6 +33,7 @@ from ..adapters.amqp import decode_to_message, encode
 from ..amqp.client import ReceivedMessage
 from ..amqp.types import AMQPType, Array, int32, uint
 from ..messages import Message
+from ..symbols import ASSOCIATED_LINK_NAME, SERVER_TIMEOUT
 from .client import AmqpConnection, AmqpReceiver
 from .management_link import SERVICE_BUS_STATUS, ManagementLink
 from .rules import (
@@ -43,7 +44,6 @@ from .rules import (
     rule_description,
     rule_from_description,
 )
-from .symbols import ASSOCIATED_LINK_NAME, SERVER_TIMEOUT
 
 if TYPE_CHECKING:
     from .transactions import Transaction

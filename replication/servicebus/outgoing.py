@@ -11,7 +11,7 @@ from ..amqp import codec
 from ..amqp.composite import encoder
 from ..amqp.message import Properties
 from ..messages import Message
-from .symbols import PARTITION_KEY
+from ..symbols import PARTITION_KEY
 
 BATCH_FORMAT = 0x80013700
 """message-format of a Service Bus batch: each data section holds one encoded message."""

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from .. import symbols
 from ..adapters.amqp import property_value
 from ..amqp.types import Described
-from . import symbols
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,9 +32,9 @@ from ..amqp.client import Sender
 from ..amqp.errors import AMQPError
 from ..amqp.outcomes import Accepted, Rejected, TransactionalState
 from ..messages import Message
+from ..symbols import TRANSFER_DESTINATION
 from . import outgoing
 from .client import AmqpConnection, AmqpSource, SourceError, source_error
-from .symbols import TRANSFER_DESTINATION
 
 if TYPE_CHECKING:
     from .transactions import Transaction

@@ -2,7 +2,7 @@
 
 Files are listed on the driver and read by executors (``fastavro``), one file per task, so a
 large replay spreads over the cluster; each record becomes a message
-(``adapters.capture.to_message``) and a row (``spark_rows.SCHEMA``).
+(``adapters.capture.to_message``) and a row (``rows.SCHEMA``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..adapters.capture import CAPTURE_SCHEMA, to_message
-from ..adapters.spark_rows import SCHEMA, to_row
+from .rows import SCHEMA, to_row
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -34,7 +34,7 @@ def capture_files(path: str | Path) -> list[str]:
 
 
 def read_file(path: str) -> Iterator[tuple[Any, ...]]:
-    """The rows (``spark_rows.SCHEMA``) of one Capture file."""
+    """The rows (``rows.SCHEMA``) of one Capture file."""
     from fastavro import reader
 
     with open(path, "rb") as handle:
@@ -44,7 +44,7 @@ def read_file(path: str) -> Iterator[tuple[Any, ...]]:
 
 
 def read_capture(spark: SparkSession, path: str | Path) -> DataFrame:
-    """A DataFrame (``spark_rows.SCHEMA``) of every record of the Capture files at ``path``."""
+    """A DataFrame (``rows.SCHEMA``) of every record of the Capture files at ``path``."""
     files = capture_files(path)
     rdd = spark.sparkContext.parallelize(files, len(files)).flatMap(read_file)
     return spark.createDataFrame(rdd, SCHEMA)

@@ -7,7 +7,7 @@
     events = (spark.readStream.format("eventhubs").option("connection", "OrdersHub")
               .option("consumerGroup", "spark").option("startingPosition", "earliest").load())
 
-Options: ``eventhub_options.py``. Rows: ``spark_rows.EVENT_SCHEMA`` (the ``servicebus``
+Options: ``eventhub_options.py``. Rows: ``rows.EVENT_SCHEMA`` (the ``servicebus``
 source's columns for what an event carries, plus ``offset`` and ``partition``).
 
 Streaming, at-least-once with Spark's checkpoint (README "Event Hubs"): the offset is
@@ -47,9 +47,9 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from ..adapters.spark_rows import EVENT_SCHEMA, to_event_row
 from .eventhub_options import EventHubOptions, Position
 from .eventhub_ranges import EventRange, Offsets, advance, from_offset, plan, to_offset
+from .rows import EVENT_SCHEMA, to_event_row
 
 if TYPE_CHECKING:
     from ..messages import Message

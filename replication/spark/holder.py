@@ -8,7 +8,7 @@ for the first message, then taking what follows within ``FOLLOW_UP_WAIT``); a
 ``LockKeeper`` per receiver renews the message locks, or the session lock, from then on.
 The receivers then stop asking for more (no credit; what was prefetched is released), the
 read registers with the driver's commit service (``commits.py``, address in the
-assignment), and yields one row per message (``spark_rows.to_row``).
+assignment), and yields one row per message (``rows.to_row``).
 
 When Spark has taken every row, the receivers and their unsettled messages stay with a
 holder: a task on the worker's loop, alive between Spark's tasks because Spark reuses
@@ -45,7 +45,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..adapters.spark_rows import to_row
 from ..messages import Message
 from ..servicebus.client import (
     AmqpReceiver,
@@ -58,6 +57,7 @@ from ..tasks.locks import LockKeeper
 from .assignment import Assignment
 from .commits import COMMITTED, OPEN, UNKNOWN
 from .options import Options
+from .rows import to_row
 from .worker import next_sessions, run_async, source_for
 
 log = logging.getLogger("replication.spark")

@@ -27,7 +27,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..adapters.spark_rows import COLUMNS, SCHEMA, from_row, to_row
+from .rows import COLUMNS, SCHEMA, from_row, to_row
 
 if TYPE_CHECKING:
     from ..pipeline import BuiltPipeline
@@ -118,7 +118,7 @@ def plan_function(ref: PipelineRef, source: int = 0) -> Any:
 
 
 def _arrow_schema() -> Any:
-    """The Arrow schema of a planned batch: the read row's columns (``spark_rows.COLUMNS``)
+    """The Arrow schema of a planned batch: the read row's columns (``rows.COLUMNS``)
     and ``target``."""
     import pyarrow as pa
 

@@ -1,6 +1,6 @@
 """Writing rows to a queue or topic from Spark executors.
 
-Each partition turns its rows into messages (``spark_rows.from_row``) and sends them with the
+Each partition turns its rows into messages (``rows.from_row``) and sends them with the
 task library's ``send_ordered``: batches bounded by size and count, a session's (and a
 partition key's) messages in the order the partition holds them, retries with backoff for
 transient errors. A partition that cannot deliver everything raises, so Spark fails the
@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
-from ..adapters.spark_rows import from_row
 from ..messages import Message
 from .options import Options
+from .rows import from_row
 from .worker import pool_for, run_async
 
 if TYPE_CHECKING:

@@ -51,8 +51,8 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
-from ..adapters.spark_rows import SCHEMA, to_row
 from .options import Options
+from .rows import SCHEMA, to_row
 from .streams import Planner, RunStreamReader
 
 if TYPE_CHECKING:

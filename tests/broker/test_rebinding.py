@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from replication import compose
 from replication.broker import main
 from replication.broker.auth import EMULATOR_KEY, EMULATOR_RULE_NAME
 from replication.broker.config import BrokerConfig
@@ -63,7 +64,7 @@ def ui_broker(
     handle = broker_factory(CONFIG)
     assert handle.broker is not None
     broker = handle.broker
-    dashboard = handle.call(lambda: main.serve_dashboard(broker))
+    dashboard = handle.call(lambda: compose.serve_dashboard(broker))
     yield handle
     handle.run(dashboard.stop())
 
@@ -163,7 +164,7 @@ def test_off_loopback_names_are_served_and_tokens_checked(
     handle = broker_factory(CONFIG)
     assert handle.broker is not None
     broker = handle.broker
-    dashboard = handle.call(lambda: main.serve_dashboard(broker))
+    dashboard = handle.call(lambda: compose.serve_dashboard(broker))
     try:
         port = _http_port(handle)
         host = f"broker.example:{port}"

@@ -14,7 +14,7 @@ from replication.amqp.message import DeliveryAnnotations, Header, encode_message
 from replication.amqp.message import Message as AmqpMessage
 from replication.amqp.types import symbol, timestamp
 from replication.broker import wire
-from replication.servicebus.symbols import (
+from replication.symbols import (
     DEAD_LETTER_SOURCE,
     ENQUEUE_SEQUENCE_NUMBER,
     ENQUEUED_TIME,

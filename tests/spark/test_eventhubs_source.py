@@ -14,7 +14,7 @@ import pytest
 from azure.eventhub import EventData
 from pyspark.errors import StreamingQueryException
 
-from replication.adapters.spark_rows import EVENT_FIELDS
+from replication.spark.rows import EVENT_FIELDS
 from tests.broker.conftest import BrokerHandle
 from tests.broker.eventhubs_support import eventhub_config, eventhub_connection_string, producer
 

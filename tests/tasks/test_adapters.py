@@ -28,7 +28,7 @@ from azure.servicebus._pyamqp._encode import encode_payload
 from azure.servicebus._transport._pyamqp_transport import PyamqpTransport
 from fastavro import parse_schema, reader, writer
 
-from replication.adapters import capture, eventhubs, spark_rows
+from replication.adapters import capture, eventhubs
 from replication.adapters.amqp import decode_to_message, encode
 from replication.adapters.fields import FIELDS, Field
 from replication.adapters.functions import from_functions, to_functions_message
@@ -37,6 +37,7 @@ from replication.amqp.message import Header, Properties, encode_message
 from replication.amqp.message import Message as AmqpMessage
 from replication.amqp.types import timestamp
 from replication.messages import Message, PropertyValue
+from replication.spark import rows as spark_rows
 from replication.tasks.stamping import ENQUEUE_TIME, SEQUENCE
 
 MOMENT = datetime(2026, 11, 24, 9, 30, 15, 250000, tzinfo=UTC)

@@ -15,7 +15,7 @@ from typing import Any
 
 from ...amqp import codec, scan
 from ...amqp.types import symbol, timestamp
-from ...servicebus.symbols import ENQUEUED_TIME, PARTITION_KEY, SEQUENCE_NUMBER
+from ...symbols import ENQUEUED_TIME, PARTITION_KEY, SEQUENCE_NUMBER
 from .. import wire
 from .log import Event, PartitionState
 

@@ -21,10 +21,10 @@ from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from ..adapters.fields import FIELDS as MESSAGE_FIELDS
+from ..adapters.values import text, utc
 from ..messages import Message, PropertyValue
 from ..tasks.stamping import ENQUEUE_TIME, SEQUENCE
-from .fields import FIELDS as MESSAGE_FIELDS
-from .values import text, utc
 
 _TYPES = {"body": "binary", "text": "string", "duration": "long", "time": "timestamp",
           "int": "long"}  # fmt: skip

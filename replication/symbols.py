@@ -6,7 +6,7 @@ attach (``com.microsoft:...``), error conditions, and the nodes every namespace 
 
 from __future__ import annotations
 
-from ..amqp.types import symbol
+from .amqp.types import symbol
 
 # ---------------------------------------------------------------------- nodes
 
