@@ -157,10 +157,12 @@ pipelines:
 
 
 async def test_batch_checkpoint_frequency_checkpoints_every_nth_batch(
-    broker_factory: Any, tmp_path: Path
+    broker_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """host.json ``batchCheckpointFrequency: 2``: three batches of two, one checkpoint (after
-    the second); a host killed now would run the third again."""
+    """host.json ``batchCheckpointFrequency: 2``: a checkpoint after the 2nd, 4th, ... batch
+    of the partition, at that batch's last event; the batches in between write none (a host
+    killed then runs them again). The SDK hands over what has arrived (at most
+    ``maxEventBatchSize``), so the batches are checked as they came, however they were cut."""
     broker = broker_factory(eventhub_config({"eh1": {"PartitionCount": "1"}}))
     await send_events(broker.connection_string, "eh1", [
         (None, "0", EventData(f"e{i}")) for i in range(6)
@@ -168,16 +170,30 @@ async def test_batch_checkpoint_frequency_checkpoints_every_nth_batch(
     app, calls = failing_app(0, retry=False)
     (trigger,) = event_hub_triggers(app, {"EventHubs": broker.connection_string})
     store = SqliteCheckpointStore.in_directory(tmp_path)
+    written: list[tuple[int, int]] = []  # (batches run by then, checkpointed sequence number)
+    update_checkpoint = store.update_checkpoint
+
+    async def recording(checkpoint: dict[str, Any], **kwargs: Any) -> None:
+        written.append((len(calls), checkpoint["sequence_number"]))
+        await update_checkpoint(checkpoint, **kwargs)
+
+    monkeypatch.setattr(store, "update_checkpoint", recording)
     options = EventHubOptions.from_host_json(
         {"extensions": {"eventHubs": {"maxEventBatchSize": 2, "batchCheckpointFrequency": 2}}}
     )
     worker = Worker()
     runner = EventHubTriggerRunner(trigger, broker.connection_string, store, worker, options)
     await run_runner(runner, worker, lambda r: r.stats.events >= 6)
-    (checkpoint,) = await store.list_checkpoints(f"localhost:{broker.port}", "eh1", "$Default")
+    stored = await store.list_checkpoints(f"localhost:{broker.port}", "eh1", "$Default")
     store.close()
-    assert calls == [["e0", "e1"], ["e2", "e3"], ["e4", "e5"]]
-    assert (runner.stats.checkpoints, checkpoint["sequence_number"]) == (1, 3)
+    assert [body for batch in calls for body in batch] == [f"e{i}" for i in range(6)]
+    assert all(1 <= len(batch) <= 2 for batch in calls), calls
+    assert len(calls) >= 3  # 6 events in batches of at most 2
+    # e<i> has sequence number i: the last event of every second batch, right after it ran
+    due = [(n, int(calls[n - 1][-1][1:])) for n in range(2, len(calls) + 1, 2)]
+    assert written == due, calls
+    assert runner.stats.checkpoints == len(due)
+    assert [c["sequence_number"] for c in stored] == [due[-1][1]]  # the last one stays
 
 
 async def test_a_stop_ends_a_retry_wait_without_a_checkpoint(
