@@ -23,7 +23,8 @@ from .parameters import (
 )
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The subcommand's own parser (``replication.cli`` hands it the rest of the line)."""
     parser = argparse.ArgumentParser(
         prog="python -m replication infra-parameters",
         description="Write infra/main.bicep's parameters for a pipeline file.",
@@ -42,6 +43,11 @@ def main(argv: list[str] | None = None) -> int:
         "--app-root", type=Path, metavar="DIR",
         help="the folder deployed as the app (default: the pipeline file's folder)",
     )  # fmt: skip
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     mapping = dict(DEFAULT_NAMESPACES)
     for item in args.map:
