@@ -281,10 +281,12 @@ async def telemetry_cost(args: argparse.Namespace) -> None:
         try:
             items = messages(args.messages, args.size)
             rates: dict[bool, list[float]] = {False: [], True: []}
+            cpu: dict[bool, list[float]] = {False: [], True: []}
             for _ in range(args.telemetry_cost):
                 for live in (False, True):
                     instrumentation(live)
                     await send_all(connection_string, "src", items, args.batch)  # untimed
+                    before = time.process_time()
                     elapsed = await replicate(
                         connection_string,
                         args.messages,
@@ -293,18 +295,26 @@ async def telemetry_cost(args: argparse.Namespace) -> None:
                         args.backend,
                         args.send_backend,
                     )
+                    cpu[live].append((time.process_time() - before) * 1e6 / args.messages)
                     rates[live].append(args.messages / elapsed)
                     label = "with" if live else "without"
-                    print(f"  {label} telemetry: {rates[live][-1]:,.0f} msgs/s", flush=True)
+                    print(
+                        f"  {label} telemetry: {rates[live][-1]:,.0f} msgs/s, replicator "
+                        f"{cpu[live][-1]:.1f} us CPU/msg",
+                        flush=True,
+                    )
         finally:
             process.terminate()
             process.wait(20)
     ratios = sorted(w / wo for w, wo in zip(rates[True], rates[False], strict=True))
     median = ratios[len(ratios) // 2]
+    costs = sorted(w / wo for w, wo in zip(cpu[True], cpu[False], strict=True))
+    cpu_median = costs[len(costs) // 2]
     print(
         f"{args.messages:,} x {args.size} B, {native.STATE}; replicate with / without "
         f"telemetry: median {median:.3f} (pairs {', '.join(f'{r:.3f}' for r in ratios)}); "
-        f"cost {1 - median:+.1%}"
+        f"replicator CPU per message with / without: median {cpu_median:.3f} "
+        f"(pairs {', '.join(f'{c:.3f}' for c in costs)})"
     )
 
 
