@@ -265,7 +265,7 @@ def live_providers() -> None:
     from replication import metrics
     from replication.telemetry.producer import WithLag
 
-    sink = open(os.devnull, "w")  # noqa: SIM115 - for the whole run
+    sink = Path(os.devnull).open("w")  # noqa: SIM115 - for the whole run
     exporter = WithLag(ConsoleMetricExporter(out=sink), metrics.LAG, metrics.LAG_HISTOGRAM, "lag")
     reader = PeriodicExportingMetricReader(exporter, export_interval_millis=5_000)
     otel_metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))

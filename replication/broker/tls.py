@@ -211,4 +211,4 @@ def _write(path: Path, data: bytes, *, private: bool = False) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if private else 0o644)
     with os.fdopen(fd, "wb") as file:
         file.write(data)
-    os.replace(tmp, path)
+    tmp.replace(path)

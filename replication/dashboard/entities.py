@@ -55,7 +55,7 @@ def _fields(description: Element) -> dict[str, Element]:
 
 
 def _counts(fields: dict[str, Element]) -> dict[str, int]:
-    found = {name: 0 for name in COUNTS.values()}
+    found = dict.fromkeys(COUNTS.values(), 0)
     details = fields.get("CountDetails")
     for child in details if details is not None else ():
         name = COUNTS.get(_local(child.tag))

@@ -107,8 +107,7 @@ async def run_drill(
         else:
             namespaces = await GivenNamespaces(options).start(clock)
         stack.push_async_callback(namespaces.close)
-        result = await _drill(options, pipeline, namespaces, clock, run_id, stack)
-    return result
+        return await _drill(options, pipeline, namespaces, clock, run_id, stack)
 
 
 async def _drill(

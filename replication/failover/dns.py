@@ -194,8 +194,10 @@ class DnsResolver:
         chosen = choose_srv(records, self.rng)
         chain.append(f"SRV {srv_name} (ttl {_ttl(answer)}):")
         best = min((r.priority for r in records if usable(r)), default=None)
-        for record in sorted(records, key=lambda r: (r.priority, -r.weight)):
-            chain.append(f"  {record}  {_verdict(record, chosen, best)}")
+        chain.extend(
+            f"  {record}  {_verdict(record, chosen, best)}"
+            for record in sorted(records, key=lambda r: (r.priority, -r.weight))
+        )
         if chosen is None:
             ports = sorted({r.port for r in records})
             if any(r.port == AMQPS_PORT for r in records):

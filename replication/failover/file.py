@@ -10,10 +10,10 @@ is asked with a conditional GET (ETag / Last-Modified), so an unchanged file cos
 from __future__ import annotations
 
 import http.client
-import os
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from pathlib import Path
 
 from .base import FailoverError, Resolution
 from .hosts import normalise_host
@@ -48,12 +48,12 @@ class FileResolver:
 
     def _from_file(self) -> Resolution:
         try:
-            info = os.stat(self.location)
+            info = Path(self.location).stat()
             stamp = (info.st_mtime_ns, info.st_size)
             cached = self._cached
             if cached is not None and cached.stamp == stamp:
                 return cached.resolution
-            with open(self.location, encoding="utf-8-sig") as handle:
+            with Path(self.location).open(encoding="utf-8-sig") as handle:
                 text = handle.read()
         except OSError as exc:
             raise FailoverError(f"cannot read {self.location}: {exc.strerror or exc}") from None

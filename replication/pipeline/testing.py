@@ -277,9 +277,11 @@ def _check_message(message: MessageSpec, loc: Loc, *, expected: bool) -> list[tu
     if len(bodies) > 1:
         problems.append(((*loc, bodies[1]), f"give one of {', '.join(_BODY_FIELDS)}, not both"))
     if expected:
-        for name in _INPUT_ONLY:
-            if getattr(message, name) is not None:
-                problems.append(((*loc, name), f"{name!r} is for input messages"))
+        problems.extend(
+            ((*loc, name), f"{name!r} is for input messages")
+            for name in _INPUT_ONLY
+            if getattr(message, name) is not None
+        )
     elif message.target is not None:
         problems.append(((*loc, "target"), "'target' is for expected messages"))
     if message.avro is not None and message.avro.schema_ is not None and message.avro.schema_file:

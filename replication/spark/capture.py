@@ -37,7 +37,7 @@ def read_file(path: str) -> Iterator[tuple[Any, ...]]:
     """The rows (``rows.SCHEMA``) of one Capture file."""
     from fastavro import reader
 
-    with open(path, "rb") as handle:
+    with Path(path).open("rb") as handle:
         for record in reader(handle):
             assert isinstance(record, dict)  # Capture's schema: one record per event
             yield to_row(to_message(record))

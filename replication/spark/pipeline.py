@@ -89,8 +89,7 @@ def plan_rows(
             props["DeadLetterErrorDescription"] = description
             out.append((*to_row(message.copy(application_properties=props)), ERROR_TARGET))
             continue
-        for output in outcome.outputs:
-            out.append((*to_row(output), output.target or ""))
+        out.extend((*to_row(output), output.target or "") for output in outcome.outputs)
     return out
 
 

@@ -391,6 +391,7 @@ class _Parser:
         if kind is Kind.QUOTED:
             return self.property()
         self.fail("an expression")
+        return None
 
     def function(self) -> Node:
         tok = self.advance()
@@ -406,6 +407,7 @@ class _Parser:
             self.expect_op(")")
             return self.made(PropertyFunction(argument), tok)
         self.fail("a function name (newid, property or p)", tok)
+        return None
 
     def is_name(self, tok: Token) -> bool:
         if tok.kind is Kind.QUOTED:

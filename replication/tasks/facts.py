@@ -72,8 +72,7 @@ def json_body(message: Message) -> Any:
 
 def facts_for(message: Message, *, body: bool = True) -> MessageFacts:
     """The message as SQL filters see it; ``body=False`` skips parsing the JSON body."""
-    system: dict[str, Any] = {}
-    for name, value in (
+    fields = (
         ("MessageId", message.message_id),
         ("CorrelationId", message.correlation_id),
         ("Label", message.subject),
@@ -89,9 +88,8 @@ def facts_for(message: Message, *, body: bool = True) -> MessageFacts:
         ("SequenceNumber", message.sequence_number),
         ("DeliveryCount", message.delivery_count),
         ("DeadLetterSource", message.dead_letter_source),
-    ):
-        if value is not None:
-            system[name] = value
+    )
+    system: dict[str, Any] = {name: value for name, value in fields if value is not None}
     if message.enqueued_time is not None and message.time_to_live is not None:
         with contextlib.suppress(OverflowError):  # TimeSpan.MaxValue: never expires
             system["ExpiresAtUtc"] = message.enqueued_time + message.time_to_live

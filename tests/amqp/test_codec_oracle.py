@@ -92,7 +92,7 @@ _SCALARS = [
     (symbol, proton.symbol),
     (timestamp, proton.timestamp),
 ]
-_TO_PROTON = {ours: theirs for ours, theirs in _SCALARS}
+_TO_PROTON = dict(_SCALARS)
 _FROM_PROTON = {theirs: ours for ours, theirs in _SCALARS}
 _SHARED = (type(None), bool, int, float, str, bytes, uuid.UUID)
 

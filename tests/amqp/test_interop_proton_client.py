@@ -106,7 +106,7 @@ def rich_message(i: int) -> Message:
         bytes(range(i % 256)) + b"!",
         i * 1_000_003,
     ]
-    message = Message(
+    return Message(
         body=bodies[i % len(bodies)],
         id=[f"id-{i}", ulong(i), uuid.UUID(int=10_000 + i), b"bin-id-%d" % i][i % 4],
         user_id=b"u",
@@ -128,7 +128,6 @@ def rich_message(i: int) -> Message:
         properties=app_properties(i),
         annotations={symbol("x-opt-index"): i, symbol("x-opt-name"): f"ann-{i}"},
     )
-    return message
 
 
 def _plain(value: Any) -> Any:

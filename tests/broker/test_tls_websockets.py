@@ -68,8 +68,7 @@ def sdk_options(broker: BrokerHandle, transport: TransportType, port: int | None
 
 
 def client_context(ca: Path | None) -> ssl.SSLContext:
-    context = ssl.create_default_context(cafile=str(ca) if ca else None)
-    return context
+    return ssl.create_default_context(cafile=str(ca) if ca else None)
 
 
 def https(port: int, ca: Path) -> http.client.HTTPSConnection:

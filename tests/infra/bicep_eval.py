@@ -140,10 +140,10 @@ class Instance:
         """The module's template with the parameters this one passes (none: not deployed)."""
         element = self.template.modules[name]
         path = self.template.path.parent / self.eval(element.children[2], {}, raw=True)
-        instances = []
-        for body in self._declared(element.children[3], keep={"params"}):
-            instances.append(Template.load(path).instance(body.get("params", {})))
-        return instances
+        return [
+            Template.load(path).instance(body.get("params", {}))
+            for body in self._declared(element.children[3], keep={"params"})
+        ]
 
     def output(self, name: str) -> Any:
         return self.eval(self.template.outputs[name].children[3], {})

@@ -47,7 +47,7 @@ def ensure_checkov(home: Path) -> Path:
     stamp = home / ".installed"
     wanted = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()
     home.parent.mkdir(parents=True, exist_ok=True)
-    with open(home.parent / f".{home.name}.lock", "w") as lock:
+    with (home.parent / f".{home.name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if executable.exists() and stamp.exists() and stamp.read_text().strip() == wanted:
             return executable

@@ -137,7 +137,9 @@ def test_requirements_txt_installs_everything_the_function_app_imports() -> None
         if name in installed:
             continue
         installed.add(name)
-        for spec in map(Requirement, importlib.metadata.requires(name) or []):
-            if spec.marker is None or spec.marker.evaluate({"extra": ""}):
-                pending.append(spec.name)
+        pending.extend(
+            spec.name
+            for spec in map(Requirement, importlib.metadata.requires(name) or [])
+            if spec.marker is None or spec.marker.evaluate({"extra": ""})
+        )
     assert imported_names - installed - OPTIONAL_IMPORTS == {"replication"}

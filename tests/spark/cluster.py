@@ -32,7 +32,8 @@ MASTER_URL = re.compile(r"Starting Spark master at (spark://\S+)")
 def children_map() -> dict[int, list[int]]:
     """Parent pid -> child pids, from /proc."""
     tree: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
+    for path in Path("/proc").iterdir():
+        entry = path.name
         if not entry.isdigit():
             continue
         try:
@@ -191,7 +192,7 @@ class StandaloneCluster:
         """Pids of the Python processes under the workers (executors' pyspark daemons and
         the Python workers they forked)."""
         return [pid for worker in self.workers for pid in process_tree(worker.pid)
-                if "python" in os.path.basename(cmdline(pid).split(" ", 1)[0])]  # fmt: skip
+                if "python" in Path(cmdline(pid).split(" ", 1)[0]).name]  # fmt: skip
 
     def close(self) -> None:
         for process in reversed(self.processes):
@@ -258,8 +259,8 @@ def socket_owner(local_port: int, remote_port: int, pids: Iterable[int]) -> int 
     wanted = f"socket:[{inode}]"
     for pid in pids:
         try:
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                if os.readlink(f"/proc/{pid}/fd/{fd}") == wanted:
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                if str(fd.readlink()) == wanted:
                     return pid
         except OSError:
             continue

@@ -201,7 +201,7 @@ pipelines:
     } for i in range(120)]  # fmt: skip
     capture = tmp_path / "capture" / "0" / "2026" / "11" / "23"
     capture.mkdir(parents=True)
-    with open(capture / "13_00_00.avro", "wb") as handle:
+    with (capture / "13_00_00.avro").open("wb") as handle:
         writer(handle, parse_schema(CAPTURE_SCHEMA), records)
     settings = {"Bus": broker.connection_string}
     pipeline = load_pipelines(folder / "pipelines.yaml", settings=settings).get("replay")

@@ -80,8 +80,7 @@ def hash_code(partition_key: str) -> int:
 def partition_for_key(partition_key: str, partition_count: int) -> int:
     """The partition index an event with this key goes to."""
     value = hash_code(partition_key)
-    remainder = abs(value) % partition_count  # .NET's %: the sign of the dividend, then Abs
-    return remainder
+    return abs(value) % partition_count  # .NET's %: the sign of the dividend, then Abs
 
 
 class RoundRobin:
