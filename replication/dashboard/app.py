@@ -48,16 +48,17 @@ PREFIX = "/$dashboard/"
 API = PREFIX + "api/"
 STATIC = PREFIX + "static/"
 TYPES = {
-    ".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
-    ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml",
-}  # fmt: skip
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+}
 HttpApp = Callable[[Request], Awaitable[Response]]
 
 
 def _json(value: Any, status: int = 200) -> Response:
     body = json.dumps(value, default=str).encode()
-    return Response(status, {"content-type": "application/json", "cache-control": "no-store"},
-                    body)  # fmt: skip
+    return Response(status, {"content-type": "application/json", "cache-control": "no-store"}, body)
 
 
 def _error(status: int, message: str) -> Response:
@@ -70,9 +71,13 @@ class Dashboard:
     without, the server must be one that refuses other Hosts and Origins (``loopback.py``)."""
 
     def __init__(
-        self, namespaces: list[Namespace], board: PipelineBoard | None = None, *,
-        require_token: bool = False, interval: float = 1.0,
-    ) -> None:  # fmt: skip
+        self,
+        namespaces: list[Namespace],
+        board: PipelineBoard | None = None,
+        *,
+        require_token: bool = False,
+        interval: float = 1.0,
+    ) -> None:
         self.namespaces = {n.name: n for n in namespaces}
         self.board = board
         self.require_token = require_token
@@ -166,19 +171,26 @@ class Dashboard:
             return _json(await self.overview(history=True))
         if route == "events" and get:
             self._authorize(request, None, "", LISTEN)
-            return Response(200, {
-                "content-type": "text/event-stream", "cache-control": "no-store",
-                "x-accel-buffering": "no",
-            }, stream=self.events())  # fmt: skip
+            return Response(
+                200,
+                {
+                    "content-type": "text/event-stream",
+                    "cache-control": "no-store",
+                    "x-accel-buffering": "no",
+                },
+                stream=self.events(),
+            )
         namespace = self._namespace(query)
         entity = query.get("entity", "").strip("/")
         if route == "messages" and get:
             self._authorize(request, namespace, entity, LISTEN)
             messages = await namespace.peek(
-                entity, dead_letter=query.get("dead_letter") in ("1", "true"),
-                count=_int(query, "count", 20), from_sequence=_int(query, "from", 1),
+                entity,
+                dead_letter=query.get("dead_letter") in ("1", "true"),
+                count=_int(query, "count", 20),
+                from_sequence=_int(query, "from", 1),
                 session_id=query.get("session") or None,
-            )  # fmt: skip
+            )
             return _json({"messages": messages})
         if route == "sessions" and get:
             self._authorize(request, namespace, entity, LISTEN)
@@ -188,8 +200,9 @@ class Dashboard:
             session = query.get("session")
             if not session:
                 raise DashboardError("session: which session")
-            return _json({"session": session,
-                          "state": await namespace.session_state(entity, session)})  # fmt: skip
+            return _json(
+                {"session": session, "state": await namespace.session_state(entity, session)}
+            )
         if request.method != "POST":
             return _error(404 if route not in _POSTS else 405, f"no such endpoint: {route}")
         body = _body(request)
@@ -208,9 +221,11 @@ class Dashboard:
             ):
                 raise DashboardError('sequence_numbers: a list of integers, or "all"')
             result = await namespace.settle_dead_letters(
-                entity, numbers, resubmit=route.endswith("resubmit"),
+                entity,
+                numbers,
+                resubmit=route.endswith("resubmit"),
                 new_message_ids=bool(body.get("new_message_ids")),
-            )  # fmt: skip
+            )
             return _json(result)
         return _error(404, f"no such endpoint: {route}")
 
@@ -222,8 +237,9 @@ class Dashboard:
             raise DashboardError(f"no namespace {name!r} here (known: {known})", 404)
         return namespace
 
-    def _authorize(self, request: Request, namespace: Namespace | None, entity: str,
-                   right: str) -> None:  # fmt: skip
+    def _authorize(
+        self, request: Request, namespace: Namespace | None, entity: str, right: str
+    ) -> None:
         """With ``require_token``: the caller's SAS token must hold ``right`` over ``entity``
         of ``namespace`` (or, for namespace-wide views, over any namespace here)."""
         if not self.require_token:
@@ -256,10 +272,11 @@ class Dashboard:
                 item["error"] = str(exc)
             namespaces.append(item)
         state: dict[str, Any] = {
-            "time": time.time(), "namespaces": namespaces,
+            "time": time.time(),
+            "namespaces": namespaces,
             "pipelines": self.board.describe() if self.board is not None else None,
             "auth": {"token_required": self.require_token},
-        }  # fmt: skip
+        }
         if history and self.board is not None:
             state["history"] = self.board.history()
         return state

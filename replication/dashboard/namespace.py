@@ -126,25 +126,37 @@ def _hops(message: Message) -> list[dict[str, str | None]]:
     path = str(message.application_properties.get(PATH) or "")
     namespaces = path.split(";") if path else []
     return [
-        {"namespace": namespaces[i] if i < len(namespaces) else None, "enqueued_time": time,
-         "sequence_number": sequence or None}
+        {
+            "namespace": namespaces[i] if i < len(namespaces) else None,
+            "enqueued_time": time,
+            "sequence_number": sequence or None,
+        }
         for i, (time, sequence) in enumerate(hops(message))
-    ]  # fmt: skip
+    ]
 
 
 def resubmittable(message: Message, new_message_id: bool = False) -> Message:
     """The copy a resubmit sends: the message as it was sent, without what the broker added
     (delivery facts, the dead-letter reason and description)."""
     properties = {
-        key: value for key, value in message.application_properties.items()
+        key: value
+        for key, value in message.application_properties.items()
         if key not in DEAD_LETTER_PROPERTIES
-    }  # fmt: skip
+    }
     return message.copy(
         message_id=str(uuid.uuid4()) if new_message_id else message.message_id,
-        application_properties=properties, scheduled_enqueue_time=None, enqueued_time=None,
-        sequence_number=None, delivery_count=None, locked_until=None, dead_letter_reason=None,
-        dead_letter_description=None, dead_letter_source=None, target=None, source=None,
-    )  # fmt: skip
+        application_properties=properties,
+        scheduled_enqueue_time=None,
+        enqueued_time=None,
+        sequence_number=None,
+        delivery_count=None,
+        locked_until=None,
+        dead_letter_reason=None,
+        dead_letter_description=None,
+        dead_letter_source=None,
+        target=None,
+        source=None,
+    )
 
 
 def test_message(spec: dict[str, Any]) -> Message:
@@ -166,11 +178,14 @@ def test_message(spec: dict[str, Any]) -> Message:
             raise DashboardError(f"{name}: a string")
         fields[name] = value or None
     return Message(
-        body=body.encode("utf-8"), application_properties=dict(properties),
-        message_id=fields["message_id"] or str(uuid.uuid4()), session_id=fields["session_id"],
-        correlation_id=fields["correlation_id"], subject=fields["subject"],
+        body=body.encode("utf-8"),
+        application_properties=dict(properties),
+        message_id=fields["message_id"] or str(uuid.uuid4()),
+        session_id=fields["session_id"],
+        correlation_id=fields["correlation_id"],
+        subject=fields["subject"],
         content_type=fields["content_type"],
-    )  # fmt: skip
+    )
 
 
 @dataclass
@@ -203,8 +218,16 @@ class Namespace:
             f"Endpoint=sb://{host};SharedAccessKeyName={rule.name};SharedAccessKey={rule.key};"
             "UseDevelopmentEmulator=true;"
         )
-        return cls(name or host, connection, host, broker.http_app, rule.name, rule.key,
-                   broker.authorizer, broker.clock)  # fmt: skip
+        return cls(
+            name or host,
+            connection,
+            host,
+            broker.http_app,
+            rule.name,
+            rule.key,
+            broker.authorizer,
+            broker.clock,
+        )
 
     def token(self) -> str:
         return mint(f"sb://{self.host}", self.key_name, self.key)[0]
@@ -232,15 +255,21 @@ class Namespace:
     # ------------------------------------------------------------------ reading
 
     async def peek(
-        self, path: str, *, dead_letter: bool = False, count: int = 20, from_sequence: int = 1,
+        self,
+        path: str,
+        *,
+        dead_letter: bool = False,
+        count: int = 20,
+        from_sequence: int = 1,
         session_id: str | None = None,
-    ) -> list[dict[str, Any]]:  # fmt: skip
+    ) -> list[dict[str, Any]]:
         path = check_path(path)
         node = f"{path}/{DEAD_LETTER_QUEUE}" if dead_letter else path
         count = max(1, min(count, MAX_PEEK))
         management = await self.management()
-        peeked = await management.peek(node, count, from_sequence_number=max(1, from_sequence),
-                                       session_id=session_id)  # fmt: skip
+        peeked = await management.peek(
+            node, count, from_sequence_number=max(1, from_sequence), session_id=session_id
+        )
         return [describe(m) for m in peeked]
 
     async def sessions(self, path: str) -> list[str]:
@@ -249,9 +278,15 @@ class Namespace:
         management = await self.management()
         found: list[str] = []
         while True:
-            reply = await management.request(path, "com.microsoft:get-message-sessions", {
-                "last-updated-time": datetime.max, "skip": len(found), "top": 100,
-            })  # fmt: skip
+            reply = await management.request(
+                path,
+                "com.microsoft:get-message-sessions",
+                {
+                    "last-updated-time": datetime.max,
+                    "skip": len(found),
+                    "top": 100,
+                },
+            )
             ids = [str(i) for i in reply.get("sessions-ids") or []]
             found += ids
             if len(ids) < 100:
@@ -261,8 +296,7 @@ class Namespace:
         """A session's state (text, or base64 when not UTF-8); locks the session a moment,
         so a session a receiver holds answers with that error."""
         path = check_path(path)
-        receiver = await self.source.receiver(path, session=True, session_id=session_id,
-                                              prefetch=1)  # fmt: skip
+        receiver = await self.source.receiver(path, session=True, session_id=session_id, prefetch=1)
         try:
             state = await (await self.management()).get_session_state(receiver)
         finally:
@@ -292,9 +326,13 @@ class Namespace:
         return [int(m["sequence_number"]) for m in peeked if m["sequence_number"] is not None]
 
     async def settle_dead_letters(
-        self, path: str, sequence_numbers: Iterable[int], *, resubmit: bool,
+        self,
+        path: str,
+        sequence_numbers: Iterable[int],
+        *,
+        resubmit: bool,
         new_message_ids: bool = False,
-    ) -> dict[str, Any]:  # fmt: skip
+    ) -> dict[str, Any]:
         """Resubmits (or deletes) the dead letters of ``path`` with these sequence numbers;
         returns what was done and which were not found (taken by another receiver, gone)."""
         path = check_path(path)
@@ -333,5 +371,8 @@ class Namespace:
             await receiver.close()
             if sender is not None:
                 await sender.close()
-        return {"done": sorted(done), "not_found": sorted(wanted),
-                "target": target if resubmit else None}  # fmt: skip
+        return {
+            "done": sorted(done),
+            "not_found": sorted(wanted),
+            "target": target if resubmit else None,
+        }

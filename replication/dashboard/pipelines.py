@@ -113,37 +113,57 @@ class PipelineBoard:
         for name in self.host.pipelines():
             counts = metrics.counts(name)
             ring = self.samples.get(name)
-            found.append({
-                "name": name,
-                "counts": {f: counts[f] for f in FIELDS},
-                "rate": _rate(ring),
-                "lag": lag_now(name),
-                "sources": [self._source(r) for r in self.host.runners if _pipeline(r) == name],
-                "targets": self._targets(name, configured.get(name)),
-            })  # fmt: skip
+            found.append(
+                {
+                    "name": name,
+                    "counts": {f: counts[f] for f in FIELDS},
+                    "rate": _rate(ring),
+                    "lag": lag_now(name),
+                    "sources": [self._source(r) for r in self.host.runners if _pipeline(r) == name],
+                    "targets": self._targets(name, configured.get(name)),
+                }
+            )
         return found
 
     def _targets(self, name: str, pipeline: Pipeline | None) -> list[dict[str, Any]]:
         """The pipeline file's targets; where the pipeline runs, each failover target with
         the namespace its sends go to now."""
-        running = [t for r in self.host.runners if _pipeline(r) == name
-                   for t in _runtime_targets(r)]  # fmt: skip
+        running = [
+            t for r in self.host.runners if _pipeline(r) == name for t in _runtime_targets(r)
+        ]
         found = []
         settings = self.host.settings
         for role, endpoint in _endpoints(pipeline):
             connection = settings.get(endpoint.connection, "")
             item: dict[str, Any] = {
-                "role": role, "entity": endpoint.entity, "connection": endpoint.connection,
-                "namespace": endpoint_host(connection), "failover": None,
-            }  # fmt: skip
+                "role": role,
+                "entity": endpoint.entity,
+                "connection": endpoint.connection,
+                "namespace": endpoint_host(connection),
+                "failover": None,
+            }
             if endpoint.failover is not None:
-                failover = next((t.failover for t in running if t.failover is not None
-                                 and t.entity == endpoint.entity
-                                 and t.connection_string == connection), None)  # fmt: skip
-                item["failover"] = self._failover(failover) if failover is not None else {
-                    "resolver": endpoint.failover.describe(), "resolved": None,
-                    "switches": 0, "chain": [], "last_switch": None,
-                }  # fmt: skip
+                failover = next(
+                    (
+                        t.failover
+                        for t in running
+                        if t.failover is not None
+                        and t.entity == endpoint.entity
+                        and t.connection_string == connection
+                    ),
+                    None,
+                )
+                item["failover"] = (
+                    self._failover(failover)
+                    if failover is not None
+                    else {
+                        "resolver": endpoint.failover.describe(),
+                        "resolved": None,
+                        "switches": 0,
+                        "chain": [],
+                        "last_switch": None,
+                    }
+                )
                 if failover is not None and failover.host:
                     item["namespace"] = endpoint_host(failover.connection_for(failover.host))
             found.append(item)
@@ -159,17 +179,24 @@ class PipelineBoard:
             "resolved": failover.host,
             "chain": list(resolution.chain) if resolution is not None else [],
             "switches": failover.switches,
-            "last_switch": None if last is None else {
-                "at": last.at, "from": last.old, "to": last.new, "why": list(last.chain),
+            "last_switch": None
+            if last is None
+            else {
+                "at": last.at,
+                "from": last.old,
+                "to": last.new,
+                "why": list(last.chain),
             },
-        }  # fmt: skip
+        }
 
     def _source(self, runner: Any) -> dict[str, Any]:
         failover = getattr(runner, "failover", None)
         found: dict[str, Any] = {
-            "entity": _entity(runner), "connection": _connection_name(runner),
-            "namespace": endpoint_host(runner.connection_string), "failover": None,
-        }  # fmt: skip
+            "entity": _entity(runner),
+            "connection": _connection_name(runner),
+            "namespace": endpoint_host(runner.connection_string),
+            "failover": None,
+        }
         if failover is not None:
             found["failover"] = self._failover(failover)
         return found

@@ -21,8 +21,9 @@ ANSWER_TIMEOUT = 120.0
 """Seconds a request may take on the loop (a resubmit of many dead letters)."""
 
 
-def serve(handler: BaseHTTPRequestHandler, dashboard: Dashboard,
-          loop: asyncio.AbstractEventLoop) -> bool:  # fmt: skip
+def serve(
+    handler: BaseHTTPRequestHandler, dashboard: Dashboard, loop: asyncio.AbstractEventLoop
+) -> bool:
     """Answers the request ``handler`` holds when it is the dashboard's; False when not."""
     length = int(handler.headers.get("content-length") or 0)
     if length > MAX_BODY:
@@ -70,8 +71,9 @@ async def _next(stream: Any) -> bytes | None:
     return chunk
 
 
-def _write(handler: BaseHTTPRequestHandler, status: int, headers: dict[str, str],
-           body: bytes) -> None:  # fmt: skip
+def _write(
+    handler: BaseHTTPRequestHandler, status: int, headers: dict[str, str], body: bytes
+) -> None:
     handler.send_response(status)
     for name, value in headers.items():
         if name.lower() != "content-length":
