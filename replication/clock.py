@@ -105,6 +105,11 @@ class ManualClock:
         due = self._due()
         return max(0.0, min(due) - self._monotonic) if due else None
 
+    def wakes(self) -> list[float]:
+        """Seconds until each sleeper is due, soonest first (a test waits for one of them
+        to be asleep before it advances the clock past its time)."""
+        return sorted(max(0.0, at - self._monotonic) for at in self._due())
+
     def _due(self) -> list[float]:
         with self._moved:
             threads = [at for at in self._blocked if at > self._monotonic]

@@ -48,6 +48,21 @@ duplicates only from a batch that is run again. An event hub has no dead-letter 
 step's dead-letter decision goes to the ``error_target`` when there is one, else the event
 is logged and left behind (counted as dead-lettered).
 
+Recovery point: beside each Service Bus source's trigger, a timer function
+``<function>_rpo`` probes the source (``tasks.recovery_point``: the age of the oldest message
+not yet replicated and how many there are, as ``replication_rpo_seconds`` and
+``replication_rpo_messages``) on the schedule of the app setting ``REPLICATION_RPO_SCHEDULE``
+(NCRONTAB with seconds, default every 30 s; ``off``: no timer functions). A timer, not the
+trigger's own turn: the trigger runs only when messages arrive and the function is healthy,
+so exactly when the recovery point matters (the function failing, stopped, throttled, its
+target down and every batch held) it would not run, or not return, and the last value it
+reported would stand for a source that is filling up. The timer fires on its schedule
+whatever the trigger does (and, a singleton across the app's instances, once per schedule,
+not once per instance). An event hub source has no timer: an event hub keeps what was
+replicated as well as what was not, there is no head to peek (``tasks.recovery_point``); nor
+has a source with an identity-based connection (``__fullyQualifiedNamespace``): the probe
+has no key to sign its requests with.
+
 A ``transactional: true`` pipeline is not registered: its copies and its source's completes
 must be one Service Bus transaction, and a function's messages are received and settled by
 the Functions host on its own connection, which that transaction cannot include. Replicating
@@ -79,8 +94,10 @@ from .adapters.sdk import from_received
 from .clock import SYSTEM, Clock
 from .generated import GeneratedFunction, mark
 from .messages import Message
+from .ncrontab import parse_schedule
 from .tasks.breaker import Breakers
 from .tasks.error_target import ERROR_TARGET, divert_to_error_target
+from .tasks.recovery_point import RecoveryPointProbe, schedule_setting
 from .tasks.task import Decision, Settlement, process_batch
 
 if TYPE_CHECKING:
@@ -94,6 +111,9 @@ MIN_RENEW_INTERVAL = 1.0
 SETTLE_CALLS = 8
 _SETTLERS = concurrent.futures.ThreadPoolExecutor(SETTLE_CALLS, thread_name_prefix="settle")
 _PUMPED: ContextVar[list[Pipeline] | None] = ContextVar("replication_pumped", default=None)
+_HOST_CLOCK: ContextVar[Clock] = ContextVar("replication_host_clock", default=SYSTEM)
+RPO_SUFFIX = "_rpo"
+"""A source's recovery point timer function: its trigger function's name and this."""
 
 
 class PipelineRuntime:
@@ -291,28 +311,37 @@ def _attempt(call: tuple[Callable[..., Any], tuple[Any, ...]]) -> str | None:
 
 
 @contextlib.contextmanager
-def pumped_by_host() -> Iterator[list[Pipeline]]:
+def pumped_by_host(clock: Clock = SYSTEM) -> Iterator[list[Pipeline]]:
     """The local host imports ``function_app.py`` in here: ``register_pipelines`` then adds
     the transactional pipelines it is given to the list yielded (the host runs them with the
-    task pump) instead of refusing them."""
+    task pump) instead of refusing them, and the functions it registers run on the host's
+    ``clock`` (retry pauses, lock renewals, the recovery point's age)."""
     pumped: list[Pipeline] = []
     token = _PUMPED.set(pumped)
+    clock_token = _HOST_CLOCK.set(clock)
     try:
         yield pumped
     finally:
+        _HOST_CLOCK.reset(clock_token)
         _PUMPED.reset(token)
 
 
 def register_pipelines(
     app: func.FunctionApp, pipelines: PipelineFile, settings: Mapping[str, str] | None = None
 ) -> list[str]:
-    """Adds a trigger function per pipeline source to ``app``; returns their names.
+    """Adds a trigger function per pipeline source to ``app``, and per Service Bus source
+    its recovery point timer (``<name>_rpo``, unless ``REPLICATION_RPO_SCHEDULE`` is
+    ``off``); returns their names.
 
     A transactional pipeline raises ``PipelineConfigError`` (before anything is registered):
     a function cannot run it (see the module); under ``pumped_by_host()`` it is handed to
     the local host instead."""
     settings = os.environ if settings is None else settings
     metrics.export(settings)  # Azure Monitor in Azure (Functions sets its connection string)
+    schedule = schedule_setting(settings)
+    if schedule is not None:
+        parse_schedule(schedule)  # a wrong one is refused here, saying what is wrong
+    clock = _HOST_CLOCK.get()
     pumped = _PUMPED.get()
     for pipeline in pipelines.pipelines:
         if pumped is None:
@@ -329,7 +358,7 @@ def register_pipelines(
             zip(pipeline.sources, pipeline.function_names(), strict=True)
         ):
             if source.is_event_hub:
-                handler = _event_handler(pipeline, runtime, settings, name, index)
+                handler = _event_handler(pipeline, runtime, settings, name, index, clock)
                 trigger = app.event_hub_message_trigger(
                     arg_name="events", connection=source.connection,
                     event_hub_name=source.entity, cardinality=func.Cardinality.MANY,
@@ -338,7 +367,7 @@ def register_pipelines(
                 app.function_name(name)(app.retry(**EVENT_RETRY)(trigger(handler)))
                 names.append(name)
                 continue
-            handler = _handler(pipeline, runtime, settings, name, index, source.sessions)
+            handler = _handler(pipeline, runtime, settings, name, index, source.sessions, clock)
             if source.subscription is not None:
                 trigger = app.service_bus_topic_trigger(
                     arg_name="messages", topic_name=source.entity,
@@ -354,7 +383,56 @@ def register_pipelines(
                 )  # fmt: skip
             app.function_name(name)(trigger(handler))
             names.append(name)
+            if schedule is not None and not _identity_based(settings, source.connection):
+                names.append(_register_rpo(app, pipeline, index, name, schedule, settings, clock))
     return names
+
+
+def _register_rpo(
+    app: func.FunctionApp,
+    pipeline: Pipeline,
+    source: int,
+    name: str,
+    schedule: str,
+    settings: Mapping[str, str],
+    clock: Clock,
+) -> str:
+    """The recovery point timer of source ``source`` (see the module): a singleton timer, not
+    run at startup (the first occurrence comes within one period), without the schedule
+    monitor (missed occurrences need no catching up: the next probe measures anew)."""
+    timer_name = f"{name}{RPO_SUFFIX}"
+    probes: list[RecoveryPointProbe] = []  # built on the first call: settings exist by then
+    lock = asyncio.Lock()
+
+    async def probe(timer: func.TimerRequest) -> None:
+        async with lock:
+            if not probes:
+                built = pipeline.recovery_point_probes(settings, clock)[source]
+                if built is None:  # its connection setting is gone or not a connection string
+                    log.warning(
+                        "%s: no connection string in %r to probe the source with",
+                        timer_name,
+                        pipeline.sources[source].connection,
+                    )
+                    return
+                probes.append(built)
+            await probes[0].record()
+
+    probe.__name__ = probe.__qualname__ = timer_name
+    probe.__annotations__ = {"timer": func.TimerRequest, "return": None}
+    trigger = app.timer_trigger(
+        arg_name="timer", schedule=schedule, run_on_startup=False, use_monitor=False
+    )
+    app.function_name(timer_name)(trigger(probe))
+    return timer_name
+
+
+def _identity_based(settings: Mapping[str, str], connection: str) -> bool:
+    """The connection is an identity (``<name>__fullyQualifiedNamespace``), no connection
+    string: the probe has no key to sign with, so such a source gets no RPO timer."""
+    from .pipeline.settings import FQNS_SUFFIX
+
+    return not settings.get(connection) and bool(settings.get(connection + FQNS_SUFFIX))
 
 
 EVENT_RETRY: dict[str, Any] = {
@@ -368,14 +446,14 @@ checkpoints a failed batch as done; with it, the batch is run again until it goe
 
 def _event_handler(
     pipeline: Pipeline, runtime: list[PipelineRuntime], settings: Mapping[str, str], name: str,
-    source: int,
+    source: int, clock: Clock,
 ) -> Callable[..., Awaitable[None]]:  # fmt: skip
     lock = asyncio.Lock()
 
     async def handler(events: list[func.EventHubEvent]) -> None:
         async with lock:
             if not runtime:
-                runtime.append(PipelineRuntime(pipeline, settings))
+                runtime.append(PipelineRuntime(pipeline, settings, clock))
         await runtime[0].handle_events(events, source)
 
     handler.__name__ = handler.__qualname__ = name
@@ -389,7 +467,7 @@ def _event_handler(
 
 def _handler(
     pipeline: Pipeline, runtime: list[PipelineRuntime], settings: Mapping[str, str], name: str,
-    source: int, sessions: bool,
+    source: int, sessions: bool, clock: Clock,
 ) -> Callable[..., Awaitable[None]]:  # fmt: skip
     lock = asyncio.Lock()
 
@@ -399,7 +477,7 @@ def _handler(
     ) -> None:
         async with lock:
             if not runtime:
-                runtime.append(PipelineRuntime(pipeline, settings))
+                runtime.append(PipelineRuntime(pipeline, settings, clock))
         await runtime[0].handle(messages, message_actions, source, sessions=sessions)
 
     handler.__name__ = handler.__qualname__ = name

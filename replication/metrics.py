@@ -84,6 +84,22 @@ BACKLOG = Gauge(
     ("pipeline",),
     MESSAGES,
 )
+RPO_SECONDS = Gauge(
+    METER,
+    "replication_rpo_seconds",
+    "Age of the oldest message at a pipeline's source not yet replicated (0 when none): "
+    "what losing the source now would lose.",
+    ("pipeline", "source"),
+    "s",
+)
+RPO_MESSAGES = Gauge(
+    METER,
+    "replication_rpo_messages",
+    "Messages at a pipeline's source not yet replicated (a lower bound when counted by "
+    "peeking: see tasks.recovery_point).",
+    ("pipeline", "source"),
+    MESSAGES,
+)
 
 LAG = LagBook()
 """Replication lag per (pipeline, target, scope); exported as ``replication_lag_seconds``."""
@@ -107,7 +123,19 @@ _lag_gauge(MAX, MAX_DESCRIPTION.format(window=LAG.window), LAG.window_max)
 
 
 REGISTRY.register(
-    InstrumentCollector([RECEIVED, FORWARDED, FILTERED, DEAD_LETTERED, FAILED, FAILOVERS, BACKLOG])
+    InstrumentCollector(
+        [
+            RECEIVED,
+            FORWARDED,
+            FILTERED,
+            DEAD_LETTERED,
+            FAILED,
+            FAILOVERS,
+            BACKLOG,
+            RPO_SECONDS,
+            RPO_MESSAGES,
+        ]
+    )
 )
 REGISTRY.register(LagCollector(LAG, LAG_HISTOGRAM, LAG_DESCRIPTION))
 

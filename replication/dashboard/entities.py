@@ -15,16 +15,11 @@ from xml.etree.ElementTree import Element
 from defusedxml import ElementTree
 
 from ..broker.httpapi import Request, Response
+from ..servicebus.runtime_properties import count_details
 
 ATOM = "{http://www.w3.org/2005/Atom}"
 PAGE = 100
 """Entries per feed page (Service Bus returns at most 100, whatever ``$top`` asks)."""
-COUNTS = {
-    "ActiveMessageCount": "active", "DeadLetterMessageCount": "dead_lettered",
-    "ScheduledMessageCount": "scheduled", "TransferMessageCount": "transfer",
-    "TransferDeadLetterMessageCount": "transfer_dead_lettered",
-    "DeferredMessageCount": "deferred",  # the embedded broker's own (of the active ones)
-}  # fmt: skip
 SETTINGS = (
     "RequiresSession", "RequiresDuplicateDetection", "DuplicateDetectionHistoryTimeWindow",
     "LockDuration", "MaxDeliveryCount", "Status", "ForwardTo", "ForwardDeadLetteredMessagesTo",
@@ -54,16 +49,6 @@ def _fields(description: Element) -> dict[str, Element]:
     return {_local(child.tag): child for child in description}
 
 
-def _counts(fields: dict[str, Element]) -> dict[str, int]:
-    found = dict.fromkeys(COUNTS.values(), 0)
-    details = fields.get("CountDetails")
-    for child in details if details is not None else ():
-        name = COUNTS.get(_local(child.tag))
-        if name is not None:
-            found[name] = int(child.text or 0)
-    return found
-
-
 def _settings(fields: dict[str, Element]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in SETTINGS:
@@ -80,7 +65,11 @@ def entity(entry: Element) -> dict[str, Any]:
     title = entry.findtext(f"{ATOM}title") or ""
     description = _description(entry)
     fields = _fields(description) if description is not None else {}
-    return {"name": title, "counts": _counts(fields), "settings": _settings(fields)}
+    return {
+        "name": title,
+        "counts": count_details(fields.get("CountDetails")),
+        "settings": _settings(fields),
+    }
 
 
 def rule(entry: Element) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from .. import metrics
 from ..broker.loopback import refusal
+from ..clock import SYSTEM, Clock
 from ..dashboard.threaded import serve
 from ..generated import generated, pipeline_name
 from .discovery import ServiceBusTrigger, load_app, service_bus_triggers
@@ -42,6 +43,7 @@ from .embedded import plan_brokers, start_brokers
 from .eventhubs import EventHubOptions, EventHubTriggerRunner, event_hub_triggers
 from .pumped import PumpRunner
 from .settings import load_settings
+from .timer import TimerRunner, timer_triggers
 from .trigger import HostOptions, TriggerRunner
 from .worker import Worker
 
@@ -75,6 +77,9 @@ class HostConfig:
     """Seconds a stop waits for the batches in flight before it cancels them."""
     ui: bool = True
     """The dashboard on the metrics port (``/``; ``replication.dashboard``)."""
+    clock: Clock = SYSTEM
+    """What the triggers, pumps, timers, functions and embedded brokers wait on and stamp
+    with (tests pass a ``ManualClock``)."""
 
 
 class Host:
@@ -91,6 +96,8 @@ class Host:
         self.runners: list[TriggerRunner | PumpRunner | EventHubTriggerRunner] = []
         """The triggers' runners, then the transactional pipelines' pumps, then the Event
         Hubs triggers' runners."""
+        self.timers: list[TimerRunner] = []
+        """The timer functions' runners (the sources' recovery point probes among them)."""
         self.brokers: list[Broker] = []
         self.pipeline_set: list[Pipeline] = []
         """The pipelines file's pipelines (the dashboard shows their targets)."""
@@ -118,29 +125,34 @@ class Host:
             self.pipeline_set = list(pipelines.pipelines)
         plan = plan_brokers(pipelines.pipelines if pipelines else [], self.settings)
         data_dir = self.config.data_dir or self.config.directory / ".replication"
-        self.brokers = await start_brokers(plan, data_dir)
+        clock = self.config.clock
+        self.brokers = await start_brokers(plan, data_dir, clock)
         for broker in self.brokers:
             log.info("embedded broker on localhost:%d (%d entities)", broker.port,
                      len(broker.entities))  # fmt: skip
-        with pumped_by_host() as transactional:
+        with pumped_by_host(clock) as transactional:
             app = load_app(self.config.directory / "function_app.py")
         self.triggers = service_bus_triggers(app, self.settings)
         hub_triggers = event_hub_triggers(app, self.settings)
-        if not self.triggers and not transactional and not hub_triggers:
-            log.warning("function_app.py has no Service Bus or Event Hubs triggers: nothing "
-                        "to run")  # fmt: skip
+        timers = timer_triggers(app, self.settings)
+        if not self.triggers and not transactional and not hub_triggers and not timers:
+            log.warning(
+                "function_app.py has no Service Bus, Event Hubs or timer triggers: nothing to run"
+            )
         worker = Worker()
         self.runners = [
             TriggerRunner(
                 t, self.settings[t.connection], self.options.for_trigger(t),
                 failover=source_failover(pipelines, t, self.settings), worker=worker,
+                clock=clock,
             )
             for t in self.triggers
         ]  # fmt: skip
         for pipeline in transactional:
             log.info("%s is transactional: its sources run with the task pump, not as "
                      "functions", pipeline.name)  # fmt: skip
-            self.runners += PumpRunner.for_pipeline(pipeline, self.settings, self.options)
+            self.runners += PumpRunner.for_pipeline(pipeline, self.settings, self.options, clock)
+        self.timers = [TimerRunner(t, worker, clock) for t in timers]
         checkpoints = None
         if hub_triggers:
             from .checkpoints import SqliteCheckpointStore
@@ -156,6 +168,7 @@ class Host:
         self._install_signals()
         self.healthy = True
         jobs = [asyncio.create_task(runner.run(self.stop)) for runner in self.runners]
+        jobs += [asyncio.create_task(timer.run(self.stop)) for timer in self.timers]
         try:
             await self._watch()
         finally:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..broker.config import parse_config
 from ..broker.main import build_broker
 from ..broker.server import Broker
+from ..clock import SYSTEM, Clock
 from ..servicebus.connection_string import ConnectionString
 
 if TYPE_CHECKING:
@@ -137,11 +138,14 @@ def _namespaces(endpoint: Endpoint, connection: str | None, hosts: Mapping[str, 
     return [connection, *(connection_for(connection, host, hosts) for host in hosts)]
 
 
-async def start_brokers(plan: dict[int, Entities], data_root: Path) -> list[Broker]:
+async def start_brokers(
+    plan: dict[int, Entities], data_root: Path, clock: Clock = SYSTEM
+) -> list[Broker]:
+    """A broker per port of ``plan``, its data in ``data_root/broker-<port>``, on ``clock``."""
     brokers = []
     for port, entities in sorted(plan.items()):
         config = parse_config(entities.config(), source=f"<entities for localhost:{port}>")
-        broker = build_broker(config, data_root / f"broker-{port}", "127.0.0.1", port)
+        broker = build_broker(config, data_root / f"broker-{port}", "127.0.0.1", port, clock=clock)
         await broker.start()
         brokers.append(broker)
     return brokers

@@ -8,7 +8,8 @@ So ``register_pipelines``, run inside ``functions.pumped_by_host()``, hands such
 to the host, and ``PumpRunner`` runs each of their sources with
 ``tasks.pump.pump(..., transaction_targets=...)``: our AMQP receiver on the source, the
 pipeline's ``batch_size`` and ``concurrency`` over host.json's settings (as for a generated
-function), stopped by the host's ``stop``, counted in the same metrics.
+function), stopped by the host's ``stop``, counted in the same metrics. No timer function
+probes such a source's recovery point, so its first pump does (``pump(rpo_schedule=...)``).
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from dataclasses import dataclass, field, fields
 
 from .. import metrics
 from ..clock import SYSTEM, Clock, wait_event
+from ..ncrontab import Schedule, parse_schedule
 from ..pipeline.model import Pipeline
 from ..servicebus.client import SourceError
 from ..tasks.pump import PumpStats, Source, pump
+from ..tasks.recovery_point import DEFAULT_PEEK_LIMIT, peek_limit_setting, schedule_setting
 from ..tasks.targets import SenderPool
 from ..tasks.task import ReplicationTask
 from .trigger import BROKEN_PAUSE, HostOptions
@@ -44,21 +47,34 @@ class PumpRunner:
     options: HostOptions
     clock: Clock = SYSTEM
     """What retry pauses and lock renewals wait on (tests pass a ``ManualClock``)."""
+    rpo_schedule: Schedule | None = None
+    """When the source's recovery point is probed (no timer function does it for a pumped
+    source); None: never."""
+    rpo_peek_limit: int = DEFAULT_PEEK_LIMIT
     stats: PumpStats = field(default_factory=PumpStats)
     _seen: PumpStats = field(default_factory=PumpStats)
 
     @classmethod
     def for_pipeline(
-        cls, pipeline: Pipeline, settings: Mapping[str, str], options: HostOptions
+        cls,
+        pipeline: Pipeline,
+        settings: Mapping[str, str],
+        options: HostOptions,
+        clock: Clock = SYSTEM,
     ) -> list[PumpRunner]:
-        """A runner per source; the pipeline is built (namespaces checked) now."""
+        """A runner per source; the pipeline is built (namespaces checked) now. Each probes
+        its source's recovery point on ``REPLICATION_RPO_SCHEDULE`` (as the timer functions
+        of the other pipelines do)."""
         built = pipeline.build(settings)
         targets = built.transaction_targets()
         assert targets is not None, f"{pipeline.name} is not transactional"
         options = options.for_function(pipeline)  # its batch_size, concurrency, backend
+        schedule = schedule_setting(settings)
+        rpo = None if schedule is None else parse_schedule(schedule)
+        limit = peek_limit_setting(settings)
         return [
             cls(name, pipeline.name, Source(endpoint.entity, sessions=endpoint.sessions),
-                settings[endpoint.connection], task, targets, options)
+                settings[endpoint.connection], task, targets, options, clock, rpo, limit)
             for name, endpoint, task in zip(
                 pipeline.function_names(), pipeline.sources, built.tasks, strict=True
             )
@@ -72,9 +88,9 @@ class PumpRunner:
         """Session sources: one pump, ``max_concurrent_sessions`` sessions at a time; plain
         ones: ``max_concurrent_calls`` pumps, each its own receiver (as the trigger runs)."""
         pumps = 1 if self.source.sessions else self.options.max_concurrent_calls
-        await asyncio.gather(*(self._pump(stop) for _ in range(pumps)))
+        await asyncio.gather(*(self._pump(stop, probes=i == 0) for i in range(pumps)))
 
-    async def _pump(self, stop: asyncio.Event) -> None:
+    async def _pump(self, stop: asyncio.Event, probes: bool = False) -> None:
         """A source that cannot work (wrong key, no such entity) is tried again after a
         pause, as the trigger runner does; a lost connection the pump reopens itself."""
         options = self.options
@@ -88,6 +104,8 @@ class PumpRunner:
                     on_batch=self._count, backend="amqp", prefetch=options.prefetch_count,
                     max_lock_renewal=options.max_auto_lock_renewal_duration,
                     transaction_targets=self.transaction_targets, clock=self.clock,
+                    rpo_schedule=self.rpo_schedule if probes else None,
+                    rpo_peek_limit=self.rpo_peek_limit,
                 )  # fmt: skip
                 return
             except SourceError as exc:

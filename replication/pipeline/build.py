@@ -8,13 +8,16 @@ namespaces, a key a step reads) is reported here, located in the pipeline file.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..clock import SYSTEM, Clock
 from ..configproblems import Loc
 from ..failover import Failover
 from ..servicebus.connection_string import namespace_of
+from ..tasks.recovery_point import RecoveryPointProbe, peek_limit_setting
 from ..tasks.registry import build_step
 from ..tasks.steps import BoundStep, StepConfigError, StepContext
 from ..tasks.targets import Target
@@ -24,6 +27,8 @@ from .spec import Endpoint
 
 if TYPE_CHECKING:  # model.py imports this module for Pipeline.build
     from .model import Pipeline
+
+log = logging.getLogger("replication.pipeline")
 
 
 @dataclass(slots=True)
@@ -122,10 +127,50 @@ def build_pipeline(
 
 
 def _failover(
-    pipeline: Pipeline, endpoint: Endpoint, connection: str, settings: Mapping[str, str], role: str
+    pipeline: Pipeline,
+    endpoint: Endpoint,
+    connection: str,
+    settings: Mapping[str, str],
+    role: str,
+    clock: Clock = SYSTEM,
 ) -> Failover | None:
     if endpoint.failover is None or connection == "fqns":
         return None
     return endpoint.failover.build(
-        f"{pipeline.name}/{role}", connection, settings, pipeline.base_dir
+        f"{pipeline.name}/{role}", connection, settings, pipeline.base_dir, clock
     )
+
+
+def recovery_point_probes(
+    pipeline: Pipeline, settings: Mapping[str, str], clock: Clock = SYSTEM
+) -> list[RecoveryPointProbe | None]:
+    """A ``RecoveryPointProbe`` per source (``Pipeline.recovery_point_probes``), through the
+    source's failover when it has one; None for a source that cannot be probed: an event
+    hub (no head to peek: ``tasks.recovery_point``), or an identity-based connection (no
+    key to sign with). The peek limit is the app setting ``REPLICATION_RPO_PEEK_LIMIT``."""
+    limit = peek_limit_setting(settings)
+    probes: list[RecoveryPointProbe | None] = []
+    for index, endpoint in enumerate(pipeline.sources):
+        resolved = resolve_connection(settings, endpoint.connection, role="source")
+        if endpoint.is_event_hub or resolved.startswith("!") or resolved == "fqns":
+            if resolved == "fqns" and not endpoint.is_event_hub:
+                log.info(
+                    "%s: source %s uses an identity-based connection: its RPO is not probed",
+                    pipeline.name,
+                    endpoint.entity,
+                )
+            probes.append(None)
+            continue
+        role = "source" if len(pipeline.sources) == 1 else f"sources[{index}]"
+        failover = _failover(pipeline, endpoint, resolved, settings, f"{role} (rpo)", clock)
+        probes.append(
+            RecoveryPointProbe(
+                pipeline.name,
+                endpoint.entity,
+                endpoint.subscription,
+                failover or resolved,
+                clock=clock,
+                peek_limit=limit,
+            )
+        )
+    return probes

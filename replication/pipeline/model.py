@@ -13,9 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from ..clock import SYSTEM, Clock
 from ..configproblems import Loc, Positions, did_you_mean
+from ..tasks.recovery_point import RecoveryPointProbe
 from ..tasks.steps import StepContext
-from .build import BuiltPipeline, build_pipeline
+from .build import BuiltPipeline, build_pipeline, recovery_point_probes
 from .spec import DEFAULT_KEY, ERROR_TARGET_KEY, TARGET_KEY, Endpoint
 
 TRANSACTIONAL_RUNNERS = (
@@ -141,6 +143,13 @@ class Pipeline:
         """The runnable pipeline: steps built (a ``route`` step appended for ``routes``),
         targets resolved from ``settings``, one ``ReplicationTask`` per source."""
         return build_pipeline(self, settings, context)
+
+    def recovery_point_probes(
+        self, settings: Mapping[str, str], clock: Clock = SYSTEM
+    ) -> list[RecoveryPointProbe | None]:
+        """Per source, the probe of its recovery point (``tasks.recovery_point``; None for
+        a source that cannot be probed: an event hub, an identity-based connection)."""
+        return recovery_point_probes(self, settings, clock)
 
     # ------------------------------------------------------------------ where in the file
 

@@ -30,10 +30,18 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..adapters.amqp import decode_to_message, encode
+from ..amqp import scan
 from ..amqp.client import ReceivedMessage
+from ..amqp.message import decode_message
 from ..amqp.types import AMQPType, Array, int32, uint
 from ..messages import Message
-from ..symbols import ASSOCIATED_LINK_NAME, SERVER_TIMEOUT
+from ..symbols import (
+    ASSOCIATED_LINK_NAME,
+    ENQUEUED_TIME,
+    MESSAGE_STATE,
+    SEQUENCE_NUMBER,
+    SERVER_TIMEOUT,
+)
 from .client import AmqpConnection, AmqpReceiver
 from .management_link import SERVICE_BUS_STATUS, ManagementLink
 from .rules import (
@@ -69,6 +77,76 @@ class ManagementLock:
     path: str
     token: uuid.UUID
     session_id: str | None = None
+
+
+ACTIVE, DEFERRED, SCHEDULED = 0, 1, 2
+"""``x-opt-message-state`` of a peeked message (the SDK's ``ServiceBusMessageState``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PeekedHead:
+    """What a peek tells of a message's place and age, without its body."""
+
+    sequence_number: int
+    """-1 when the message has none (then nothing can be peeked past it)."""
+    enqueued_ms: int | None
+    state: int = ACTIVE
+    """``ACTIVE`` (or locked: a peek cannot tell), ``DEFERRED`` or ``SCHEDULED``."""
+    ttl_ms: int | None = None
+
+    def expired(self, now_ms: int) -> bool:
+        """Its time to live has run out: it goes (or to the dead-letter queue) at the next
+        receive, whatever anyone does (a peek may still show it)."""
+        return (
+            self.ttl_ms is not None
+            and self.enqueued_ms is not None
+            and self.enqueued_ms + self.ttl_ms <= now_ms
+        )
+
+
+_HEAD_ANNOTATIONS = {
+    str(SEQUENCE_NUMBER).encode(): "sequence",
+    str(ENQUEUED_TIME).encode(): "enqueued",
+    str(MESSAGE_STATE).encode(): "state",
+}
+
+
+def peeked_head(payload: bytes) -> PeekedHead:
+    """The ``PeekedHead`` of a peek reply's message: its annotations and header read where
+    they are (``amqp.scan``), the body skipped; the general decoder for anything else."""
+    try:
+        sections = scan.scan(payload)
+        found = (
+            scan.pick(payload, sections.annotations_at, _HEAD_ANNOTATIONS)
+            if sections.annotations_at >= 0
+            else {}
+        )
+        ttl = sections.header[2] if sections.header is not None else None
+    except scan.Unusual:
+        amqp = decode_message(payload)
+        annotations = amqp.message_annotations or {}
+        found = {name: annotations.get(key) for key, name in _HEAD_KEYS.items()}
+        ttl = amqp.header.ttl if amqp.header is not None else None
+    return PeekedHead(
+        _whole(found.get("sequence"), -1),
+        _milliseconds(found.get("enqueued")),
+        _whole(found.get("state"), ACTIVE),
+        ttl if isinstance(ttl, int) else None,
+    )
+
+
+_HEAD_KEYS = {SEQUENCE_NUMBER: "sequence", ENQUEUED_TIME: "enqueued", MESSAGE_STATE: "state"}
+
+
+def _whole(value: Any, default: int) -> int:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _milliseconds(value: Any) -> int | None:
+    """A timestamp annotation as ms since the epoch (the codec may give a datetime)."""
+    if isinstance(value, datetime):
+        return int(value.timestamp() * 1000)
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def lock_key(message: Message) -> bytes | None:
@@ -144,8 +222,22 @@ class Management:
         session when ``session_id`` is given. A reply may hold fewer than asked (Service Bus
         does not promise them all at once), so it asks again from past the last one until
         it has ``count`` or the entity gives none."""
-        peeked: list[Message] = []
-        start = from_sequence_number
+        payloads = await self._peek_payloads(path, count, from_sequence_number, session_id)
+        return [decode_to_message(payload) for payload in payloads]
+
+    async def peek_heads(
+        self, path: str, count: int = 1, *, from_sequence_number: int = 1
+    ) -> list[PeekedHead]:
+        """As ``peek``, but only what tells a message's place and age (``PeekedHead``): the
+        bodies are dropped as each reply is read, so a caller that must not hold them (the
+        Spark driver) never does."""
+        payloads = await self._peek_payloads(path, count, from_sequence_number, None)
+        return [peeked_head(payload) for payload in payloads]
+
+    async def _peek_payloads(
+        self, path: str, count: int, start: int, session_id: str | None
+    ) -> list[bytes]:
+        peeked: list[bytes] = []
         while len(peeked) < count:
             body: dict[str, Any] = {
                 "from-sequence-number": start, "message-count": int32(count - len(peeked)),
@@ -153,12 +245,13 @@ class Management:
             if session_id is not None:
                 body["session-id"] = session_id
             reply = await self.request(path, "com.microsoft:peek-message", body)
-            batch = [decode_to_message(bytes(item["message"]))
-                     for item in reply.get("messages") or []
+            batch = [bytes(item["message"]) for item in reply.get("messages") or []
                      if isinstance(item, dict) and "message" in item]  # fmt: skip
-            last = batch[-1].sequence_number if batch else None
+            if not batch:
+                break
+            last = peeked_head(batch[-1]).sequence_number
             peeked.extend(batch[: count - len(peeked)])
-            if last is None or last < start:  # nothing more (or no way to go on past it)
+            if last < start:  # no way to go on past it
                 break
             start = last + 1
         return peeked

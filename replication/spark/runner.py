@@ -244,13 +244,18 @@ class SparkPipeline:
         """One query per source until they end (AvailableNow) or Ctrl-C; progress goes to
         the log and the metrics (``progress.PipelineProgress``). Executors receive, run the
         steps, send and settle (``executor.run_assignment``); the query's rows are their
-        counts, observed for the metrics and written to Spark's ``noop`` sink."""
+        counts, observed for the metrics and written to Spark's ``noop`` sink. Meanwhile
+        the driver probes the sources' recovery point (``recovery.RecoveryPoints``)."""
         from .progress import PipelineProgress, observe
+        from .recovery import RecoveryPoints
 
         names = {self.query_name(i) for i in range(len(self.pipeline.sources))}
         listener = PipelineProgress(self.pipeline.name, names)
         self.spark.streams.addListener(listener)
         queries = []
+        recovery = RecoveryPoints.for_pipeline(self.pipeline, self.settings)
+        if recovery is not None:  # on the driver: peeks, no bodies kept (``recovery.py``)
+            recovery.start()
         try:
             for index in range(len(self.pipeline.sources)):
                 source = self.source_options(index, max_per_trigger, max_seconds)
@@ -270,6 +275,8 @@ class SparkPipeline:
             for query in queries:
                 if query.isActive:
                     query.stop()
+            if recovery is not None:
+                recovery.stop()
             if not listener.wait_for(queries):
                 log.warning("%s: the last micro-batch's counts did not reach the metrics in "
                             "time", self.pipeline.name)  # fmt: skip

@@ -76,6 +76,7 @@ from ..servicebus.transactions import Transaction, TransactionError, declare
 from .breaker import Breakers, TargetUnavailable
 from .error_target import ERROR_TARGET, divert_to_error_target
 from .receiving import ReceiveLoop
+from .recovery_point import DEFAULT_PEEK_LIMIT, RecoveryPointProbe
 from .sender import SenderFor
 from .targets import ViaSenders
 from .task import Decision, ReplicationTask, Settlement, process_batch
@@ -83,6 +84,7 @@ from .turns import SendTurns, Turn
 
 if TYPE_CHECKING:
     from ..failover import Failover
+    from ..ncrontab import Schedule
 
 log = logging.getLogger("replication.tasks.pump")
 
@@ -147,6 +149,8 @@ async def pump(
     transaction_targets: Mapping[str | None, str] | None = None,
     clock: Clock = SYSTEM,
     batches_in_flight: int = 2,
+    rpo_schedule: Schedule | None = None,
+    rpo_peek_limit: int = DEFAULT_PEEK_LIMIT,
 ) -> PumpStats:
     """Moves messages until ``stop`` is set; returns the counts.
 
@@ -172,6 +176,10 @@ async def pump(
     transactional) are worked on at once: the next one is received and its steps run while
     the one before waits for its target. Their sends keep the order the batches were
     received in (``turns.SendTurns``). 1: one batch at a time.
+
+    ``rpo_schedule``: also probe the source's recovery point on this schedule, on ``clock``
+    (``recovery_point.RecoveryPointProbe``, through the same ``client``, counting by peeking
+    up to ``rpo_peek_limit`` without the Manage right), labelled with the task's pipeline.
     """
     if breakers is None:
         breakers = Breakers(clock=clock.monotonic, sleep=clock.sleep)
@@ -188,6 +196,11 @@ async def pump(
                  breakers=breakers, transaction_targets=transaction_targets,
                  clock=clock, batches_in_flight=batches_in_flight)  # fmt: skip
     watcher = asyncio.create_task(_stop_breakers(stop, breakers), name="pump breakers")
+    prober = None
+    if rpo_schedule is not None:
+        probe = _probe(task, client, source, clock, rpo_peek_limit)
+        if probe is not None:
+            prober = asyncio.create_task(probe.run(stop, rpo_schedule), name="pump rpo")
     try:
         if isinstance(client, ServiceBusClient | str):
             await loop.on(client, backend)
@@ -203,6 +216,37 @@ async def pump(
         return loop.stats
     finally:
         watcher.cancel()  # not awaited: that could swallow a cancel of the pump itself
+        if prober is not None:  # its connection closes as it ends
+            prober.cancel()
+            await asyncio.wait({prober}, timeout=5.0)
+
+
+def _probe(
+    task: ReplicationTask,
+    client: ServiceBusClient | str | Failover,
+    source: Source,
+    clock: Clock,
+    peek_limit: int,
+) -> RecoveryPointProbe | None:
+    """The recovery point probe of the pump's source, on the pump's client (an SDK client
+    through its endpoint; None when only the SDK can use it: web sockets, a proxy)."""
+    target: str | Failover | Endpoint
+    if isinstance(client, ServiceBusClient):
+        try:
+            target = Endpoint.from_client(client)
+        except ValueError as exc:
+            log.warning("%s: its recovery point is not probed: %s", source, exc)
+            return None
+    else:
+        target = client
+    return RecoveryPointProbe(
+        task.pipeline or task.name,
+        source.entity,
+        source.subscription,
+        target,
+        clock=clock,
+        peek_limit=peek_limit,
+    )
 
 
 async def _stop_breakers(stop: asyncio.Event, breakers: Breakers) -> None:

@@ -49,7 +49,7 @@ pipelines:
 """
     app = func.FunctionApp()
     names = register_pipelines(app, parse_pipelines(text), settings={})
-    assert names == ["merge_all_1", "merge_all_2"]
+    assert names == ["merge_all_1", "merge_all_1_rpo", "merge_all_2", "merge_all_2_rpo"]
     again = register_pipelines(func.FunctionApp(), parse_pipelines(text), settings={})
     assert again == names
     bindings = {f.get_function_name(): f.get_trigger().get_dict_repr() for f in app.get_functions()}

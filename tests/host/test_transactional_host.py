@@ -68,9 +68,9 @@ def test_the_local_host_takes_the_transactional_pipeline_over() -> None:
     app = func.FunctionApp()
     with pumped_by_host() as pumped:
         names = register_pipelines(app, parse_pipelines(MIXED, "pipelines.yaml"), {})
-    assert names == ["plain_copy"]
+    assert names == ["plain_copy", "plain_copy_rpo"]  # the trigger and its RPO timer
     assert [p.name for p in pumped] == ["tx-copy"]
-    assert [f.get_function_name() for f in app.get_functions()] == ["plain_copy"]
+    assert [f.get_function_name() for f in app.get_functions()] == names
     with pytest.raises(PipelineConfigError, match="tx-copy"):  # only inside the host's load
         register_pipelines(func.FunctionApp(), parse_pipelines(MIXED, "pipelines.yaml"), {})
 

@@ -183,3 +183,46 @@ async def test_peek_asks_again_when_a_reply_holds_fewer(broker_factory) -> None:
         assert [b["message-count"] for b in management.asked] == [4, 2]
         everything = await management.peek("short", 100)
         assert [m.message_id for m in everything] == [f"m{i}" for i in range(5)]
+
+
+async def test_peek_heads_tell_what_the_sdk_s_peek_tells_without_the_bodies(broker_factory) -> None:  # type: ignore[no-untyped-def]
+    """Sequence number, enqueued time, state (active, deferred, scheduled) and time to live
+    of each message, as azure-servicebus's peek reads them (the oracle)."""
+    from datetime import UTC, datetime, timedelta
+
+    from replication.servicebus.management import ACTIVE, DEFERRED, SCHEDULED, PeekedHead
+
+    broker: BrokerHandle = broker_factory(CONFIG)
+    with broker.client() as client:
+        with client.get_queue_sender("short") as sender:
+            sender.schedule_messages(
+                ServiceBusMessage(b"x" * 5000, message_id="later"),
+                datetime.now(UTC) + timedelta(hours=1),
+            )
+            sender.send_messages(
+                [
+                    ServiceBusMessage("d", message_id="d"),
+                    ServiceBusMessage("t", message_id="t", time_to_live=timedelta(seconds=90)),
+                ]
+            )
+        with client.get_queue_receiver("short") as receiver:
+            (deferred,) = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+            receiver.defer_message(deferred)
+        with client.get_queue_receiver("short") as browser:  # a fresh one peeks from the head
+            oracle = browser.peek_messages(10)
+    endpoint = Endpoint.from_connection_string(broker.connection_string)
+    async with AmqpSource(endpoint) as source:
+        heads = await Management(await source.connection()).peek_heads("short", 10)
+    expected = [
+        PeekedHead(
+            m.sequence_number,
+            round(m.enqueued_time_utc.timestamp() * 1000),
+            int(m.state),
+            None if m.time_to_live is None else round(m.time_to_live.total_seconds() * 1000),
+        )
+        for m in oracle
+    ]
+    assert heads == expected
+    assert [h.state for h in heads] == [SCHEDULED, DEFERRED, ACTIVE]
+    assert heads[2].ttl_ms == 90_000 and not heads[2].expired(heads[2].enqueued_ms + 89_999)
+    assert heads[2].expired(heads[2].enqueued_ms + 90_000)

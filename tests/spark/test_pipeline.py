@@ -170,6 +170,9 @@ def test_a_merge_of_a_queue_and_a_topic_subscription_counts_into_the_metrics(
 
     batches = sum(BATCHES.labels("merge", f"merge-{i}")._value.get() for i in (0, 1))
     assert batches >= 4  # 90 and 61 messages, 50 per trigger
+    # meanwhile the driver probed both sources' recovery point (spark/recovery.py)
+    probed = set(metrics.RPO_MESSAGES.values())
+    assert {("merge", "m-queue"), ("merge", "m-topic/subscriptions/replicate")} <= probed
 
 
 def test_capture_replay_sends_the_records_through_the_pipeline(
