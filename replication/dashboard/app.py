@@ -11,7 +11,10 @@ and on the broker's own HTTP port (``python -m replication broker --ui``). Paths
   (peek), ``.../sessions?namespace=&entity=``, ``.../session-state?...&session=``;
 * ``POST /$dashboard/api/send?namespace=&entity=`` (a test message), ``POST
   /$dashboard/api/dead-letters/{resubmit|delete}?namespace=&entity=`` with
-  ``{"sequence_numbers": [...] | "all"}``.
+  ``{"sequence_numbers": [...] | "all"}``;
+* the explorer (``POST .../{receive|deferred|settle|release|scheduled/cancel|purge|resend}``):
+  receive under a lock and settle by receipt (``locks.py``), typed sends (``compose.py``);
+  ``messages`` with search criteria searches a peek (``search.py``).
 
 Names start with ``$`` as Service Bus's own resources do, so no entity path can collide.
 
@@ -21,7 +24,8 @@ local host's HTTP server) answers only for a loopback ``Host`` and takes POSTs o
 loopback ``Origin`` (``broker/loopback.py``: no DNS rebinding), so no token is asked for.
 Bound elsewhere, every API call needs a SAS token (``Authorization: SharedAccessSignature
 ...``) of the namespace, with the rights Service Bus would ask for: Listen to look, Send to
-send, Manage to resubmit or delete.
+send, Manage to resubmit or delete. The explorer's: Listen to receive and settle, Send to
+send, resend and cancel a scheduled message, Manage to purge.
 """
 
 from __future__ import annotations
