@@ -11,7 +11,10 @@ and on the broker's own HTTP port (``python -m replication broker --ui``). Paths
   (peek), ``.../sessions?namespace=&entity=``, ``.../session-state?...&session=``;
 * ``POST /$dashboard/api/send?namespace=&entity=`` (a test message), ``POST
   /$dashboard/api/dead-letters/{resubmit|delete}?namespace=&entity=`` with
-  ``{"sequence_numbers": [...] | "all"}``.
+  ``{"sequence_numbers": [...] | "all"}``;
+* the explorer (``POST .../{receive|deferred|settle|release|scheduled/cancel|purge|resend}``):
+  receive under a lock and settle by receipt (``locks.py``), typed sends (``compose.py``);
+  ``messages`` with search criteria searches a peek (``search.py``).
 
 Names start with ``$`` as Service Bus's own resources do, so no entity path can collide.
 
@@ -21,7 +24,8 @@ local host's HTTP server) answers only for a loopback ``Host`` and takes POSTs o
 loopback ``Origin`` (``broker/loopback.py``: no DNS rebinding), so no token is asked for.
 Bound elsewhere, every API call needs a SAS token (``Authorization: SharedAccessSignature
 ...``) of the namespace, with the rights Service Bus would ask for: Listen to look, Send to
-send, Manage to resubmit or delete.
+send, Manage to resubmit or delete. The explorer's: Listen to receive and settle, Send to
+send, resend and cancel a scheduled message, Manage to purge.
 """
 
 from __future__ import annotations
@@ -39,7 +43,9 @@ from ..broker.auth import LISTEN, MANAGE, SEND, AuthorizationError, normalize_re
 from ..broker.auth import parse_sas_token as parse_token
 from ..broker.httpapi import Request, Response
 from ..servicebus.client import EntityNotFound, SourceError
-from .namespace import DashboardError, Namespace, test_message
+from . import compose, search
+from .locks import ACTIONS, ReceiptNotFound, Receipts
+from .namespace import MAX_PEEK, DashboardError, Namespace, describe, resubmit_target
 from .pipelines import PipelineBoard
 
 log = logging.getLogger("replication.dashboard")
@@ -82,6 +88,7 @@ class Dashboard:
         self.board = board
         self.require_token = require_token
         self.interval = interval
+        self.receipts = Receipts()
         self._sampler: asyncio.Task[None] | None = None
         self._closing: asyncio.Event | None = None
 
@@ -107,6 +114,7 @@ class Dashboard:
         if self._sampler is not None:
             self._sampler.cancel()
             self._sampler = None
+        await self.receipts.close()
         for namespace in self.namespaces.values():
             await namespace.close()
 
@@ -135,6 +143,10 @@ class Dashboard:
             return await self._api(request, path[len(API) :])
         except DashboardError as exc:
             return _error(exc.status, str(exc))
+        except compose.ComposeError as exc:
+            return _error(400, str(exc))
+        except ReceiptNotFound as exc:
+            return _error(410, str(exc))
         except AuthorizationError as exc:
             return _error(401, exc.description)
         except EntityNotFound as exc:
@@ -184,14 +196,7 @@ class Dashboard:
         entity = query.get("entity", "").strip("/")
         if route == "messages" and get:
             self._authorize(request, namespace, entity, LISTEN)
-            messages = await namespace.peek(
-                entity,
-                dead_letter=query.get("dead_letter") in ("1", "true"),
-                count=_int(query, "count", 20),
-                from_sequence=_int(query, "from", 1),
-                session_id=query.get("session") or None,
-            )
-            return _json({"messages": messages})
+            return _json(await self._peek(namespace, entity, query))
         if route == "sessions" and get:
             self._authorize(request, namespace, entity, LISTEN)
             return _json({"sessions": await namespace.sessions(entity)})
@@ -206,11 +211,8 @@ class Dashboard:
         if request.method != "POST":
             return _error(404 if route not in _POSTS else 405, f"no such endpoint: {route}")
         body = _body(request)
-        if route == "send":
-            self._authorize(request, namespace, entity, SEND)
-            message = test_message(body)
-            await namespace.send(entity, message)
-            return _json({"sent": message.message_id, "entity": entity})
+        if route in _MESSAGE_POSTS:
+            return await self._post(request, route, namespace, entity, body)
         if route in ("dead-letters/resubmit", "dead-letters/delete"):
             self._authorize(request, namespace, entity, MANAGE)
             numbers = body.get("sequence_numbers")
@@ -228,6 +230,142 @@ class Dashboard:
             )
             return _json(result)
         return _error(404, f"no such endpoint: {route}")
+
+    async def _peek(
+        self, namespace: Namespace, entity: str, query: dict[str, str]
+    ) -> dict[str, Any]:
+        """A page of messages from ``from`` on; with search criteria, the matches among up
+        to ``search.MAX_SCAN`` messages, and how far it looked (``next_from`` goes on)."""
+        dead_letter = query.get("dead_letter") in ("1", "true")
+        count = _int(query, "count", 20)
+        start = _int(query, "from", 1)
+        session = query.get("session") or None
+        wanted = search.criteria(query)
+        if not wanted:
+            page = await namespace.peek(
+                entity,
+                dead_letter=dead_letter,
+                count=count,
+                from_sequence=start,
+                session_id=session,
+            )
+            last = page[-1]["sequence_number"] if page else None
+            return {"messages": page, "next_from": None if last is None else last + 1}
+        found: list[dict[str, Any]] = []
+        scanned, at, last = 0, start, None
+        while scanned < search.MAX_SCAN and len(found) < count:
+            page = await namespace.peek(
+                entity,
+                dead_letter=dead_letter,
+                count=min(MAX_PEEK, search.MAX_SCAN - scanned),
+                from_sequence=at,
+                session_id=session,
+            )
+            for message in page:
+                scanned += 1
+                last = message["sequence_number"]
+                if search.matches(message, wanted):
+                    found.append(message)
+                    if len(found) == count:
+                        break
+            if len(page) < MAX_PEEK or last is None:
+                break
+            at = last + 1
+        return {
+            "messages": found,
+            "scanned": scanned,
+            "limit": search.MAX_SCAN,
+            "next_from": None if last is None else last + 1,
+        }
+
+    async def _post(
+        self, request: Request, route: str, namespace: Namespace, entity: str, body: dict[str, Any]
+    ) -> Response:
+        """The message operations: what each does is in ``locks.py`` and ``namespace.py``;
+        the right each needs is the one Service Bus asks for (a purge, like a dead-letter
+        delete, needs Manage: it removes what nobody looked at)."""
+        if route == "send":
+            self._authorize(request, namespace, entity, SEND)
+            messages = compose.messages(body)
+            scheduled = await namespace.send(entity, messages)
+            return _json(
+                {
+                    "sent": messages[0].message_id if len(messages) == 1 else len(messages),
+                    "message_ids": [m.message_id for m in messages],
+                    "scheduled": scheduled,
+                    "entity": entity,
+                }
+            )
+        if route == "receive":
+            self._authorize(request, namespace, entity, LISTEN)
+            dead_letter = bool(body.get("dead_letter"))
+            receiver, taken = await namespace.receive(
+                entity,
+                _count(body.get("count", 10)),
+                dead_letter=dead_letter,
+                session_id=body.get("session") or None,
+            )
+            label = entity + ("/$DeadLetterQueue" if dead_letter else "")
+            receipt = await self.receipts.add(label, taken, receiver=receiver)
+            return _json(
+                {"receipt": receipt.id, "entity": label, "messages": [describe(m) for m in taken]}
+            )
+        if route == "deferred":
+            self._authorize(request, namespace, entity, LISTEN)
+            management, taken = await namespace.receive_deferred(entity, _numbers(body))
+            receipt = await self.receipts.add(entity, taken, management=management)
+            return _json(
+                {"receipt": receipt.id, "entity": entity, "messages": [describe(m) for m in taken]}
+            )
+        if route == "settle":
+            self._authorize(request, namespace, entity, LISTEN)
+            action = body.get("action")
+            if action not in ACTIONS:
+                raise DashboardError(f"action: one of {', '.join(ACTIONS)}")
+            done, missing = await self.receipts.settle(
+                str(body.get("receipt", "")),
+                _numbers(body),
+                action,
+                str(body.get("reason") or ""),
+                str(body.get("description") or ""),
+            )
+            return _json({"action": action, "done": done, "not_held": missing})
+        if route == "release":
+            self._authorize(request, namespace, entity, LISTEN)
+            return _json({"released": await self.receipts.release(str(body.get("receipt", "")))})
+        if route == "scheduled/cancel":
+            self._authorize(request, namespace, entity, SEND)
+            numbers = _numbers(body)
+            await namespace.cancel_scheduled(entity, numbers)
+            return _json({"cancelled": numbers})
+        if route == "purge":
+            self._authorize(request, namespace, entity, MANAGE)
+            if body.get("confirm") != entity:
+                raise DashboardError(f'confirm: type the entity\'s name ("{entity}") to purge it')
+            return _json(
+                {"purged": await namespace.purge(entity, dead_letter=bool(body.get("dead_letter")))}
+            )
+        # resend: reads the message (Listen) and sends its copy (Send)
+        self._authorize(request, namespace, entity, LISTEN)
+        self._authorize(request, namespace, resubmit_target(entity), SEND)
+        changes: dict[str, Any] = {}
+        if "body" in body:
+            if not isinstance(body["body"], str):
+                raise DashboardError("body: a string")
+            changes["body"] = body["body"]
+        if "application_properties" in body:
+            changes["application_properties"] = compose.properties(body["application_properties"])
+        number = body.get("sequence_number")
+        if not isinstance(number, int) or isinstance(number, bool):
+            raise DashboardError("sequence_number: the message's, a whole number")
+        copy = await namespace.resend(
+            entity,
+            number,
+            dead_letter=bool(body.get("dead_letter")),
+            changes=changes,
+            new_message_id=bool(body.get("new_message_id")),
+        )
+        return _json({"sent": copy.message_id, "entity": resubmit_target(entity)})
 
     def _namespace(self, query: dict[str, str]) -> Namespace:
         name = query.get("namespace", "")
@@ -296,7 +434,32 @@ class Dashboard:
         return self._closing
 
 
-_POSTS = ("send", "dead-letters/resubmit", "dead-letters/delete")
+_MESSAGE_POSTS = (
+    "send",
+    "receive",
+    "deferred",
+    "settle",
+    "release",
+    "scheduled/cancel",
+    "purge",
+    "resend",
+)
+_POSTS = (*_MESSAGE_POSTS, "dead-letters/resubmit", "dead-letters/delete")
+
+
+def _count(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_PEEK:
+        raise DashboardError(f"count: a whole number from 1 to {MAX_PEEK}")
+    return value
+
+
+def _numbers(body: dict[str, Any]) -> list[int]:
+    numbers = body.get("sequence_numbers")
+    if not isinstance(numbers, list) or not all(
+        isinstance(n, int) and not isinstance(n, bool) for n in numbers
+    ):
+        raise DashboardError("sequence_numbers: a list of integers")
+    return numbers
 
 
 def _int(query: dict[str, str], name: str, default: int) -> int:

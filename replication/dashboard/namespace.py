@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..broker.auth import MANAGE
 from ..messages import Message, PropertyValue
-from ..servicebus.client import AmqpConnection, AmqpSource, SourceError
+from ..servicebus.client import AmqpConnection, AmqpReceiver, AmqpSource, SourceError
 from ..servicebus.management import Management
 from ..servicebus.sas import mint
 from ..servicebus.sender import AmqpSender
@@ -108,6 +108,7 @@ def describe(message: Message) -> dict[str, Any]:
             None if message.time_to_live is None else message.time_to_live.total_seconds()
         ),
         "delivery_count": message.delivery_count,
+        "locked_until": _time(message.locked_until),
         "dead_letter_reason": message.dead_letter_reason,
         "dead_letter_description": message.dead_letter_description,
         "dead_letter_source": message.dead_letter_source,
@@ -156,35 +157,6 @@ def resubmittable(message: Message, new_message_id: bool = False) -> Message:
         dead_letter_source=None,
         target=None,
         source=None,
-    )
-
-
-def test_message(spec: dict[str, Any]) -> Message:
-    """A message to send from the page's form: body (text), properties, session, ids."""
-    if not isinstance(spec, dict):
-        raise DashboardError("the message must be a JSON object")
-    body = spec.get("body", "")
-    if not isinstance(body, str):
-        raise DashboardError("body: a string")
-    properties = spec.get("application_properties") or {}
-    if not isinstance(properties, dict) or not all(
-        isinstance(v, str | int | float | bool) for v in properties.values()
-    ):
-        raise DashboardError("application_properties: an object of strings, numbers, booleans")
-    fields: dict[str, str | None] = {}
-    for name in ("message_id", "session_id", "correlation_id", "subject", "content_type"):
-        value = spec.get(name)
-        if value is not None and not isinstance(value, str):
-            raise DashboardError(f"{name}: a string")
-        fields[name] = value or None
-    return Message(
-        body=body.encode("utf-8"),
-        application_properties=dict(properties),
-        message_id=fields["message_id"] or str(uuid.uuid4()),
-        session_id=fields["session_id"],
-        correlation_id=fields["correlation_id"],
-        subject=fields["subject"],
-        content_type=fields["content_type"],
     )
 
 
@@ -310,15 +282,117 @@ class Namespace:
 
     # ------------------------------------------------------------------ writing
 
-    async def send(self, path: str, message: Message) -> None:
+    async def send(self, path: str, messages: Message | list[Message]) -> list[int]:
+        """Sends ``messages``; those with a scheduled enqueue time are scheduled (through
+        ``$management``, which answers with their sequence numbers: returned, to cancel)."""
         path = check_path(path)
         if SUBSCRIPTIONS in path.lower():
             raise DashboardError("send to a queue or topic, not to a subscription")
-        sender = AmqpSender(self.source, path, timeout=15.0)
+        batch = [messages] if isinstance(messages, Message) else messages
+        scheduled = [m for m in batch if m.scheduled_enqueue_time is not None]
+        now = [m for m in batch if m.scheduled_enqueue_time is None]
+        numbers: list[int] = []
+        management = await self.management()
+        for message in scheduled:
+            assert message.scheduled_enqueue_time is not None
+            numbers += await management.schedule_messages(
+                path, message, message.scheduled_enqueue_time
+            )
+        if now:
+            sender = AmqpSender(self.source, path, timeout=15.0)
+            try:
+                for at in range(0, len(now), 100):
+                    await sender.send_messages(now[at : at + 100])
+            finally:
+                await sender.close()
+        return numbers
+
+    async def receive(
+        self, path: str, count: int, *, dead_letter: bool = False, session_id: str | None = None
+    ) -> tuple[AmqpReceiver, list[Message]]:
+        """Up to ``count`` messages of ``path`` under a peek-lock, and the receiver that
+        holds their locks (of ``session_id``, or the next free session, on a session
+        entity: pass ``session_id="*"`` for any)."""
+        path = check_path(path)
+        node = f"{path}/{DEAD_LETTER_QUEUE}" if dead_letter else path
+        count = max(1, min(count, MAX_PEEK))
+        if session_id:
+            receiver = await self.source.receiver(
+                node,
+                prefetch=count,
+                session=True,
+                session_id=None if session_id == "*" else session_id,
+                wait=RECEIVE_WAIT,
+            )
+        else:
+            receiver = await self.source.receiver(node, prefetch=count)
         try:
-            await sender.send_messages(message)
+            taken = await receiver.receive(count, RECEIVE_WAIT)
+            while taken and len(taken) < count:
+                more = await receiver.receive(count - len(taken), 0.2)
+                if not more:
+                    break
+                taken += more
+        except BaseException:
+            await receiver.close()
+            raise
+        return receiver, taken
+
+    async def receive_deferred(
+        self, path: str, numbers: list[int]
+    ) -> tuple[Management, list[Message]]:
+        """The deferred messages of ``path`` with these sequence numbers, locked (settled by
+        lock token over ``$management``)."""
+        path = check_path(path)
+        management = await self.management()
+        return management, await management.receive_deferred_messages(path, numbers)
+
+    async def cancel_scheduled(self, path: str, numbers: list[int]) -> None:
+        path = check_path(path)
+        if SUBSCRIPTIONS in path.lower():
+            raise DashboardError("scheduled messages are cancelled on their queue or topic")
+        await (await self.management()).cancel_scheduled_messages(path, numbers)
+
+    async def purge(self, path: str, *, dead_letter: bool) -> int:
+        """Removes every message of ``path`` (or its dead-letter queue) there now: received
+        and completed in batches until a receive comes back empty. How many went."""
+        path = check_path(path)
+        node = f"{path}/{DEAD_LETTER_QUEUE}" if dead_letter else path
+        receiver = await self.source.receiver(node, prefetch=MAX_SETTLE)
+        gone = 0
+        try:
+            while batch := await receiver.receive(MAX_SETTLE, RECEIVE_WAIT):
+                gone += receiver.complete(batch)
         finally:
-            await sender.close()
+            await receiver.close()
+        return gone
+
+    async def resend(
+        self,
+        path: str,
+        sequence_number: int,
+        *,
+        dead_letter: bool,
+        changes: dict[str, Any],
+        new_message_id: bool,
+    ) -> Message:
+        """Sends an edited copy of a message (peeked: the original stays where it is) to
+        where a resubmit would: ``changes`` holds the fields to replace (body as text,
+        application properties in full); the identity is kept unless ``new_message_id``."""
+        peeked = await (await self.management()).peek(
+            f"{check_path(path)}/{DEAD_LETTER_QUEUE}" if dead_letter else check_path(path),
+            1,
+            from_sequence_number=sequence_number,
+        )
+        if not peeked or peeked[0].sequence_number != sequence_number:
+            raise DashboardError(f"no message #{sequence_number} in {path}", 404)
+        copy = resubmittable(peeked[0], new_message_id)
+        if "body" in changes:
+            copy.body = changes.pop("body").encode("utf-8")
+        for name, value in changes.items():
+            setattr(copy, name, value)
+        await self.send(resubmit_target(path), copy)
+        return copy
 
     async def dead_letter_numbers(self, path: str) -> list[int]:
         """The sequence numbers in ``path``'s dead-letter queue now (at most ``MAX_SETTLE``)."""

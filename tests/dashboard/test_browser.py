@@ -238,8 +238,9 @@ def test_dashboard_in_a_browser(browser: Any, host: tuple[str, dict[str, str], P
     browser.execute_script("""
         const form = document.getElementById('send-form');
         form.body.value = 'hello from the page';
-        form.properties.value = 'kind=test\\npriority=3';
         form.subject.value = 'smoke';
+        addProperty('kind', 'string', 'test');
+        addProperty('priority', 'int', '3');
         form.requestSubmit();
     """)
     _until("the send's result", lambda: _text(browser, "#send-result").startswith("sent "))

@@ -216,7 +216,7 @@ function renderNamespaces(namespaces) {
       }
     }
     return el("div", { class: "namespace", "data-namespace": ns.name },
-      el("h3", {}, `${ns.name} (${ns.host})`),
+      el("h3", {}, ns.name === ns.host ? ns.name : `${ns.name} (${ns.host})`),
       ns.error ? el("p", { class: "ns-error" }, ns.error) : null,
       el("table", {},
         el("thead", {}, el("tr", {}, el("th", {}, "entity"), el("th", {}, "kind"),
@@ -235,8 +235,13 @@ function openEntity(namespace, path, kind, settings) {
   state.entity = { namespace, path, kind, settings };
   $("entity").hidden = false;
   $("entity-title").textContent = `${path} (${kind}) in ${namespace}`;
+  const sessions = Boolean((settings || {}).RequiresSession);
   document.querySelector('[data-tab="send"]').hidden = kind === "subscription";
-  showTab(state.tab === "send" && kind === "subscription" ? "messages" : state.tab);
+  document.querySelector('[data-tab="sessions"]').hidden = !sessions;
+  const away = (state.tab === "send" && kind === "subscription") ||
+    (state.tab === "sessions" && !sessions);
+  clearHeld();
+  showTab(away ? "messages" : state.tab);
   $("entity").scrollIntoView({ block: "start" });
 }
 
@@ -247,7 +252,7 @@ function showTab(name) {
   }
   for (const tab of document.querySelectorAll(".tab")) tab.hidden = tab.id !== "tab-" + name;
   if (name === "messages") peek().catch((e) => showError(e.message));
-  if (name === "dead-letters") loadDeadLetters().catch((e) => showError(e.message));
+  if (name === "dead-letters") loadDeadLetters(1).catch((e) => showError(e.message));
   if (name === "sessions") loadSessions().catch((e) => showError(e.message));
 }
 
@@ -260,9 +265,9 @@ function hopPath(m) {
   // the repl-* stamps: every hop the message took (oldest first), then where it is now
   const hops = m.hops.map((h, i) => el("span", { class: "hop", "data-testid": "hop",
     title: h.enqueued_time }, `#${i + 1} ${h.namespace || ""} seq ${h.sequence_number || "?"} ` +
-    `@ ${h.enqueued_time}`));
+    `@ ${when(h.enqueued_time)}`));
   const here = el("span", { class: "hop here", title: m.enqueued_time || "" },
-    `here seq ${m.sequence_number} @ ${m.enqueued_time || "?"}`);
+    `here seq ${m.sequence_number} @ ${when(m.enqueued_time) || "?"}`);
   const items = [];
   for (const hop of [...hops, here]) {
     if (items.length) items.push("→");
@@ -271,12 +276,20 @@ function hopPath(m) {
   return el("div", { class: "path", "data-testid": "path" }, "path:", items);
 }
 
+function when(iso) {
+  // an ISO time to the second, in UTC, as people read it (no microseconds, no offset noise)
+  if (!iso) return iso;
+  const at = new Date(iso);
+  if (Number.isNaN(at.getTime())) return String(iso).replace(/(\.\d+)/, "");
+  return at.toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
+}
+
 function kv(entries) {
   return el("dl", { class: "kv" }, entries.filter(([, v]) => v !== null && v !== undefined &&
     v !== "").flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, String(v))]));
 }
 
-function messageCard(m, selectable) {
+function messageCard(m, selectable, actions) {
   const props = Object.entries(m.application_properties).filter(([k]) =>
     !["repl-enqueue-time", "repl-sequence", "repl-path"].includes(k) &&
     k !== "DeadLetterReason" && k !== "DeadLetterErrorDescription");
@@ -285,16 +298,17 @@ function messageCard(m, selectable) {
   el("header", {},
     selectable ? el("input", { type: "checkbox", class: "pick", value: m.sequence_number }) : null,
     el("strong", {}, `#${m.sequence_number}`), el("span", {}, m.message_id || ""),
-    m.session_id ? el("span", { class: "note" }, `session ${m.session_id}`) : null),
+    m.session_id ? el("span", { class: "note" }, `session ${m.session_id}`) : null,
+    actions ? el("span", { class: "actions" }, actions) : null),
   m.dead_letter_reason !== null || m.dead_letter_description !== null ?
     el("div", { "data-testid": "dead-letter-reason" },
       el("span", { class: "reason" }, m.dead_letter_reason || "(no reason)"), ": ",
       el("span", { "data-testid": "dead-letter-description" }, m.dead_letter_description || ""))
     : null,
-  kv([["enqueued", m.enqueued_time], ["delivery count", m.delivery_count],
+  kv([["enqueued", when(m.enqueued_time)], ["locked until", when(m.locked_until)], ["delivery count", m.delivery_count],
     ["content type", m.content_type], ["correlation id", m.correlation_id],
     ["subject", m.subject], ["to", m.to], ["reply to", m.reply_to],
-    ["partition key", m.partition_key], ["scheduled", m.scheduled_enqueue_time],
+    ["partition key", m.partition_key], ["scheduled", when(m.scheduled_enqueue_time)],
     ["time to live (s)", m.time_to_live], ["dead-letter source", m.dead_letter_source],
     ["size", m.size + " bytes"]]),
   props.length ? el("div", {}, el("h3", {}, "application properties"), kv(props)) : null,
@@ -302,25 +316,16 @@ function messageCard(m, selectable) {
   el("pre", {}, m.body_encoding === "base64" ? `(base64) ${m.body}` : m.body));
 }
 
-async function peek() {
-  const form = $("peek-form");
-  const params = where({ count: form.count.value || 20, from: form.from.value || 1 });
-  if (form.session.value) params.session = form.session.value;
-  const data = await call("messages", params);
-  const last = data.messages.length ? data.messages[data.messages.length - 1] : null;
-  $("messages").replaceChildren(...(data.messages.length ? data.messages.map((m) =>
-    messageCard(m, false)) : [el("p", { class: "note" }, "no messages")]),
-  last ? el("button", { onclick: guarded(() => {
-    form.from.value = last.sequence_number + 1;
-    return peek();
-  }) }, "Next") : "");
-}
-
-async function loadDeadLetters() {
-  const data = await call("messages", where({ dead_letter: 1, count: 100 }));
+async function loadDeadLetters(from) {
+  // a page of 100 from a sequence number; "Next 100" goes on past the last one shown
+  const data = await call("messages", where({ dead_letter: 1, count: 100, from: from || 1 }));
   state.deadLetters = data.messages;
+  state.deadLettersNext = data.next_from;
+  $("dl-next").hidden = data.messages.length < 100;
   $("dead-letters").replaceChildren(...(data.messages.length ? data.messages.map((m) =>
-    messageCard(m, true)) : [el("p", { class: "note" }, "no dead letters")]));
+    messageCard(m, true, [el("button", { class: "link", onclick: guarded(() => resend(m, true)) },
+      "Edit & resend")])) : [el("p", { class: "note" }, from > 1 ? "no more dead letters" :
+      "no dead letters")]));
 }
 
 function picked() {
@@ -332,6 +337,7 @@ function confirmAction(text, dedupe) {
     const dialog = $("confirm");
     $("confirm-text").textContent = text;
     $("confirm-dedupe").hidden = !dedupe;
+    $("confirm-ok").className = text.startsWith("Delete") ? "danger" : "primary";
     $("confirm-new-ids").checked = Boolean(dedupe);
     $("confirm-dedupe-text").textContent = dedupe ? ` Duplicate detection is on for this ` +
       `entity (window ${dedupe}): a copy with the message id of a message sent within that ` +
@@ -416,32 +422,6 @@ async function showSession(id) {
     ...messages.messages.map((m) => messageCard(m, false)));
 }
 
-function parseProperties(text) {
-  const properties = {};
-  for (const line of text.split("\n")) {
-    if (!line.trim()) continue;
-    const at = line.indexOf("=");
-    if (at < 1) throw new Error(`property line ${JSON.stringify(line)} is not name=value`);
-    const raw = line.slice(at + 1).trim();
-    const number = Number(raw);
-    properties[line.slice(0, at).trim()] = raw !== "" && !Number.isNaN(number) ? number :
-      raw === "true" ? true : raw === "false" ? false : raw;
-  }
-  return properties;
-}
-
-async function send(event) {
-  event.preventDefault();
-  const form = $("send-form");
-  const message = { body: form.body.value, application_properties:
-    parseProperties(form.properties.value) };
-  for (const name of ["content_type", "message_id", "session_id", "subject"]) {
-    if (form[name].value) message[name] = form[name].value;
-  }
-  const result = await call("send", where(), message);
-  $("send-result").textContent = `sent ${result.sent} to ${result.entity}`;
-}
-
 // ------------------------------------------------------------------ live state
 
 function applyState(data) {
@@ -513,13 +493,12 @@ $("entity-close").addEventListener("click", () => { $("entity").hidden = true; }
 for (const button of document.querySelectorAll(".tabs button")) {
   button.addEventListener("click", guarded(() => showTab(button.dataset.tab)));
 }
-$("peek-form").addEventListener("submit", guarded((e) => { e.preventDefault(); return peek(); }));
-$("dl-refresh").addEventListener("click", guarded(loadDeadLetters));
+$("dl-refresh").addEventListener("click", guarded(() => loadDeadLetters(1)));
+$("dl-next").addEventListener("click", guarded(() => loadDeadLetters(state.deadLettersNext)));
 $("dl-resubmit").addEventListener("click", guarded(() => settle("resubmit", false)));
 $("dl-resubmit-all").addEventListener("click", guarded(() => settle("resubmit", true)));
 $("dl-delete").addEventListener("click", guarded(() => settle("delete", false)));
 $("dl-delete-all").addEventListener("click", guarded(() => settle("delete", true)));
 $("sessions-refresh").addEventListener("click", guarded(loadSessions));
-$("send-form").addEventListener("submit", guarded(send));
 window.addEventListener("resize", drawChart);
 start();
