@@ -13,7 +13,7 @@ and on the broker's own HTTP port (``python -m replication broker --ui``). Paths
   /$dashboard/api/dead-letters/{resubmit|delete}?namespace=&entity=`` with
   ``{"sequence_numbers": [...] | "all"}``;
 * the explorer (``POST .../{receive|deferred|settle|release|scheduled/cancel|purge|resend}``):
-  receive under a lock and settle by receipt (``locks.py``), typed sends (``compose.py``);
+  receive under a lock and settle by receipt (``locks.py``), typed sends (``send_form.py``);
   ``messages`` with search criteria searches a peek (``search.py``).
 
 Names start with ``$`` as Service Bus's own resources do, so no entity path can collide.
@@ -43,7 +43,7 @@ from ..broker.auth import LISTEN, MANAGE, SEND, AuthorizationError, normalize_re
 from ..broker.auth import parse_sas_token as parse_token
 from ..broker.httpapi import Request, Response
 from ..servicebus.client import EntityNotFound, SourceError
-from . import compose, search
+from . import search, send_form
 from .locks import ACTIONS, ReceiptNotFound, Receipts
 from .namespace import MAX_PEEK, DashboardError, Namespace, describe, resubmit_target
 from .pipelines import PipelineBoard
@@ -143,7 +143,7 @@ class Dashboard:
             return await self._api(request, path[len(API) :])
         except DashboardError as exc:
             return _error(exc.status, str(exc))
-        except compose.ComposeError as exc:
+        except send_form.ComposeError as exc:
             return _error(400, str(exc))
         except ReceiptNotFound as exc:
             return _error(410, str(exc))
@@ -286,7 +286,7 @@ class Dashboard:
         delete, needs Manage: it removes what nobody looked at)."""
         if route == "send":
             self._authorize(request, namespace, entity, SEND)
-            messages = compose.messages(body)
+            messages = send_form.messages(body)
             scheduled = await namespace.send(entity, messages)
             return _json(
                 {
@@ -354,7 +354,7 @@ class Dashboard:
                 raise DashboardError("body: a string")
             changes["body"] = body["body"]
         if "application_properties" in body:
-            changes["application_properties"] = compose.properties(body["application_properties"])
+            changes["application_properties"] = send_form.properties(body["application_properties"])
         number = body.get("sequence_number")
         if not isinstance(number, int) or isinstance(number, bool):
             raise DashboardError("sequence_number: the message's, a whole number")

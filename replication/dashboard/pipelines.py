@@ -119,6 +119,7 @@ class PipelineBoard:
                     "counts": {f: counts[f] for f in FIELDS},
                     "rate": _rate(ring),
                     "lag": lag_now(name),
+                    "rpo": recovery_point_now(name),
                     "sources": [self._source(r) for r in self.host.runners if _pipeline(r) == name],
                     "targets": self._targets(name, configured.get(name)),
                 }
@@ -214,6 +215,16 @@ def lag_now(pipeline: str) -> dict[str, float | None]:
         "max": max(peak) if peak else None,
         "window": metrics.LAG.window,
     }
+
+
+def recovery_point_now(pipeline: str) -> dict[str, float] | None:
+    """The pipeline's recovery point at its sources, as last probed (the worst source: the
+    oldest message not yet replicated, and how many wait); None before the first probe."""
+    seconds = [v for (p, _), v in metrics.RPO_SECONDS.values().items() if p == pipeline]
+    messages = [v for (p, _), v in metrics.RPO_MESSAGES.values().items() if p == pipeline]
+    if not seconds:
+        return None
+    return {"seconds": max(seconds), "messages": sum(messages)}
 
 
 def _rate(ring: deque[tuple[float, ...]] | None, window: float = 10.0) -> float:
