@@ -170,8 +170,10 @@ def _package(args: argparse.Namespace, rest: list[str]) -> int:
 
     with zipfile.ZipFile(target) as archive:
         count = len(archive.namelist())
-    print(f"{target}: {count} files, {target.stat().st_size / 1024:,.0f} KiB "
-          "(deploy: az functionapp deployment source config-zip --src ...)")  # fmt: skip
+    print(
+        f"{target}: {count} files, {target.stat().st_size / 1024:,.0f} KiB "
+        "(deploy: az functionapp deployment source config-zip --src ...)"
+    )
     return 0
 
 
@@ -246,9 +248,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     validate.add_argument("file", nargs="?", default="pipelines.yaml", help="the pipeline file")
     validate.add_argument(
-        "--settings", metavar="FILE",
+        "--settings",
+        metavar="FILE",
         help="also check connection and key settings against this local.settings.json",
-    )  # fmt: skip
+    )
     validate.add_argument(
         "--env", action="store_true", help="also check settings against the environment"
     )
@@ -300,10 +303,11 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("alias", nargs="?", help="the CNAME alias, e.g. servicebus.example.com")
     source.add_argument("--file", metavar="PATH|URL", help="a text file or http(s) URL instead")
     resolve.add_argument(
-        "--nameserver", metavar="HOST[:PORT]",
+        "--nameserver",
+        metavar="HOST[:PORT]",
         help="the DNS server to ask (default: the REPLICATION_DNS_NAMESERVER environment "
         "variable, else the system's resolver)",
-    )  # fmt: skip
+    )
     resolve.add_argument("--timeout", type=float, default=2.0, help="seconds per attempt")
     resolve.set_defaults(handler=_resolve)
 
@@ -341,15 +345,19 @@ def build_parser() -> argparse.ArgumentParser:
         default=Path.cwd(),
         help="the app folder (default: the current directory)",
     )
-    package.add_argument("--pipelines", metavar="FILE",
-                         help="the pipeline file the app loads, relative to --dir (default: "
-                              "REPLICATION_PIPELINES, else pipelines.yaml)")  # fmt: skip
+    package.add_argument(
+        "--pipelines",
+        metavar="FILE",
+        help="the pipeline file the app loads, relative to --dir (default: "
+        "REPLICATION_PIPELINES, else pipelines.yaml)",
+    )
     package.set_defaults(handler=_package)
 
     infra = commands.add_parser(
-        "infra-parameters", add_help=False,
+        "infra-parameters",
+        add_help=False,
         help="write infra/main.bicep's parameters for a pipeline file (--help for more)",
-    )  # fmt: skip
+    )
     infra.set_defaults(handler=_infra_parameters)
     return parser
 

@@ -177,14 +177,21 @@ class PipelineRuntime:
         if dead and ERROR_TARGET in self.targets:
             await divert_to_error_target(dead, self.task, self._pool, self.breakers, self.clock)
         elif dead:
-            log.warning("%s: %d event(s) a step dead-lettered are left behind (an event hub "
-                        "has no dead-letter queue; set error_target to keep them), first: %s %s",
-                        self.name, len(dead), dead[0].reason, dead[0].description)  # fmt: skip
+            log.warning(
+                "%s: %d event(s) a step dead-lettered are left behind (an event hub "
+                "has no dead-letter queue; set error_target to keep them), first: %s %s",
+                self.name,
+                len(dead),
+                dead[0].reason,
+                dead[0].description,
+            )
         self._count(settlements)
         failed = [s for s in settlements if s.decision in (Decision.ABANDON, Decision.RELEASE)]
         if failed:
-            raise EventsFailed(f"{self.name}: {len(failed)} of {len(settlements)} events not "
-                               f"sent, first: {failed[0].description}")  # fmt: skip
+            raise EventsFailed(
+                f"{self.name}: {len(failed)} of {len(settlements)} events not "
+                f"sent, first: {failed[0].description}"
+            )
         return settlements
 
     def _count(self, settlements: list[Settlement]) -> None:
@@ -199,9 +206,15 @@ class PipelineRuntime:
         if failed:
             metrics.FAILED.labels(self.name).inc()
             first = failed[0]
-            log.warning("%s: %d of %d messages abandoned for redelivery (first: %s: %s %s)",
-                        self.name, len(failed), len(settlements), first.message.message_id,
-                        first.reason, first.description)  # fmt: skip
+            log.warning(
+                "%s: %d of %d messages abandoned for redelivery (first: %s: %s %s)",
+                self.name,
+                len(failed),
+                len(settlements),
+                first.message.message_id,
+                first.reason,
+                first.description,
+            )
 
     @contextlib.asynccontextmanager
     async def _locks_kept(
@@ -209,9 +222,11 @@ class PipelineRuntime:
     ) -> AsyncIterator[None]:
         """While one of the targets is held by its breaker, renews the batch's locks (the
         host renews them only up to ``maxAutoLockRenewalDuration``)."""
-        keeper = asyncio.create_task(_keep_locks(
-            messages, actions, sessions, self.breakers, self.clock.time, self.clock.sleep
-        ))  # fmt: skip
+        keeper = asyncio.create_task(
+            _keep_locks(
+                messages, actions, sessions, self.breakers, self.clock.time, self.clock.sleep
+            )
+        )
         try:
             yield
         finally:
@@ -219,11 +234,13 @@ class PipelineRuntime:
 
 
 async def _keep_locks(
-    messages: list[Message], actions: servicebus.ServiceBusMessageActions, sessions: bool,
+    messages: list[Message],
+    actions: servicebus.ServiceBusMessageActions,
+    sessions: bool,
     breakers: Breakers,
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-) -> None:  # fmt: skip
+) -> None:
     """Renews every lock of the batch each half lock period, while a breaker is open."""
     now = clock()
     remaining = [m.locked_until.timestamp() - now for m in messages if m.locked_until]
@@ -283,8 +300,12 @@ def _settle_all(
         if failure is not None:
             failures.append(failure)
     if failures:
-        log.warning("%d of %d settlements failed (they come again): %s", len(failures),
-                    len(settlements), failures[0])  # fmt: skip
+        log.warning(
+            "%d of %d settlements failed (they come again): %s",
+            len(failures),
+            len(settlements),
+            failures[0],
+        )
     return failures
 
 
@@ -292,8 +313,10 @@ def _renew_all(
     actions: servicebus.ServiceBusMessageActions, messages: list[Message], sessions: bool
 ) -> None:
     if sessions:
-        calls = [(actions.renew_session_lock, (session_id,))
-                 for session_id in {m.session_id for m in messages if m.session_id}]  # fmt: skip
+        calls = [
+            (actions.renew_session_lock, (session_id,))
+            for session_id in {m.session_id for m in messages if m.session_id}
+        ]
     else:
         calls = [(actions.renew_message_lock, (message.source,)) for message in messages]
     failures = [f for f in map(_attempt, calls) if f is not None]
@@ -360,27 +383,35 @@ def register_pipelines(
             if source.is_event_hub:
                 handler = _event_handler(pipeline, runtime, settings, name, index, clock)
                 trigger = app.event_hub_message_trigger(
-                    arg_name="events", connection=source.connection,
-                    event_hub_name=source.entity, cardinality=func.Cardinality.MANY,
+                    arg_name="events",
+                    connection=source.connection,
+                    event_hub_name=source.entity,
+                    cardinality=func.Cardinality.MANY,
                     consumer_group=source.group,
-                )  # fmt: skip
+                )
                 app.function_name(name)(app.retry(**EVENT_RETRY)(trigger(handler)))
                 names.append(name)
                 continue
             handler = _handler(pipeline, runtime, settings, name, index, source.sessions, clock)
             if source.subscription is not None:
                 trigger = app.service_bus_topic_trigger(
-                    arg_name="messages", topic_name=source.entity,
-                    subscription_name=source.subscription, connection=source.connection,
-                    cardinality=func.Cardinality.MANY, is_sessions_enabled=source.sessions,
+                    arg_name="messages",
+                    topic_name=source.entity,
+                    subscription_name=source.subscription,
+                    connection=source.connection,
+                    cardinality=func.Cardinality.MANY,
+                    is_sessions_enabled=source.sessions,
                     auto_complete_messages=not source.sessions,
-                )  # fmt: skip
+                )
             else:
                 trigger = app.service_bus_queue_trigger(
-                    arg_name="messages", queue_name=source.entity, connection=source.connection,
-                    cardinality=func.Cardinality.MANY, is_sessions_enabled=source.sessions,
+                    arg_name="messages",
+                    queue_name=source.entity,
+                    connection=source.connection,
+                    cardinality=func.Cardinality.MANY,
+                    is_sessions_enabled=source.sessions,
                     auto_complete_messages=not source.sessions,
-                )  # fmt: skip
+                )
             app.function_name(name)(trigger(handler))
             names.append(name)
             if schedule is not None and not _identity_based(settings, source.connection):
@@ -436,18 +467,24 @@ def _identity_based(settings: Mapping[str, str], connection: str) -> bool:
 
 
 EVENT_RETRY: dict[str, Any] = {
-    "strategy": "exponential_backoff", "max_retry_count": "-1",
-    "minimum_interval": "00:00:05", "maximum_interval": "00:05:00",
-}  # fmt: skip
+    "strategy": "exponential_backoff",
+    "max_retry_count": "-1",
+    "minimum_interval": "00:00:05",
+    "maximum_interval": "00:05:00",
+}
 """An event hub function's retry policy: the replication sample's
 ``[ExponentialBackoffRetry(-1, "00:00:05", "00:05:00")]``. Without one the Event Hubs trigger
 checkpoints a failed batch as done; with it, the batch is run again until it goes through."""
 
 
 def _event_handler(
-    pipeline: Pipeline, runtime: list[PipelineRuntime], settings: Mapping[str, str], name: str,
-    source: int, clock: Clock,
-) -> Callable[..., Awaitable[None]]:  # fmt: skip
+    pipeline: Pipeline,
+    runtime: list[PipelineRuntime],
+    settings: Mapping[str, str],
+    name: str,
+    source: int,
+    clock: Clock,
+) -> Callable[..., Awaitable[None]]:
     lock = asyncio.Lock()
 
     async def handler(events: list[func.EventHubEvent]) -> None:
@@ -466,9 +503,14 @@ def _event_handler(
 
 
 def _handler(
-    pipeline: Pipeline, runtime: list[PipelineRuntime], settings: Mapping[str, str], name: str,
-    source: int, sessions: bool, clock: Clock,
-) -> Callable[..., Awaitable[None]]:  # fmt: skip
+    pipeline: Pipeline,
+    runtime: list[PipelineRuntime],
+    settings: Mapping[str, str],
+    name: str,
+    source: int,
+    sessions: bool,
+    clock: Clock,
+) -> Callable[..., Awaitable[None]]:
     lock = asyncio.Lock()
 
     async def handler(

@@ -100,9 +100,12 @@ _copy_fields = _copier()
 
 
 _MOVED = {
-    "from_functions": "functions", "from_received": "sdk", "to_sdk": "sdk",
-    "body_bytes": "sdk", "properties_from_amqp": "values",
-}  # fmt: skip
+    "from_functions": "functions",
+    "from_received": "sdk",
+    "to_sdk": "sdk",
+    "body_bytes": "sdk",
+    "properties_from_amqp": "values",
+}
 """The adapters that lived here, still importable from here (``replication.adapters.*``)."""
 
 

@@ -71,13 +71,16 @@ def _int(value: Any) -> int | None:
 
 
 _READ: dict[str, Callable[[Any], Any]] = {
-    "text": text, "time": _time, "duration": _duration, "int": _int,
-}  # fmt: skip
+    "text": text,
+    "time": _time,
+    "duration": _duration,
+    "int": _int,
+}
 _WRITE: dict[str, Callable[[Any], Any]] = {
     "text": lambda value: value,
     "time": timestamp.from_datetime,
     "duration": lambda value: int(value.total_seconds() * 1000),
-}  # fmt: skip
+}
 
 # -- the table, read once: (Message field, where, converter)
 _PROPERTIES = in_section("properties")
@@ -142,7 +145,7 @@ def to_message(amqp: AmqpMessage, source: Any = None) -> Message:
         amqp.message_annotations or {},
         amqp.application_properties,
         source,
-    )  # fmt: skip
+    )
 
 
 def _scanned(payload: bytes, source: Any) -> Message:
@@ -254,8 +257,9 @@ def _other_body(body: Any) -> bytes:
     if isinstance(body, str):
         return body.encode("utf-8")
     try:
-        return b"".join(_other_body(part) if isinstance(part, str) else bytes(part)
-                        for part in body)  # fmt: skip
+        return b"".join(
+            _other_body(part) if isinstance(part, str) else bytes(part) for part in body
+        )
     except TypeError:
         return str(body).encode("utf-8")
 
@@ -274,8 +278,11 @@ def encode(message: Message, *, event_hub: bool = False) -> bytes:
     """The bytes of ``message`` as a sender puts them on the wire (see the module);
     ``event_hub``: as an event, whose partition key goes with a session id (group-id) too."""
     out = bytearray()
-    header = {key: write(value) for name, key, write in _HEADER_SENT
-              if (value := getattr(message, name)) is not None}  # fmt: skip
+    header = {
+        key: write(value)
+        for name, key, write in _HEADER_SENT
+        if (value := getattr(message, name)) is not None
+    }
     if header:
         _write_header(out, Header(**header))
     annotations = _annotations(message, event_hub)
@@ -288,9 +295,10 @@ def encode(message: Message, *, event_hub: bool = False) -> bytes:
     _write_properties(out, Properties(**properties))
     if message.application_properties:
         out += b"\x00\x53\x74"
-        _enc_string_keyed_map(out, {
-            key: property_value(value) for key, value in message.application_properties.items()
-        })  # fmt: skip
+        _enc_string_keyed_map(
+            out,
+            {key: property_value(value) for key, value in message.application_properties.items()},
+        )
     out += b"\x00\x53\x75"
     codec._enc_binary(out, message.body)
     return bytes(out)

@@ -20,23 +20,28 @@ from ..messages import Message
 from .fields import FIELDS
 
 CAPTURE_SCHEMA: dict[str, Any] = {
-    "type": "record", "name": "EventData", "namespace": "Microsoft.ServiceBus.Messaging",
+    "type": "record",
+    "name": "EventData",
+    "namespace": "Microsoft.ServiceBus.Messaging",
     "fields": [
         {"name": "SequenceNumber", "type": "long"},
         {"name": "Offset", "type": "string"},
         {"name": "EnqueuedTimeUtc", "type": "string"},
-        {"name": "SystemProperties",
-         "type": {"type": "map", "values": ["long", "double", "string", "bytes", "null"]}},
-        {"name": "Properties",
-         "type": {"type": "map", "values": ["long", "double", "string", "bytes", "null"]}},
+        {
+            "name": "SystemProperties",
+            "type": {"type": "map", "values": ["long", "double", "string", "bytes", "null"]},
+        },
+        {
+            "name": "Properties",
+            "type": {"type": "map", "values": ["long", "double", "string", "bytes", "null"]},
+        },
         {"name": "Body", "type": ["null", "bytes"]},
     ],
-}  # fmt: skip
+}
 """The Capture record, for writing test files (and documentation)."""
 
 RECORD_FIELDS = frozenset(field["name"] for field in CAPTURE_SCHEMA["fields"])
-SYSTEM_FIELDS = {f.capture: f.name for f in FIELDS
-                 if f.capture and f.capture not in RECORD_FIELDS}  # fmt: skip
+SYSTEM_FIELDS = {f.capture: f.name for f in FIELDS if f.capture and f.capture not in RECORD_FIELDS}
 """System property -> ``Message`` field (all text)."""
 SYSTEM_ALIASES = {"session-id": "session_id"}
 """Other names writers use for a system property."""

@@ -35,10 +35,15 @@ if TYPE_CHECKING:
 _HEADER_ATTRIBUTE = {"ttl": "time_to_live", "delivery_count": "delivery_count"}
 """Our ``Header`` field names -> ``AmqpMessageHeader``'s."""
 _AMQP_NAMES = {
-    "message_id": "message-id", "group_id": "group-id", "correlation_id": "correlation-id",
-    "subject": "subject", "content_type": "content-type", "to": "to", "reply_to": "reply-to",
+    "message_id": "message-id",
+    "group_id": "group-id",
+    "correlation_id": "correlation-id",
+    "subject": "subject",
+    "content_type": "content-type",
+    "to": "to",
+    "reply_to": "reply-to",
     "reply_to_group_id": "reply-to-group-id",
-}  # fmt: skip
+}
 """``Properties`` field names -> the AMQP names the Functions host's system properties use."""
 _SENT = tuple(f for f in FIELDS if f.sent and f.amqp.section in ("properties", "header"))
 _READ = tuple(f for f in FIELDS if f.amqp.section in ("properties", "header", "annotations"))
@@ -139,11 +144,12 @@ def from_event_hub_event(event: func.EventHubEvent, index: int) -> Message:
         partition_id = partition.get("PartitionId")
     values.update(
         enqueued_time=utc(event.enqueued_time) or values.get("enqueued_time"),
-        sequence_number=event.sequence_number if event.sequence_number is not None
+        sequence_number=event.sequence_number
+        if event.sequence_number is not None
         else values.get("sequence_number"),
         offset=str(event.offset) if event.offset is not None else values.get("offset"),
         partition_key=event.partition_key or values.get("partition_key"),
-    )  # fmt: skip
+    )
     return Message(
         body=event.get_body() or b"",
         application_properties=dict(props),
@@ -178,14 +184,18 @@ def to_event_hub_events(
             value = getattr(raw.properties, key, None) if raw.properties else None
             if value is not None:
                 system[name] = text(value)
-        system.update({
-            "x-opt-sequence-number": message.sequence_number, "x-opt-offset": message.offset,
-            "x-opt-enqueued-time": _json_time(message.enqueued_time),
-            "x-opt-partition-key": message.partition_key,
-            "SequenceNumber": message.sequence_number, "Offset": message.offset,
-            "PartitionKey": message.partition_key,
-            "EnqueuedTimeUtc": _json_time(message.enqueued_time),
-        })  # fmt: skip
+        system.update(
+            {
+                "x-opt-sequence-number": message.sequence_number,
+                "x-opt-offset": message.offset,
+                "x-opt-enqueued-time": _json_time(message.enqueued_time),
+                "x-opt-partition-key": message.partition_key,
+                "SequenceNumber": message.sequence_number,
+                "Offset": message.offset,
+                "PartitionKey": message.partition_key,
+                "EnqueuedTimeUtc": _json_time(message.enqueued_time),
+            }
+        )
         systems.append(system)
         properties.append({k: _json_value(v) for k, v in message.application_properties.items()})
     context = {"ConsumerGroup": consumer_group, "EventHubName": hub, "PartitionId": partition_id}
@@ -196,12 +206,16 @@ def to_event_hub_events(
     }
     out = []
     for event, system in zip(events, systems, strict=True):
-        out.append(func.EventHubEvent(
-            body=_body(event), trigger_metadata=metadata,
-            enqueued_time=_parse_time(system["EnqueuedTimeUtc"]),
-            partition_key=system["PartitionKey"], sequence_number=system["SequenceNumber"],
-            offset=system["Offset"],
-        ))  # fmt: skip
+        out.append(
+            func.EventHubEvent(
+                body=_body(event),
+                trigger_metadata=metadata,
+                enqueued_time=_parse_time(system["EnqueuedTimeUtc"]),
+                partition_key=system["PartitionKey"],
+                sequence_number=system["SequenceNumber"],
+                offset=system["Offset"],
+            )
+        )
     return out
 
 

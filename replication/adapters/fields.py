@@ -69,57 +69,129 @@ class Field:
 
 
 def _field(
-    name: str, kind: Kind, amqp: Amqp, *, sdk: str | None = "", functions: str | None = "",
-    column: str | None = "", capture: str | None = None, sent: bool = True,
-    servicebus: bool = True, eventhubs: bool = True,
-) -> Field:  # fmt: skip
+    name: str,
+    kind: Kind,
+    amqp: Amqp,
+    *,
+    sdk: str | None = "",
+    functions: str | None = "",
+    column: str | None = "",
+    capture: str | None = None,
+    sent: bool = True,
+    servicebus: bool = True,
+    eventhubs: bool = True,
+) -> Field:
     """A row; ``sdk``, ``functions`` and ``column`` default to the field's own name."""
     return Field(
-        name, kind, amqp, name if sdk == "" else sdk, name if functions == "" else functions,
-        name if column == "" else column, capture, sent, servicebus, eventhubs,
-    )  # fmt: skip
+        name,
+        kind,
+        amqp,
+        name if sdk == "" else sdk,
+        name if functions == "" else functions,
+        name if column == "" else column,
+        capture,
+        sent,
+        servicebus,
+        eventhubs,
+    )
 
 
 FIELDS: tuple[Field, ...] = (
     _field("body", "body", Amqp("body"), sdk="body", functions="body", capture="Body"),
     _field("message_id", "text", Amqp("properties", "message_id"), capture="message-id"),
     _field("session_id", "text", Amqp("properties", "group_id"), capture="group-id"),
-    _field("partition_key", "text", Amqp("annotations", PARTITION_KEY),
-           capture="x-opt-partition-key"),
-    _field("correlation_id", "text", Amqp("properties", "correlation_id"),
-           capture="correlation-id"),
+    _field(
+        "partition_key", "text", Amqp("annotations", PARTITION_KEY), capture="x-opt-partition-key"
+    ),
+    _field(
+        "correlation_id", "text", Amqp("properties", "correlation_id"), capture="correlation-id"
+    ),
     _field("subject", "text", Amqp("properties", "subject"), capture="subject"),
     _field("content_type", "text", Amqp("properties", "content_type"), capture="content-type"),
     _field("to", "text", Amqp("properties", "to"), capture="to"),
     _field("reply_to", "text", Amqp("properties", "reply_to"), capture="reply-to"),
-    _field("reply_to_session_id", "text", Amqp("properties", "reply_to_group_id"),
-           capture="reply-to-group-id"),
+    _field(
+        "reply_to_session_id",
+        "text",
+        Amqp("properties", "reply_to_group_id"),
+        capture="reply-to-group-id",
+    ),
     _field("time_to_live", "duration", Amqp("header", "ttl"), column="time_to_live_ms"),
-    _field("scheduled_enqueue_time", "time", Amqp("annotations", SCHEDULED_ENQUEUE_TIME),
-           sdk="scheduled_enqueue_time_utc", functions="scheduled_enqueue_time_utc",
-           eventhubs=False),
+    _field(
+        "scheduled_enqueue_time",
+        "time",
+        Amqp("annotations", SCHEDULED_ENQUEUE_TIME),
+        sdk="scheduled_enqueue_time_utc",
+        functions="scheduled_enqueue_time_utc",
+        eventhubs=False,
+    ),
     # facts of the source delivery: read, never sent
-    _field("enqueued_time", "time", Amqp("annotations", ENQUEUED_TIME), sdk="enqueued_time_utc",
-           functions="enqueued_time_utc", capture="EnqueuedTimeUtc", sent=False),
-    _field("sequence_number", "int", Amqp("annotations", SEQUENCE_NUMBER),
-           capture="SequenceNumber", sent=False),
-    _field("delivery_count", "int", Amqp("header", "delivery_count"), sent=False,
-           eventhubs=False),
+    _field(
+        "enqueued_time",
+        "time",
+        Amqp("annotations", ENQUEUED_TIME),
+        sdk="enqueued_time_utc",
+        functions="enqueued_time_utc",
+        capture="EnqueuedTimeUtc",
+        sent=False,
+    ),
+    _field(
+        "sequence_number",
+        "int",
+        Amqp("annotations", SEQUENCE_NUMBER),
+        capture="SequenceNumber",
+        sent=False,
+    ),
+    _field("delivery_count", "int", Amqp("header", "delivery_count"), sent=False, eventhubs=False),
     _field("application_properties", "properties", Amqp("application"), capture="Properties"),
-    _field("locked_until", "time", Amqp("annotations", LOCKED_UNTIL), sdk="locked_until_utc",
-           functions="locked_until", column=None, sent=False, eventhubs=False),
-    _field("dead_letter_reason", "text", Amqp("application", str(DEAD_LETTER_REASON)),
-           column=None, sent=False, eventhubs=False),
-    _field("dead_letter_description", "text", Amqp("application", str(DEAD_LETTER_DESCRIPTION)),
-           sdk="dead_letter_error_description", functions="dead_letter_error_description",
-           column=None, sent=False, eventhubs=False),
-    _field("dead_letter_source", "text", Amqp("annotations", DEAD_LETTER_SOURCE), column=None,
-           sent=False, eventhubs=False),
+    _field(
+        "locked_until",
+        "time",
+        Amqp("annotations", LOCKED_UNTIL),
+        sdk="locked_until_utc",
+        functions="locked_until",
+        column=None,
+        sent=False,
+        eventhubs=False,
+    ),
+    _field(
+        "dead_letter_reason",
+        "text",
+        Amqp("application", str(DEAD_LETTER_REASON)),
+        column=None,
+        sent=False,
+        eventhubs=False,
+    ),
+    _field(
+        "dead_letter_description",
+        "text",
+        Amqp("application", str(DEAD_LETTER_DESCRIPTION)),
+        sdk="dead_letter_error_description",
+        functions="dead_letter_error_description",
+        column=None,
+        sent=False,
+        eventhubs=False,
+    ),
+    _field(
+        "dead_letter_source",
+        "text",
+        Amqp("annotations", DEAD_LETTER_SOURCE),
+        column=None,
+        sent=False,
+        eventhubs=False,
+    ),
     # Event Hubs: the event's offset in its partition (stamped as repl-offset; a column of
     # the eventhubs Spark source's rows only)
-    _field("offset", "text", Amqp("annotations", OFFSET), sdk=None, functions=None,
-           sent=False, servicebus=False),
-)  # fmt: skip
+    _field(
+        "offset",
+        "text",
+        Amqp("annotations", OFFSET),
+        sdk=None,
+        functions=None,
+        sent=False,
+        servicebus=False,
+    ),
+)
 """Every field a ``Message`` exchanges with the outside (``target``, ``source`` and
 ``partition_id``, where a runner read an event, are the task library's own)."""
 

@@ -56,11 +56,15 @@ def to_functions_message(message: ServiceBusReceivedMessage) -> func.ServiceBusM
     props = properties_from_amqp(message.application_properties or {})
     values["message_id"] = values["message_id"] or ""
     return FunctionsMessage(
-        body=body_bytes(message), trigger_metadata=None, application_properties=props,
+        body=body_bytes(message),
+        trigger_metadata=None,
+        application_properties=props,
         enqueued_sequence_number=message.enqueued_sequence_number,
-        expires_at_utc=message.expires_at_utc, label=values["subject"],
+        expires_at_utc=message.expires_at_utc,
+        label=values["subject"],
         lock_token=str(message.lock_token) if message.lock_token else None,
         state=int(message.state) if message.state is not None else None,
-        transaction_partition_key=None, user_properties=cast(dict[str, object], props),
+        transaction_partition_key=None,
+        user_properties=cast(dict[str, object], props),
         **values,
-    )  # fmt: skip
+    )

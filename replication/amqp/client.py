@@ -94,9 +94,13 @@ class Sender(_LinkEndpoint):
         return await self.send_encoded(encode_message(message), settled=settled)
 
     async def send_encoded(
-        self, payload: bytes, *, message_format: int = 0, settled: bool = False,
+        self,
+        payload: bytes,
+        *,
+        message_format: int = 0,
+        settled: bool = False,
         state: Any = None,
-    ) -> Any:  # fmt: skip
+    ) -> Any:
         """Sends an already encoded message (or a batch, with its ``message_format``);
         ``state`` goes on the transfer (e.g. a ``TransactionalState`` that enlists it)."""
         if settled:
@@ -163,9 +167,14 @@ class Receiver(_LinkEndpoint):
     """
 
     def __init__(
-        self, client: Client, link: Link, credit: int, *, credit_on_take: bool = False,
+        self,
+        client: Client,
+        link: Link,
+        credit: int,
+        *,
+        credit_on_take: bool = False,
         decode: Callable[[bytes], Any] | None = decode_message,
-    ) -> None:  # fmt: skip
+    ) -> None:
         super().__init__(client, link)
         self.credit = credit
         self.credit_on_take = credit_on_take
@@ -316,16 +325,22 @@ class Client:
         timeout: float = 10.0,
     ) -> Client:
         connection = Connection(
-            container_id=container_id, hostname=hostname or host, sasl=sasl,
+            container_id=container_id,
+            hostname=hostname or host,
+            sasl=sasl,
             idle_timeout=idle_timeout,
-        )  # fmt: skip
+        )
         connection.open()
         session = connection.begin_session()
         client = cls.__new__(cls)
         driver = await connect(
-            connection, host, port, handler=client._on_event, ssl_context=ssl_context,
+            connection,
+            host,
+            port,
+            handler=client._on_event,
+            ssl_context=ssl_context,
             server_hostname=hostname or host,
-        )  # fmt: skip
+        )
         cls.__init__(client, driver, session)
         event = await driver.wait_for(
             lambda e: isinstance(e, ev.SessionBegun | ev.ConnectionClosed), timeout
@@ -352,9 +367,14 @@ class Client:
             self._link_waiters.pop(id(link), None)
 
     async def sender(
-        self, address: str | None, *, name: str | None = None, timeout: float = 10,
-        target: Any = None, properties: dict[Any, Any] | None = None,
-    ) -> Sender:  # fmt: skip
+        self,
+        address: str | None,
+        *,
+        name: str | None = None,
+        timeout: float = 10,
+        target: Any = None,
+        properties: dict[Any, Any] | None = None,
+    ) -> Sender:
         """Attaches a sending link to ``address``; ``target`` replaces the plain
         ``Target(address)`` (e.g. a transaction ``Coordinator``), ``properties`` go on the
         attach (e.g. Service Bus's ``com.microsoft:transfer-destination-address``)."""
@@ -362,29 +382,42 @@ class Client:
         link = self.session.attach_sender(
             name or f"sender-{uuid.uuid4()}",
             Target(address=address) if target is None else target,
-            source=Source(), properties=properties,
-        )  # fmt: skip
+            source=Source(),
+            properties=properties,
+        )
         sender = Sender(self, link)
         self._endpoints[id(link)] = sender
         await self._attach(link, timeout)
         return sender
 
     async def receiver(
-        self, address: str, *, credit: int = 100, name: str | None = None, timeout: float = 10,
-        filter: dict[Any, Any] | None = None, properties: dict[Any, Any] | None = None,
-        target: str | None = None, snd_settle_mode: int = SND_MIXED,
-        rcv_settle_mode: int = RCV_FIRST, credit_on_take: bool = False,
+        self,
+        address: str,
+        *,
+        credit: int = 100,
+        name: str | None = None,
+        timeout: float = 10,
+        filter: dict[Any, Any] | None = None,
+        properties: dict[Any, Any] | None = None,
+        target: str | None = None,
+        snd_settle_mode: int = SND_MIXED,
+        rcv_settle_mode: int = RCV_FIRST,
+        credit_on_take: bool = False,
         decode: Callable[[bytes], Any] | None = decode_message,
-    ) -> Receiver:  # fmt: skip
+    ) -> Receiver:
         """Attaches a receiving link from ``address``; ``filter`` goes on the source,
         ``properties`` on the attach (e.g. Service Bus's ``com.microsoft:timeout``). The
         peer's attach (``receiver.link.remote_source`` etc.) is there once this returns."""
         self._check_session()
         link = self.session.attach_receiver(
-            name or f"receiver-{uuid.uuid4()}", Source(address=address, filter=filter),
-            target=Target(address=target), credit=credit, properties=properties,
-            snd_settle_mode=snd_settle_mode, rcv_settle_mode=rcv_settle_mode,
-        )  # fmt: skip
+            name or f"receiver-{uuid.uuid4()}",
+            Source(address=address, filter=filter),
+            target=Target(address=target),
+            credit=credit,
+            properties=properties,
+            snd_settle_mode=snd_settle_mode,
+            rcv_settle_mode=rcv_settle_mode,
+        )
         receiver = Receiver(self, link, credit, credit_on_take=credit_on_take, decode=decode)
         self._endpoints[id(link)] = receiver
         await self._attach(link, timeout)

@@ -70,8 +70,13 @@ def composite(code: int, name: str, *, trim: bool = True) -> Callable[[type[T]],
             "HEADER": bytes((0x00, 0x53, code)),
             "Array": Array,
         }
-        enc = ["def _amqp_encode(out, self):", "    out += HEADER", "    body = bytearray()",
-               "    cut = 0", "    n = 0"]  # fmt: skip
+        enc = [
+            "def _amqp_encode(out, self):",
+            "    out += HEADER",
+            "    body = bytearray()",
+            "    cut = 0",
+            "    n = 0",
+        ]
         dec_args = []
         dec = [
             "def _from_value(f):",
@@ -163,9 +168,14 @@ def _integer(low: int, high: int) -> str:
 
 
 _INTEGER_CLASSES: dict[str, type] = {
-    "ubyte": types.ubyte, "ushort": types.ushort, "uint": types.uint, "ulong": types.ulong,
-    "int": types.int32, "long": int, "timestamp": types.timestamp,
-}  # fmt: skip
+    "ubyte": types.ubyte,
+    "ushort": types.ushort,
+    "uint": types.uint,
+    "ulong": types.ulong,
+    "int": types.int32,
+    "long": int,
+    "timestamp": types.timestamp,
+}
 """The Python class the codec decodes each integer type to."""
 
 _TYPE_CHECKS: dict[str, str] = {
@@ -262,8 +272,10 @@ def _install(
     ``requires`` read) and its codec: ``encoder``/``decoder`` and the codec's registry
     (``codec.register_composite`` takes the class's ``_amqp_encode``)."""
     added: dict[str, Any] = {
-        "DESCRIPTOR": code, "DESCRIPTOR_NAME": name, "_amqp_encode": staticmethod(encode),
-    }  # fmt: skip
+        "DESCRIPTOR": code,
+        "DESCRIPTOR_NAME": name,
+        "_amqp_encode": staticmethod(encode),
+    }
     for attribute, value in added.items():  # attributes mypy cannot see a decorator add
         setattr(cls, attribute, value)
     _ENCODERS[cls] = encode

@@ -159,9 +159,13 @@ class Connection:
     ) -> Session:
         channel = self._allocate_channel()
         session = Session(
-            self, channel, incoming_window=incoming_window, outgoing_window=outgoing_window,
-            handle_max=handle_max, properties=properties,
-        )  # fmt: skip
+            self,
+            channel,
+            incoming_window=incoming_window,
+            outgoing_window=outgoing_window,
+            handle_max=handle_max,
+            properties=properties,
+        )
         self.sessions[channel] = session
         session.state = SessionState.BEGIN_SENT
         self._send_frame(channel, session._begin_performative())

@@ -99,17 +99,30 @@ def transfer_frame(
     one frame)."""
     if len(tag) > 32:
         return None
-    fields = b"".join((
-        codec.uint_bytes(handle), codec.uint_bytes(delivery_id), b"\xa0", bytes((len(tag),)), tag,
-        codec.uint_bytes(message_format), _SETTLED[settled], _TRANSFER_TAIL,
-    ))  # fmt: skip
+    fields = b"".join(
+        (
+            codec.uint_bytes(handle),
+            codec.uint_bytes(delivery_id),
+            b"\xa0",
+            bytes((len(tag),)),
+            tag,
+            codec.uint_bytes(message_format),
+            _SETTLED[settled],
+            _TRANSFER_TAIL,
+        )
+    )
     size = 8 + 6 + len(fields) + len(payload)
     if size > max_frame_size:
         return None
-    return b"".join((
-        _HEADER.pack(size, 2, FRAME_AMQP, channel), b"\x00\x53\x14\xc0",
-        bytes((len(fields) + 1, 11)), fields, payload,
-    ))  # fmt: skip
+    return b"".join(
+        (
+            _HEADER.pack(size, 2, FRAME_AMQP, channel),
+            b"\x00\x53\x14\xc0",
+            bytes((len(fields) + 1, 11)),
+            fields,
+            payload,
+        )
+    )
 
 
 def encode_transfer_frames(

@@ -123,9 +123,11 @@ async def start_memory_server(
 
     def make_connection() -> Connection:
         connection = Connection(
-            server=True, container_id="memory-node",
-            sasl=SaslServer(mechanisms, authenticate), require_sasl=users is not None,
-        )  # fmt: skip
+            server=True,
+            container_id="memory-node",
+            sasl=SaslServer(mechanisms, authenticate),
+            require_sasl=users is not None,
+        )
         if on_connection is not None:
             on_connection(connection)
         return connection

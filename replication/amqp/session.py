@@ -146,27 +146,50 @@ class Session:
         return link
 
     def attach_sender(
-        self, name: str, target: Any, *, source: Any = None, snd_settle_mode: int = SND_MIXED,
-        rcv_settle_mode: int = RCV_FIRST, **options: Any,
-    ) -> Link:  # fmt: skip
+        self,
+        name: str,
+        target: Any,
+        *,
+        source: Any = None,
+        snd_settle_mode: int = SND_MIXED,
+        rcv_settle_mode: int = RCV_FIRST,
+        **options: Any,
+    ) -> Link:
         """Attaches a link we send on; ``target`` is where messages go (an address or Target)."""
         link = self._new_link(
-            name, ROLE_SENDER, source=source, target=target,
-            snd_settle_mode=snd_settle_mode, rcv_settle_mode=rcv_settle_mode, **options,
-        )  # fmt: skip
+            name,
+            ROLE_SENDER,
+            source=source,
+            target=target,
+            snd_settle_mode=snd_settle_mode,
+            rcv_settle_mode=rcv_settle_mode,
+            **options,
+        )
         link.state = LinkState.ATTACH_SENT
         self._send_frame(link._attach_performative())
         return link
 
     def attach_receiver(
-        self, name: str, source: Any, *, target: Any = None, credit: int = 0,
-        snd_settle_mode: int = SND_MIXED, rcv_settle_mode: int = RCV_FIRST, **options: Any,
-    ) -> Link:  # fmt: skip
+        self,
+        name: str,
+        source: Any,
+        *,
+        target: Any = None,
+        credit: int = 0,
+        snd_settle_mode: int = SND_MIXED,
+        rcv_settle_mode: int = RCV_FIRST,
+        **options: Any,
+    ) -> Link:
         """Attaches a link we receive on; grants ``credit`` right after the attach."""
         link = self._new_link(
-            name, ROLE_RECEIVER, source=source, target=target,
-            snd_settle_mode=snd_settle_mode, rcv_settle_mode=rcv_settle_mode, **options,
-        )  # fmt: skip
+            name,
+            ROLE_RECEIVER,
+            source=source,
+            target=target,
+            snd_settle_mode=snd_settle_mode,
+            rcv_settle_mode=rcv_settle_mode,
+            **options,
+        )
         link.state = LinkState.ATTACH_SENT
         self._send_frame(link._attach_performative())
         if credit:
@@ -272,9 +295,15 @@ class Session:
         frame = None
         if delivery.state is None:
             frame = transfer_frame(
-                self.channel, link.handle, delivery_id, delivery.tag, delivery.message_format,
-                delivery.settled, delivery.payload, max_frame_size,
-            )  # fmt: skip
+                self.channel,
+                link.handle,
+                delivery_id,
+                delivery.tag,
+                delivery.message_format,
+                delivery.settled,
+                delivery.payload,
+                max_frame_size,
+            )
         if frame is not None:
             self._pending_frames.append(frame)
         else:
@@ -446,9 +475,10 @@ class Session:
         if delivery is None:
             if transfer.delivery_id is None or transfer.delivery_tag is None:
                 raise LinkError(
-                    link, "the first transfer of a delivery needs a delivery-id and a tag",
+                    link,
+                    "the first transfer of a delivery needs a delivery-id and a tag",
                     "amqp:invalid-field",
-                )  # fmt: skip
+                )
             if link.link_credit > 0:
                 link.link_credit -= 1
             elif link.in_flight_allowance > 0:  # sent before our lower grant reached it
@@ -459,9 +489,12 @@ class Session:
                 )
             link.delivery_count = (link.delivery_count + 1) & SERIAL_MASK
             delivery = Delivery(
-                link, transfer.delivery_tag, b"",
-                message_format=transfer.message_format or 0, state=transfer.state,
-            )  # fmt: skip
+                link,
+                transfer.delivery_tag,
+                b"",
+                message_format=transfer.message_format or 0,
+                state=transfer.state,
+            )
             delivery.delivery_id = transfer.delivery_id
             delivery.remote_settled = bool(transfer.settled)
             link._partial = delivery

@@ -214,7 +214,10 @@ async def connect(
     """Opens a TCP (or TLS) connection and starts driving ``connection`` over it."""
     loop = asyncio.get_running_loop()
     _, driver = await loop.create_connection(
-        lambda: ConnectionDriver(connection, handler), host, port, ssl=ssl_context,
+        lambda: ConnectionDriver(connection, handler),
+        host,
+        port,
+        ssl=ssl_context,
         server_hostname=server_hostname if ssl_context else None,
-    )  # fmt: skip
+    )
     return driver

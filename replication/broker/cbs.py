@@ -101,9 +101,10 @@ class Cbs:
                     link.detach(error("amqp:unauthorized-access", f"token expired: {problem}"))
                     self.commits.wake(peer.driver)
             if (  # seed 000: a valid token within 20 s of connecting, or the connection goes
-                not peer.grants and peer.plain_grant is None
+                not peer.grants
+                and peer.plain_grant is None
                 and self.clock.monotonic() - peer.opened_at > TOKEN_GRACE_SECONDS
-            ):  # fmt: skip
+            ):
                 peer.driver.connection.close(
                     error("amqp:unauthorized-access", "no token within the grace period")
                 )

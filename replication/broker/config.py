@@ -391,10 +391,12 @@ class Rule(_Model):
     properties: RuleProperties
 
 
-DEFAULT_RULE = Rule.model_validate({
-    "Name": DEFAULT_RULE_NAME,
-    "Properties": {"FilterType": "Sql", "SqlFilter": {"SqlExpression": "1=1"}},
-})  # fmt: skip
+DEFAULT_RULE = Rule.model_validate(
+    {
+        "Name": DEFAULT_RULE_NAME,
+        "Properties": {"FilterType": "Sql", "SqlFilter": {"SqlExpression": "1=1"}},
+    }
+)
 """What Service Bus gives a subscription created without rules: accept everything."""
 
 
@@ -525,15 +527,26 @@ class UserConfig(_Model):
     def _check_parts(self) -> UserConfig:
         problems: list[tuple[Loc, str]] = []
         if self.namespaces is None and self.namespace_config is None:
-            problems.append((("Namespaces",), (
-                "required property 'Namespaces' is missing (Service Bus), or NamespaceConfig "
-                "(Event Hubs)"
-            )))  # fmt: skip
+            problems.append(
+                (
+                    ("Namespaces",),
+                    (
+                        "required property 'Namespaces' is missing (Service Bus), or "
+                        "NamespaceConfig "
+                        "(Event Hubs)"
+                    ),
+                )
+            )
         if self.logging is None and self.logging_config is None:
-            problems.append((("Logging",), (
-                "required property 'Logging' is missing (or LoggingConfig, the Event Hubs "
-                "emulator's name for it)"
-            )))  # fmt: skip
+            problems.append(
+                (
+                    ("Logging",),
+                    (
+                        "required property 'Logging' is missing (or LoggingConfig, the Event Hubs "
+                        "emulator's name for it)"
+                    ),
+                )
+            )
         if self.logging is not None and self.logging_config is not None:
             problems.append((("LoggingConfig",), "set Logging or LoggingConfig, not both"))
         hubs = self.namespace_config or []
@@ -543,11 +556,13 @@ class UserConfig(_Model):
         for n, namespace in enumerate(hubs):
             for e, hub in enumerate(namespace.entities):
                 if hub.name.lower() in taken:
-                    problems.append((
-                        ("NamespaceConfig", n, "Entities", e, "Name"),
-                        f"event hub {hub.name!r} is also the name of a queue or topic: the "
-                        "broker serves both on one listener, so names must differ",
-                    ))  # fmt: skip
+                    problems.append(
+                        (
+                            ("NamespaceConfig", n, "Entities", e, "Name"),
+                            f"event hub {hub.name!r} is also the name of a queue or topic: the "
+                            "broker serves both on one listener, so names must differ",
+                        )
+                    )
         if problems:
             raise located_problems(problems)
         return self
@@ -613,29 +628,44 @@ def _namespace_problems(namespace: Namespace) -> list[tuple[Loc, str]]:
         for loc, name in names:
             earlier = first.setdefault(name.lower(), (loc, name))
             if earlier[0] != loc:
-                problems.append((
-                    (*loc, "Name"),
-                    f"duplicate {kind} name {name!r}: {format_loc(earlier[0])} is already named "
-                    f"{earlier[1]!r} (names are case-insensitive{key})",
-                ))  # fmt: skip
+                problems.append(
+                    (
+                        (*loc, "Name"),
+                        f"duplicate {kind} name {name!r}: {format_loc(earlier[0])} is already "
+                        "named "
+                        f"{earlier[1]!r} (names are case-insensitive{key})",
+                    )
+                )
 
     entities = [(("Queues", i), q.name) for i, q in enumerate(namespace.queues)]
     entities += [(("Topics", i), t.name) for i, t in enumerate(namespace.topics)]
     unique("entity", "; queues and topics share one namespace", entities)
     for t, topic in enumerate(namespace.topics):
-        unique("subscription", "", [
-            (("Topics", t, "Subscriptions", s), sub.name)
-            for s, sub in enumerate(topic.subscriptions)
-        ])  # fmt: skip
+        unique(
+            "subscription",
+            "",
+            [
+                (("Topics", t, "Subscriptions", s), sub.name)
+                for s, sub in enumerate(topic.subscriptions)
+            ],
+        )
         for s, sub in enumerate(topic.subscriptions):
-            unique("rule", "", [
-                (("Topics", t, "Subscriptions", s, "Rules", r), rule.name)
-                for r, rule in enumerate(sub.rules)
-            ])  # fmt: skip
-    unique("authorization rule", "", [
-        (("AuthorizationRules", i), rule.name)
-        for i, rule in enumerate(namespace.authorization_rules or ())
-    ])  # fmt: skip
+            unique(
+                "rule",
+                "",
+                [
+                    (("Topics", t, "Subscriptions", s, "Rules", r), rule.name)
+                    for r, rule in enumerate(sub.rules)
+                ],
+            )
+    unique(
+        "authorization rule",
+        "",
+        [
+            (("AuthorizationRules", i), rule.name)
+            for i, rule in enumerate(namespace.authorization_rules or ())
+        ],
+    )
 
     names = {name.lower() for _, name in entities}
     spelled = [name for _, name in entities]
@@ -652,10 +682,15 @@ def _namespace_problems(namespace: Namespace) -> list[tuple[Loc, str]]:
                 continue
             where = (*loc, "Properties", alias)
             if target.lower() not in names:
-                problems.append((where, (
-                    f"{target!r} is not a queue or topic in namespace {namespace.name!r}"
-                    + did_you_mean(target, spelled)
-                )))  # fmt: skip
+                problems.append(
+                    (
+                        where,
+                        (
+                            f"{target!r} is not a queue or topic in namespace {namespace.name!r}"
+                            + did_you_mean(target, spelled)
+                        ),
+                    )
+                )
             elif owner is not None and target.lower() == owner.lower():
                 problems.append((where, f"queue {owner!r} cannot forward to itself"))
 
@@ -677,9 +712,9 @@ def _forwarding_loops(namespace: Namespace) -> list[tuple[Loc, str]]:
     for i, queue in enumerate(namespace.queues):
         spelled[queue.name.lower()] = queue.name
         if queue.properties.forward_to:
-            edges[queue.name.lower()] = [(
-                queue.properties.forward_to.lower(), ("Queues", i, "Properties", "ForwardTo")
-            )]  # fmt: skip
+            edges[queue.name.lower()] = [
+                (queue.properties.forward_to.lower(), ("Queues", i, "Properties", "ForwardTo"))
+            ]
     for t, topic in enumerate(namespace.topics):
         spelled[topic.name.lower()] = topic.name
         for s, sub in enumerate(topic.subscriptions):
@@ -687,10 +722,12 @@ def _forwarding_loops(namespace: Namespace) -> list[tuple[Loc, str]]:
             spelled[path.lower()] = path
             edges.setdefault(topic.name.lower(), []).append((path.lower(), None))
             if sub.properties.forward_to:
-                edges[path.lower()] = [(
-                    sub.properties.forward_to.lower(),
-                    ("Topics", t, "Subscriptions", s, "Properties", "ForwardTo"),
-                )]  # fmt: skip
+                edges[path.lower()] = [
+                    (
+                        sub.properties.forward_to.lower(),
+                        ("Topics", t, "Subscriptions", s, "Properties", "ForwardTo"),
+                    )
+                ]
     problems: list[tuple[Loc, str]] = []
     reported: set[frozenset[str]] = set()
 

@@ -102,11 +102,16 @@ class Dispatcher:
         filters = getattr(link.remote_source, "filter", None) or {}
         wants_session = SESSION_FILTER in filters
         if wants_session != queue.sessions_enabled:
-            link.refuse(error("amqp:not-allowed", (
-                f"'{queue.name}' requires sessions: accept a session to receive from it"
-                if queue.sessions_enabled else
-                f"'{queue.name}' does not require sessions: use a plain receiver"
-            )))  # fmt: skip
+            link.refuse(
+                error(
+                    "amqp:not-allowed",
+                    (
+                        f"'{queue.name}' requires sessions: accept a session to receive from it"
+                        if queue.sessions_enabled
+                        else f"'{queue.name}' does not require sessions: use a plain receiver"
+                    ),
+                )
+            )
             return
         consumer = Consumer(link, queue, peer, remote.snd_settle_mode == SND_SETTLED)
         peer.entity_links[link] = queue.name
@@ -187,10 +192,12 @@ class Dispatcher:
                 self._start_session(consumer, session)
             elif clock >= waiter.deadline:
                 consumer.peer.entity_links.pop(link, None)
-                link.refuse(error(
-                    "com.microsoft:timeout",
-                    f"no session of '{consumer.queue.name}' became available in time",
-                ))  # fmt: skip
+                link.refuse(
+                    error(
+                        "com.microsoft:timeout",
+                        f"no session of '{consumer.queue.name}' became available in time",
+                    )
+                )
             else:
                 waiting.append(waiter)
                 continue
@@ -261,10 +268,15 @@ class Dispatcher:
         """The receiver's max-message-size is below the next message: its link ends saying
         so (as our Event Hubs face does), and the message stays for another receiver."""
         link = consumer.link
-        link.detach(error(MessageSizeExceededError.default_condition, (
-            f"message {row.seq} of {consumer.queue.name} does not fit the link: "
-            f"{len(row.bare)} bytes, the receiver takes at most {_limit(link)}"
-        )))  # fmt: skip
+        link.detach(
+            error(
+                MessageSizeExceededError.default_condition,
+                (
+                    f"message {row.seq} of {consumer.queue.name} does not fit the link: "
+                    f"{len(row.bare)} bytes, the receiver takes at most {_limit(link)}"
+                ),
+            )
+        )
         self.remove(consumer.peer, link)
         self.commits.wake(consumer.peer.driver)
 
@@ -317,9 +329,11 @@ class Dispatcher:
             elif isinstance(state, Rejected):
                 info = (state.error.info or {}) if state.error else {}
                 queue.dead_letter_locked(
-                    lock.token, now, wire.optional_text(info.get("DeadLetterReason")),
+                    lock.token,
+                    now,
+                    wire.optional_text(info.get("DeadLetterReason")),
                     wire.optional_text(info.get("DeadLetterErrorDescription")),
-                )  # fmt: skip
+                )
                 reply = Rejected()
             elif isinstance(state, Modified) and state.undeliverable_here:
                 queue.defer(lock.token, now)

@@ -52,15 +52,24 @@ class EntityNode(Node):
             )
             return
         if link.is_receiver and entity.name.lower() not in self.registry.sendable:
-            link.refuse(error("amqp:not-allowed", (
-                f"cannot send to '{path}': send to its queue or topic instead"
-            )))  # fmt: skip
+            link.refuse(
+                error(
+                    "amqp:not-allowed",
+                    (f"cannot send to '{path}': send to its queue or topic instead"),
+                )
+            )
             return
         if not link.is_receiver and isinstance(entity, Topic):
-            link.refuse(error("amqp:not-allowed", (
-                f"cannot receive from topic '{path}': receive from one of its subscriptions "
-                f"('{path}/Subscriptions/<name>')"
-            )))  # fmt: skip
+            link.refuse(
+                error(
+                    "amqp:not-allowed",
+                    (
+                        f"cannot receive from topic '{path}': receive from one of its "
+                        "subscriptions "
+                        f"('{path}/Subscriptions/<name>')"
+                    ),
+                )
+            )
             return
         right = "Send" if link.is_receiver else "Listen"
         problem = self.cbs.problem(peer, entity.name, right)
@@ -95,11 +104,15 @@ class EntityNode(Node):
             delivery.update(Rejected(error=error(ENTITY_DISABLED, stopped)))
             return
         if len(delivery.payload) > entity.settings.max_message_size:
-            delivery.update(Rejected(error=error(
-                "amqp:link:message-size-exceeded",
-                f"The received message (size {len(delivery.payload)}) exceeds the limit "
-                f"({entity.settings.max_message_size}) of entity '{entity.name}'.",
-            )))  # fmt: skip
+            delivery.update(
+                Rejected(
+                    error=error(
+                        "amqp:link:message-size-exceeded",
+                        f"The received message (size {len(delivery.payload)}) exceeds the limit "
+                        f"({entity.settings.max_message_size}) of entity '{entity.name}'.",
+                    )
+                )
+            )
             return
         try:
             messages = wire.parse_transfer(delivery.payload, delivery.message_format)

@@ -50,5 +50,8 @@ HttpApp = Callable[[Request], Awaitable[Response]]
 
 async def not_found(request: Request) -> Response:
     """The app of a broker without the management API: every path is unknown."""
-    return Response(404, {"content-type": "text/plain; charset=utf-8"},
-                    f"no such resource: {request.path}\n".encode())  # fmt: skip
+    return Response(
+        404,
+        {"content-type": "text/plain; charset=utf-8"},
+        f"no such resource: {request.path}\n".encode(),
+    )

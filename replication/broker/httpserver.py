@@ -205,9 +205,12 @@ class HttpConnection(Layer):
             else:
                 return None  # closed mid-body
         return Request(
-            method=head.method.decode("ascii").upper(), target=head.target.decode("latin-1"),
-            headers=headers, body=bytes(body), scheme=self.scheme,
-        )  # fmt: skip
+            method=head.method.decode("ascii").upper(),
+            target=head.target.decode("latin-1"),
+            headers=headers,
+            body=bytes(body),
+            scheme=self.scheme,
+        )
 
     async def _next_event(self, deadline: float) -> object:
         """h11's next event, feeding it what arrived and waiting (until ``deadline``) for more."""
@@ -250,8 +253,7 @@ class HttpConnection(Layer):
             return await self.app(request)
         except Exception:
             log.exception("HTTP app failed on %s %s", request.method, request.target)
-            return Response(500, {"content-type": "text/plain; charset=utf-8"},
-                            b"internal error\n")  # fmt: skip
+            return Response(500, {"content-type": "text/plain; charset=utf-8"}, b"internal error\n")
 
     # ------------------------------------------------------------------ writing
 
@@ -259,17 +261,19 @@ class HttpConnection(Layer):
         status = response.status
         bodiless = status in (204, 304) or status < 200
         headers = [
-            (name, value) for name, value in response.headers.items()
+            (name, value)
+            for name, value in response.headers.items()
             if name.lower() not in ("content-length", "transfer-encoding", "connection")
-        ]  # fmt: skip
+        ]
         headers.append(("server", SERVER))
         if not bodiless:
             headers.append(("content-length", str(len(response.body))))
         if close:
             headers.append(("connection", "close"))
         try:
-            data = self.h11.send(h11.Response(status_code=status, headers=headers,
-                                              reason=_reason(status)))  # fmt: skip
+            data = self.h11.send(
+                h11.Response(status_code=status, headers=headers, reason=_reason(status))
+            )
             if response.body and not bodiless and method != "HEAD":
                 data += self.h11.send(h11.Data(data=response.body))
             data += self.h11.send(h11.EndOfMessage())
@@ -311,8 +315,11 @@ class HttpConnection(Layer):
         self._refused = True
         if self.h11.our_state in (h11.IDLE, h11.SEND_RESPONSE):
             body = why.encode("utf-8", "replace") + b"\n"
-            self._send(Response(status, {"content-type": "text/plain; charset=utf-8"}, body),
-                       "GET", close=True)  # fmt: skip
+            self._send(
+                Response(status, {"content-type": "text/plain; charset=utf-8"}, body),
+                "GET",
+                close=True,
+            )
 
     def _upgrade(self, response: Response) -> None:
         """Sends 101 and runs the WebSocket layer on this socket from here on."""

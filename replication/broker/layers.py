@@ -23,8 +23,9 @@ class Layer(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # a stream's: a Transport
 
-    def hand_over(self, inner: asyncio.Protocol, transport: asyncio.BaseTransport,
-                  data: bytes = b"") -> None:  # fmt: skip
+    def hand_over(
+        self, inner: asyncio.Protocol, transport: asyncio.BaseTransport, data: bytes = b""
+    ) -> None:
         """From now on ``inner`` gets what arrives, starting with ``data`` (already read)."""
         self.inner = inner
         inner.connection_made(transport)

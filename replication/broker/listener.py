@@ -156,8 +156,9 @@ class Sniffer(Layer):
     def _timed_out(self) -> None:
         self._timer = None
         if self.inner is None and self.transport is not None:
-            log.debug("%s sent nothing in %s s", self.transport.get_extra_info("peername"),
-                      SNIFF_TIMEOUT)  # fmt: skip
+            log.debug(
+                "%s sent nothing in %s s", self.transport.get_extra_info("peername"), SNIFF_TIMEOUT
+            )
             self.transport.abort()
 
     def _cancel_timer(self) -> None:

@@ -67,18 +67,21 @@ def topic_specs(config: BrokerConfig) -> dict[str, TopicSpec]:
     specs = {}
     for topic in config.namespace.topics:
         tp = topic.properties
-        spec = TopicSpec(TopicSettings(
-            default_ttl=tp.default_message_time_to_live,
-            requires_duplicate_detection=tp.requires_duplicate_detection,
-            duplicate_detection_window=tp.duplicate_detection_history_time_window,
-            max_size_mb=tp.max_size_in_megabytes,
-        ))  # fmt: skip
+        spec = TopicSpec(
+            TopicSettings(
+                default_ttl=tp.default_message_time_to_live,
+                requires_duplicate_detection=tp.requires_duplicate_detection,
+                duplicate_detection_window=tp.duplicate_detection_history_time_window,
+                max_size_mb=tp.max_size_in_megabytes,
+            )
+        )
         for sub in topic.subscriptions:
             p = sub.properties
             ttls = [
-                ttl for ttl in (tp.default_message_time_to_live, p.default_message_time_to_live)
+                ttl
+                for ttl in (tp.default_message_time_to_live, p.default_message_time_to_live)
                 if ttl is not None
-            ]  # fmt: skip
+            ]
             settings = QueueSettings(
                 lock_duration=p.lock_duration,
                 max_delivery_count=p.max_delivery_count,
@@ -105,10 +108,15 @@ def rule_spec(rule: Rule) -> RuleSpec:
     c = p.correlation_filter
     assert c is not None
     fields = {
-        "correlation_id": c.correlation_id, "message_id": c.message_id, "to": c.to,
-        "reply_to": c.reply_to, "subject": c.label, "session_id": c.session_id,
-        "reply_to_session_id": c.reply_to_session_id, "content_type": c.content_type,
-    }  # fmt: skip
+        "correlation_id": c.correlation_id,
+        "message_id": c.message_id,
+        "to": c.to,
+        "reply_to": c.reply_to,
+        "subject": c.label,
+        "session_id": c.session_id,
+        "reply_to_session_id": c.reply_to_session_id,
+        "content_type": c.content_type,
+    }
     correlation: dict[str, Any] = {k: v for k, v in fields.items() if v is not None}
     if c.properties:
         correlation["properties"] = dict(c.properties)
@@ -126,10 +134,17 @@ def build_broker(
     """The broker for ``config`` with the management REST API on its HTTP(S) ports;
     ``options`` are ``Broker``'s other keywords (TLS, HTTP)."""
     broker = Broker(
-        queue_settings(config), data_dir, Authorizer(config.rules()),
-        topics=topic_specs(config), host=host, port=port, synchronous=synchronous,
-        namespace=config.namespace.name, event_hubs=config.event_hubs, **options,
-    )  # fmt: skip
+        queue_settings(config),
+        data_dir,
+        Authorizer(config.rules()),
+        topics=topic_specs(config),
+        host=host,
+        port=port,
+        synchronous=synchronous,
+        namespace=config.namespace.name,
+        event_hubs=config.event_hubs,
+        **options,
+    )
     broker.http_app = AdminApi(broker, namespace=config.namespace.name).handle
     return broker
 
@@ -138,41 +153,53 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="Config.json (emulator schema); required to serve")
     parser.add_argument("--host", default="127.0.0.1", help="listen address (127.0.0.1)")
     parser.add_argument(
-        "--port", type=int, default=5672,
+        "--port",
+        type=int,
+        default=5672,
         help="AMQP port, also serving AMQPS, HTTPS and WSS (5672; 0 = any free)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--tls-port", type=int, default=None,
+        "--tls-port",
+        type=int,
+        default=None,
         help="a TLS-only port as well: AMQPS, HTTPS, WSS (5671 by convention; default none)",
-    )  # fmt: skip
+    )
     http = parser.add_mutually_exclusive_group()
     http.add_argument(
-        "--http-port", type=int, default=None,
+        "--http-port",
+        type=int,
+        default=None,
         help=f"plain HTTP port: management API, GET /health ({DEFAULT_HTTP_PORT}, skipped with "
         "a warning when taken; 0 = any free)",
-    )  # fmt: skip
+    )
     http.add_argument("--no-http", action="store_true", help="serve no plain HTTP port")
     parser.add_argument(
-        "--tls-cert", type=Path,
+        "--tls-cert",
+        type=Path,
         help="server certificate (PEM, may include the chain) instead of the local CA's",
-    )  # fmt: skip
+    )
     parser.add_argument("--tls-key", type=Path, help="its private key (PEM; default: --tls-cert)")
     parser.add_argument(
-        "--print-ca", action="store_true",
+        "--print-ca",
+        action="store_true",
         help="print the local CA certificate clients should trust (made if missing) and exit",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--data-dir", type=Path, default=DEFAULT_DATA_DIR,
+        "--data-dir",
+        type=Path,
+        default=DEFAULT_DATA_DIR,
         help=f"where messages are kept ({DEFAULT_DATA_DIR})",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--fsync", action="store_true",
+        "--fsync",
+        action="store_true",
         help="fsync every commit (survives power loss, slower); default survives process crashes",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--ui", action="store_true",
+        "--ui",
+        action="store_true",
         help="serve the dashboard (entities, messages, dead letters) on the HTTP port, at /",
-    )  # fmt: skip
+    )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (INFO)")
 
 
@@ -180,9 +207,10 @@ def run(args: argparse.Namespace, services: Sequence[ServiceFor] = ()) -> int:
     """The broker of ``args`` until SIGINT or SIGTERM, with ``services`` started beside it
     once it listens (composed above the broker: ``cli.py``)."""
     logging.basicConfig(
-        level=args.log_level.upper(), stream=sys.stderr,
+        level=args.log_level.upper(),
+        stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )  # fmt: skip
+    )
     if args.print_ca:
         return print_ca(args.data_dir)
     if args.config is None:
@@ -207,10 +235,17 @@ def run(args: argparse.Namespace, services: Sequence[ServiceFor] = ()) -> int:
         logging.getLogger().addHandler(handler)  # Logging.Type File: under the data dir
     try:
         broker = build_broker(
-            config, args.data_dir, args.host, args.port, "FULL" if args.fsync else "NORMAL",
-            tls_port=args.tls_port, http_port=http_port(args), tls_cert=args.tls_cert,
-            tls_key=args.tls_key, http_optional=args.http_port is None,
-        )  # fmt: skip
+            config,
+            args.data_dir,
+            args.host,
+            args.port,
+            "FULL" if args.fsync else "NORMAL",
+            tls_port=args.tls_port,
+            http_port=http_port(args),
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+            http_optional=args.http_port is None,
+        )
         broker.open()  # the store and the entities, before the loop
         collect_garbage_for_throughput()
     except OSError as exc:
@@ -253,8 +288,9 @@ def http_port(args: argparse.Namespace) -> int | None:
         try:
             probe.bind((args.host, DEFAULT_HTTP_PORT))
         except OSError:
-            log.warning("port %d is taken: no plain HTTP port (--http-port picks one)",
-                        DEFAULT_HTTP_PORT)  # fmt: skip
+            log.warning(
+                "port %d is taken: no plain HTTP port (--http-port picks one)", DEFAULT_HTTP_PORT
+            )
             return None
     return DEFAULT_HTTP_PORT
 

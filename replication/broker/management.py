@@ -35,8 +35,10 @@ MANAGEMENT_OPERATIONS: dict[str, Operation] = {}
 SEND_OPERATIONS = ("com.microsoft:schedule-message", "com.microsoft:cancel-scheduled-message")
 TOPIC_OPERATIONS = SEND_OPERATIONS
 MANAGE_OPERATIONS = (
-    "com.microsoft:add-rule", "com.microsoft:remove-rule", "com.microsoft:enumerate-rules",
-)  # fmt: skip
+    "com.microsoft:add-rule",
+    "com.microsoft:remove-rule",
+    "com.microsoft:enumerate-rules",
+)
 
 
 class ManagementError(Exception):
@@ -81,9 +83,11 @@ def handle_request(broker: Broker, peer: Peer, entity: str, delivery: Delivery) 
             )
         if name in SEND_OPERATIONS and target.name.lower() not in broker.registry.sendable:
             raise ManagementError(400, "amqp:not-allowed", f"cannot send or schedule to '{entity}'")
-        right = "Send" if name in SEND_OPERATIONS else (
-            "Manage" if name in MANAGE_OPERATIONS else "Listen"
-        )  # fmt: skip
+        right = (
+            "Send"
+            if name in SEND_OPERATIONS
+            else ("Manage" if name in MANAGE_OPERATIONS else "Listen")
+        )
         problem = broker.cbs.problem(peer, target.name, right)
         if problem is not None and broker.cbs.problem(peer, node, right) is None:
             problem = None  # a token put for the node itself (the JS SDK's audience)
@@ -96,25 +100,42 @@ def handle_request(broker: Broker, peer: Peer, entity: str, delivery: Delivery) 
         enlisted = broker.transactions.enlist_request(peer, state, name, target, body)
         status, result = handler(broker, peer, target, body) if enlisted is None else enlisted
     except ManagementError as failed:
-        peer.reply(node, request, {
-            "statusCode": failed.status, "statusDescription": tracked(failed.description),
-            "errorCondition": failed.condition,
-        })  # fmt: skip
+        peer.reply(
+            node,
+            request,
+            {
+                "statusCode": failed.status,
+                "statusDescription": tracked(failed.description),
+                "errorCondition": failed.condition,
+            },
+        )
         return
     except LockLostError as lost:
         condition = (
-            "com.microsoft:session-lock-lost" if isinstance(lost, SessionLockLostError)
+            "com.microsoft:session-lock-lost"
+            if isinstance(lost, SessionLockLostError)
             else "com.microsoft:message-lock-lost"
-        )  # fmt: skip
-        peer.reply(node, request, {
-            "statusCode": 410, "statusDescription": tracked(str(lost)), "errorCondition": condition,
-        })  # fmt: skip
+        )
+        peer.reply(
+            node,
+            request,
+            {
+                "statusCode": 410,
+                "statusDescription": tracked(str(lost)),
+                "errorCondition": condition,
+            },
+        )
         return
     except SendRefusedError as refused:
-        peer.reply(node, request, {
-            "statusCode": refused.status, "statusDescription": tracked(str(refused)),
-            "errorCondition": refused.condition,
-        })  # fmt: skip
+        peer.reply(
+            node,
+            request,
+            {
+                "statusCode": refused.status,
+                "statusDescription": tracked(str(refused)),
+                "errorCondition": refused.condition,
+            },
+        )
         return
 
     def send() -> None:
@@ -169,9 +190,10 @@ def _receive_deferred(
     rows = queue.deferred(seqs, session_id)
     if len(rows) != len(seqs):
         raise ManagementError(
-            404, "com.microsoft:message-not-found",
+            404,
+            "com.microsoft:message-not-found",
             "some of the sequence numbers are not deferred messages of this entity",
-        )  # fmt: skip
+        )
     now = broker.now_ms()
     messages: list[dict[str, Any]] = []
     for row in rows:
@@ -198,9 +220,10 @@ def _batch_delete(
     count = int(body.get("message-count", 0))
     if not 1 <= count <= MAX_DELETE_MESSAGE_COUNT:
         raise ManagementError(
-            400, "com.microsoft:argument-out-of-range",
+            400,
+            "com.microsoft:argument-out-of-range",
             f"message-count must be from 1 to {MAX_DELETE_MESSAGE_COUNT}, got {count}",
-        )  # fmt: skip
+        )
     now = broker.now_ms()
     before = body.get("enqueued-time-utc")
     session_id = _session_id(body)
@@ -232,9 +255,11 @@ def _update_disposition(
             queue.defer(token, now)
         elif status == "suspended":
             queue.dead_letter_locked(
-                token, now, wire.optional_text(body.get("deadletter-reason")),
+                token,
+                now,
+                wire.optional_text(body.get("deadletter-reason")),
                 wire.optional_text(body.get("deadletter-description")),
-            )  # fmt: skip
+            )
         else:
             raise ManagementError(400, "com.microsoft:argument-error", f"status {status!r}")
     return 200, {}
@@ -301,15 +326,18 @@ def _set_session_state(
     queue.check_session(session_id, now)
     state = body.get("session-state")
     if state is not None:
-        state = bytes(state) if isinstance(state, (bytes, bytearray, memoryview)) else (
-            str(state).encode()
-        )  # fmt: skip
+        state = (
+            bytes(state)
+            if isinstance(state, (bytes, bytearray, memoryview))
+            else (str(state).encode())
+        )
         if len(state) > queue.settings.max_message_size:
             raise ManagementError(
-                400, "com.microsoft:argument-out-of-range",
+                400,
+                "com.microsoft:argument-out-of-range",
                 f"session state of {len(state)} bytes exceeds the limit of "
                 f"{queue.settings.max_message_size} bytes",
-            )  # fmt: skip
+            )
     broker.store.set_session_state(queue.entity, session_id, state, now)
     return 200, {}
 
@@ -377,9 +405,10 @@ def _add_rule(broker: Broker, peer: Peer, queue: Queue, body: dict[str, Any]) ->
         raise ManagementError(400, "com.microsoft:argument-error", str(bad_rule)) from bad_rule
     except KeyError as exc:
         raise ManagementError(
-            409, "com.microsoft:entity-already-exists",
+            409,
+            "com.microsoft:entity-already-exists",
             f"a rule named '{name}' already exists on '{queue.name}'",
-        ) from exc  # fmt: skip
+        ) from exc
     broker.registry.save_rules(subscription)
     return 200, {}
 

@@ -59,7 +59,9 @@ class Peer:
             return
         correlation = request.properties.message_id if request.properties else None
         response = Message(
-            body=body, body_type=BodyType.VALUE, properties=Properties(correlation_id=correlation),
+            body=body,
+            body_type=BodyType.VALUE,
+            properties=Properties(correlation_id=correlation),
             application_properties=properties,
-        )  # fmt: skip
+        )
         link.send(encode_message(response), settled=True)

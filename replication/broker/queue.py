@@ -187,14 +187,22 @@ class Queue:
             if hops < MAX_TRANSFER_HOPS:
                 self.forward_to.enqueue(message, now, hops + 1)
                 return None
-            return self.dead_letter_new(message, now, MAX_TRANSFER_HOPS_EXCEEDED, (
-                f"The maximum number of hops ({MAX_TRANSFER_HOPS}) allowed when forwarding "
-                "between entities was exceeded."
-            ))  # fmt: skip
+            return self.dead_letter_new(
+                message,
+                now,
+                MAX_TRANSFER_HOPS_EXCEEDED,
+                (
+                    f"The maximum number of hops ({MAX_TRANSFER_HOPS}) allowed when forwarding "
+                    "between entities was exceeded."
+                ),
+            )
         if self.sessions_enabled and message.session_id is None:
-            return self.dead_letter_new(message, now, SESSION_ID_IS_NULL, (
-                "Messages with a null session id are not allowed in a session-enabled entity."
-            ))  # fmt: skip
+            return self.dead_letter_new(
+                message,
+                now,
+                SESSION_ID_IS_NULL,
+                ("Messages with a null session id are not allowed in a session-enabled entity."),
+            )
         ttl = effective_ttl(message.ttl_ms, self.settings.default_ttl)
         scheduled = message.scheduled_ms
         # a scheduled message lives from when it becomes active, not from the send
@@ -208,14 +216,19 @@ class Queue:
         self.store.insert(
             self.entity,
             StoredMessage(
-                seq=seq, state=state, delivery_count=0, enqueued_ms=now, expires_ms=expires,
+                seq=seq,
+                state=state,
+                delivery_count=0,
+                enqueued_ms=now,
+                expires_ms=expires,
                 scheduled_ms=scheduled if state == STATE_SCHEDULED else None,
-                message_id=message.message_id, session_id=message.session_id,
+                message_id=message.message_id,
+                session_id=message.session_id,
                 dead_letter_source=None,
                 annotations=wire.encode_annotations(message.annotations) or None,
                 bare=message.bare,
             ),
-        )  # fmt: skip
+        )
         if state == STATE_ACTIVE:
             self.pending_ready.append((seq, self._session_key(message.session_id)))
         return seq
@@ -237,12 +250,22 @@ class Queue:
         if dlq is None:
             return None
         seq = dlq.store.next_sequence(dlq.entity)
-        dlq.store.insert(dlq.entity, StoredMessage(
-            seq=seq, state=STATE_ACTIVE, delivery_count=0, enqueued_ms=now, expires_ms=None,
-            scheduled_ms=None, message_id=message.message_id, session_id=message.session_id,
-            dead_letter_source=self.name,
-            annotations=wire.encode_annotations(message.annotations) or None, bare=bare,
-        ))  # fmt: skip
+        dlq.store.insert(
+            dlq.entity,
+            StoredMessage(
+                seq=seq,
+                state=STATE_ACTIVE,
+                delivery_count=0,
+                enqueued_ms=now,
+                expires_ms=None,
+                scheduled_ms=None,
+                message_id=message.message_id,
+                session_id=message.session_id,
+                dead_letter_source=self.name,
+                annotations=wire.encode_annotations(message.annotations) or None,
+                bare=bare,
+            ),
+        )
         dlq.pending_ready.append((seq, None))
         return None
 
@@ -308,12 +331,17 @@ class Queue:
         start = row.scheduled_ms if row.state == STATE_SCHEDULED else None
         ttl = row.expires_ms - (start or row.enqueued_ms) if row.expires_ms is not None else None
         return wire.delivery_payload(
-            bare=row.bare, sender_annotations=row.annotations, sequence_number=row.seq,
-            enqueued_ms=row.enqueued_ms, delivery_count=row.delivery_count, ttl_ms=ttl,
+            bare=row.bare,
+            sender_annotations=row.annotations,
+            sequence_number=row.seq,
+            enqueued_ms=row.enqueued_ms,
+            delivery_count=row.delivery_count,
+            ttl_ms=ttl,
             locked_until_ms=lock.until_ms if lock else None,
-            lock_token=lock.token if lock else None, state=row.state,
+            lock_token=lock.token if lock else None,
+            state=row.state,
             dead_letter_source=row.dead_letter_source,
-        )  # fmt: skip
+        )
 
     # ------------------------------------------------------------------ settle
 
@@ -391,10 +419,12 @@ class Queue:
         delivery_count = lock.delivery_count + (1 if count else 0)
         if count and delivery_count >= self.settings.max_delivery_count and self.has_dead_letter:
             self._move_to_dead_letter(
-                lock.seq, MAX_DELIVERY_COUNT_EXCEEDED,
+                lock.seq,
+                MAX_DELIVERY_COUNT_EXCEEDED,
                 f"Message could not be consumed after {self.settings.max_delivery_count} "
-                "delivery attempts.", count=delivery_count - lock.delivery_count,
-            )  # fmt: skip
+                "delivery attempts.",
+                count=delivery_count - lock.delivery_count,
+            )
             return
         if count:
             self.store.set_delivery_count(self.entity, lock.seq, delivery_count)
@@ -525,10 +555,12 @@ class Queue:
     def deferred(self, seqs: list[int], session_id: str | None = None) -> list[StoredMessage]:
         rows = self.store.load(self.entity, seqs)
         return [
-            rows[s] for s in seqs
-            if s in rows and rows[s].state == STATE_DEFERRED
+            rows[s]
+            for s in seqs
+            if s in rows
+            and rows[s].state == STATE_DEFERRED
             and (session_id is None or rows[s].session_id == session_id)
-        ]  # fmt: skip
+        ]
 
     def cancel_scheduled(self, seqs: list[int]) -> None:
         self.store.delete_scheduled(self.entity, seqs)

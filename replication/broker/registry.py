@@ -67,8 +67,11 @@ def disabled(entity: Entity, right: str) -> str | None:
 def queues_of(entity: Entity) -> list[Queue]:
     """The queues that belong to an entity: a queue (or subscription) and its dead-letter
     queue; every subscription of a topic with theirs."""
-    queues = [sub.queue for sub in entity.subscriptions.values()] if isinstance(
-        entity, Topic) else [entity]  # fmt: skip
+    queues = (
+        [sub.queue for sub in entity.subscriptions.values()]
+        if isinstance(entity, Topic)
+        else [entity]
+    )
     return queues + [queue.dead_letter for queue in queues if queue.dead_letter is not None]
 
 
@@ -140,9 +143,10 @@ class Registry:
 
     def _add_queue(self, name: str, settings: QueueSettings) -> Queue:
         dlq_settings = QueueSettings(
-            lock_duration=settings.lock_duration, max_delivery_count=2**31 - 1,
+            lock_duration=settings.lock_duration,
+            max_delivery_count=2**31 - 1,
             max_message_size=settings.max_message_size,
-        )  # fmt: skip
+        )
         dlq = Queue(name + DEAD_LETTER_SUFFIX, self.store, dlq_settings, clock=self.clock)
         queue = Queue(name, self.store, settings, dead_letter=dlq, clock=self.clock)
         for q in (queue, dlq):
@@ -166,9 +170,10 @@ class Registry:
     def save_rules(self, subscription: Subscription) -> None:
         name = subscription.queue.name.lower()
         self.store.save_rule_set(
-            subscription.queue.entity, self._configured_rules[name],
+            subscription.queue.entity,
+            self._configured_rules[name],
             dump_rules(subscription.rules.specs),
-        )  # fmt: skip
+        )
 
     def _resolve_forwarding(self, queue: Queue, *, strict: bool = False) -> None:
         """Points the queue's forwarding at its targets (``strict``: a missing one is an
@@ -198,8 +203,9 @@ class Registry:
             for _, attribute in _FORWARDS:
                 target = getattr(queue.settings, attribute)
                 if target is not None and target.lower() not in self.sendable:
-                    log.warning("%s: %s %r no longer exists; not forwarding", queue.name,
-                                attribute, target)  # fmt: skip
+                    log.warning(
+                        "%s: %s %r no longer exists; not forwarding", queue.name, attribute, target
+                    )
                     cleared: dict[str, Any] = {attribute: None}
                     queue.settings = dataclasses.replace(queue.settings, **cleared)
 
@@ -262,9 +268,10 @@ class Registry:
         entity.settings = settings
         if entity.dead_letter is not None:
             entity.dead_letter.settings = dataclasses.replace(
-                entity.dead_letter.settings, lock_duration=settings.lock_duration,
+                entity.dead_letter.settings,
+                lock_duration=settings.lock_duration,
                 max_message_size=settings.max_message_size,
-            )  # fmt: skip
+            )
 
     # ------------------------------------------------------------------ runtime changes
 
@@ -303,9 +310,15 @@ class Registry:
             self._resolve_forwarding(entity)
         previous = self.managed.get(path.lower())
         record = ManagedEntity(
-            entity.name, kind, previous.configured if previous else None, dump_settings(settings),
-            description, False, now, now,
-        )  # fmt: skip
+            entity.name,
+            kind,
+            previous.configured if previous else None,
+            dump_settings(settings),
+            description,
+            False,
+            now,
+            now,
+        )
         self.store.save_managed_entity(record)
         self.managed[path.lower()] = record
         return entity
@@ -320,9 +333,11 @@ class Registry:
         if isinstance(entity, Queue):
             self._resolve_forwarding(entity)
         record = dataclasses.replace(
-            self.managed[key], settings=dump_settings(settings), description=description,
+            self.managed[key],
+            settings=dump_settings(settings),
+            description=description,
             updated_ms=now_ms(self.clock),
-        )  # fmt: skip
+        )
         self.store.save_managed_entity(record)
         self.managed[key] = record
         touch(entity, now_ms(self.clock))

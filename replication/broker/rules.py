@@ -39,9 +39,15 @@ DEFAULT_RULE_NAME = "$Default"
 RULE_NAME_PROPERTY = "RuleName"
 
 CORRELATION_FIELDS = (
-    "correlation_id", "message_id", "to", "reply_to", "subject", "session_id",
-    "reply_to_session_id", "content_type",
-)  # fmt: skip
+    "correlation_id",
+    "message_id",
+    "to",
+    "reply_to",
+    "subject",
+    "session_id",
+    "reply_to_session_id",
+    "content_type",
+)
 
 
 @dataclass(slots=True)
@@ -69,9 +75,12 @@ class RuleSpec:
         if correlation.get("properties"):
             correlation["properties"] = encode_values(correlation["properties"])
         data: dict[str, Any] = {
-            "name": self.name, "kind": self.kind, "sql": self.sql,
-            "correlation": correlation, "action": self.action,
-        }  # fmt: skip
+            "name": self.name,
+            "kind": self.kind,
+            "sql": self.sql,
+            "correlation": correlation,
+            "action": self.action,
+        }
         if self.sql_parameters:
             data["sql_parameters"] = encode_values(self.sql_parameters)
         if self.action_parameters:
@@ -85,11 +94,14 @@ class RuleSpec:
         if correlation.get("properties"):
             correlation["properties"] = decode_values(correlation["properties"])
         return cls(
-            name=data["name"], kind=data.get("kind", "true"), sql=data.get("sql"),
-            correlation=correlation, action=data.get("action"),
+            name=data["name"],
+            kind=data.get("kind", "true"),
+            sql=data.get("sql"),
+            correlation=correlation,
+            action=data.get("action"),
             sql_parameters=decode_values(data.get("sql_parameters") or {}),
             action_parameters=decode_values(data.get("action_parameters") or {}),
-        )  # fmt: skip
+        )
 
 
 def encode_value(value: Any) -> Any:
@@ -294,16 +306,23 @@ def apply_facts(message: wire.IncomingMessage, facts: MessageFacts) -> wire.Inco
     if ttl != before.get("TimeToLive") and isinstance(ttl, timedelta):
         old = header or Header()
         header = Header(
-            durable=old.durable, priority=old.priority, ttl=int(ttl.total_seconds() * 1000),
-            first_acquirer=old.first_acquirer, delivery_count=old.delivery_count,
-        )  # fmt: skip
+            durable=old.durable,
+            priority=old.priority,
+            ttl=int(ttl.total_seconds() * 1000),
+            first_acquirer=old.first_acquirer,
+            delivery_count=old.delivery_count,
+        )
     annotations = dict(message.annotations)
     if facts.system.get("PartitionKey") != before.get("PartitionKey"):
         annotations[PARTITION_KEY] = facts.system.get("PartitionKey")
     return wire.IncomingMessage(
-        header, annotations, new_props, user or None, bare,
+        header,
+        annotations,
+        new_props,
+        user or None,
+        bare,
         message.size - len(message.bare) + len(bare),
-    )  # fmt: skip
+    )
 
 
 def _amqp_value(value: Any) -> Any:
@@ -330,10 +349,15 @@ COMPATIBILITY_LEVEL = 20
 """What Service Bus reports as a SQL filter's and action's compatibility level."""
 
 _CORRELATION_KEYS = {
-    "correlation-id": "correlation_id", "message-id": "message_id", "to": "to",
-    "reply-to": "reply_to", "label": "subject", "session-id": "session_id",
-    "reply-to-session-id": "reply_to_session_id", "content-type": "content_type",
-}  # fmt: skip
+    "correlation-id": "correlation_id",
+    "message-id": "message_id",
+    "to": "to",
+    "reply-to": "reply_to",
+    "label": "subject",
+    "session-id": "session_id",
+    "reply-to-session-id": "reply_to_session_id",
+    "content-type": "content_type",
+}
 
 
 def spec_from_description(name: str, description: dict[Any, Any]) -> RuleSpec:
@@ -346,10 +370,13 @@ def spec_from_description(name: str, description: dict[Any, Any]) -> RuleSpec:
         sql = str(_field(fields["sql-filter"], "expression") or "")
         kind = {"1=1": "true", "1=0": "false"}.get(sql.replace(" ", ""), "sql")
         return RuleSpec(
-            name, kind, sql=sql if kind == "sql" else None, action=action_sql,
+            name,
+            kind,
+            sql=sql if kind == "sql" else None,
+            action=action_sql,
             sql_parameters=_parameters(fields["sql-filter"]) if kind == "sql" else {},
             action_parameters=action_parameters,
-        )  # fmt: skip
+        )
     correlation = fields.get("correlation-filter")
     if correlation is None:
         raise RuleError("the rule description has neither sql-filter nor correlation-filter")
@@ -364,9 +391,12 @@ def spec_from_description(name: str, description: dict[Any, Any]) -> RuleSpec:
     if not spec_fields:
         raise RuleError("a correlation filter must set at least one property")
     return RuleSpec(
-        name, "correlation", correlation=spec_fields, action=action_sql,
+        name,
+        "correlation",
+        correlation=spec_fields,
+        action=action_sql,
         action_parameters=action_parameters,
-    )  # fmt: skip
+    )
 
 
 def _parameters(value: Any) -> dict[str, Any]:
@@ -399,8 +429,10 @@ def _amqp_values(values: dict[Any, Any]) -> dict[str, Any]:
         elif isinstance(item, str):
             item = str(item)
         elif not isinstance(item, datetime | timedelta | uuid.UUID):
-            raise RuleError(f"{str(key)!r}: {type(item).__name__} is not a string, "
-                            "long, double, boolean, timestamp or uuid")  # fmt: skip
+            raise RuleError(
+                f"{str(key)!r}: {type(item).__name__} is not a string, "
+                "long, double, boolean, timestamp or uuid"
+            )
         out[str(key)] = item
     return out
 
@@ -423,11 +455,20 @@ def describe(spec: RuleSpec, created_ms: int = 0) -> Any:
         rule_filter = Described(ulong(FALSE_FILTER), ["1=0", COMPATIBILITY_LEVEL])
     else:
         c = spec.correlation
-        rule_filter = Described(ulong(CORRELATION_FILTER), [
-            c.get("correlation_id"), c.get("message_id"), c.get("to"), c.get("reply_to"),
-            c.get("subject"), c.get("session_id"), c.get("reply_to_session_id"),
-            c.get("content_type"), dict(c.get("properties") or {}),
-        ])  # fmt: skip
+        rule_filter = Described(
+            ulong(CORRELATION_FILTER),
+            [
+                c.get("correlation_id"),
+                c.get("message_id"),
+                c.get("to"),
+                c.get("reply_to"),
+                c.get("subject"),
+                c.get("session_id"),
+                c.get("reply_to_session_id"),
+                c.get("content_type"),
+                dict(c.get("properties") or {}),
+            ],
+        )
     if spec.action:
         action = Described(ulong(SQL_RULE_ACTION), [spec.action, COMPATIBILITY_LEVEL])
     else:

@@ -152,9 +152,13 @@ class Broker:
                 self.registry, self.cbs, self.intake, self.commits, self.clock
             )
             entities = EntityNode(
-                self.registry, self.cbs, self.intake, self.dispatcher, self.transactions,
+                self.registry,
+                self.cbs,
+                self.intake,
+                self.dispatcher,
+                self.transactions,
                 self.commits,
-            )  # fmt: skip
+            )
             requests = RequestNode(self.cbs, functools.partial(handle_request, self))
             self.nodes = Nodes(self.transactions, requests, fallback=entities)
             self.registry.load(self.configured_queues, self.configured_topics)
@@ -196,35 +200,47 @@ class Broker:
             for t in self.registry.topics.values()
         ]
         log.info(
-            "broker listening on %s:%d, data in %s, queues: %s, topics: %s", self.host,
-            self.port, self.data_dir,
+            "broker listening on %s:%d, data in %s, queues: %s, topics: %s",
+            self.host,
+            self.port,
+            self.data_dir,
             ", ".join(
-                e.name for k, e in self.registry.entities.items()
+                e.name
+                for k, e in self.registry.entities.items()
                 if k in self.registry.sendable and isinstance(e, Queue)
-            ) or "none",
+            )
+            or "none",
             ", ".join(topics) or "none",
-        )  # fmt: skip
+        )
         if self.event_hubs.hubs:
-            log.info("event hubs: %s", ", ".join(
-                f"{hub.name} ({len(hub.partitions)} partitions, consumer groups "
-                f"{', '.join(hub.consumer_groups.values())})"
-                for hub in self.event_hubs.hubs.values()
-            ))  # fmt: skip
+            log.info(
+                "event hubs: %s",
+                ", ".join(
+                    f"{hub.name} ({len(hub.partitions)} partitions, consumer groups "
+                    f"{', '.join(hub.consumer_groups.values())})"
+                    for hub in self.event_hubs.hubs.values()
+                ),
+            )
         assert self.tls_files is not None
         log.info(
-            "TLS (AMQPS, HTTPS, WSS) on port %d%s with %s%s%s", self.port,
-            f" and {self.tls_port}" if self.tls_port is not None else "", self.tls_files.cert,
+            "TLS (AMQPS, HTTPS, WSS) on port %d%s with %s%s%s",
+            self.port,
+            f" and {self.tls_port}" if self.tls_port is not None else "",
+            self.tls_files.cert,
             f", issued by the local CA {self.tls_files.ca} (clients trust this file)"
-            if self.tls_files.ca is not None else "",
+            if self.tls_files.ca is not None
+            else "",
             f"; HTTP on port {self.http_port}" if self.http_port is not None else "",
-        )  # fmt: skip
+        )
 
     async def _listen(self) -> None:
         context, self.tls_files = tls.broker_tls(self.data_dir, self.tls_cert, self.tls_key)
         listener = self.listener = Listener(
             lambda: ConnectionDriver(self._new_connection(), self._on_event),
-            lambda request: self.http_app(request), context, is_loopback_bind(self.host),
-        )  # fmt: skip
+            lambda request: self.http_app(request),
+            context,
+            is_loopback_bind(self.host),
+        )
         try:
             self.port = await listener.listen(self.host, self.port, AMQP_PORT)
             if self.tls_port is not None:
@@ -258,10 +274,13 @@ class Broker:
 
     def _new_connection(self) -> Connection:
         return Connection(
-            server=True, container_id="replication-broker", idle_timeout=self.idle_timeout,
+            server=True,
+            container_id="replication-broker",
+            idle_timeout=self.idle_timeout,
             sasl=SaslServer((MSSBCBS, PLAIN, ANONYMOUS), self.cbs.authenticate_sasl),
-            require_sasl=False, properties={symbol("product"): "replication-broker"},
-        )  # fmt: skip
+            require_sasl=False,
+            properties={symbol("product"): "replication-broker"},
+        )
 
     def _after_commit(self) -> None:
         """After each group commit: what it made ready is delivered, waiting session
@@ -316,18 +335,22 @@ class Broker:
             return  # detached (or its session ended) in the same read, before we could answer
         if len(peer.links) >= 2 * MAX_LINKS_PER_CONNECTION:
             # refusals the peer never detaches would pile up without end: stop the connection
-            peer.driver.connection.close(error(
-                "amqp:resource-limit-exceeded",
-                f"too many links: at most {MAX_LINKS_PER_CONNECTION} per connection, and "
-                "refused links were not detached",
-            ))  # fmt: skip
+            peer.driver.connection.close(
+                error(
+                    "amqp:resource-limit-exceeded",
+                    f"too many links: at most {MAX_LINKS_PER_CONNECTION} per connection, and "
+                    "refused links were not detached",
+                )
+            )
             return
         peer.links.add(link)  # a refused link holds its handle until the peer detaches
         if len(peer.links) > MAX_LINKS_PER_CONNECTION:
-            link.refuse(error(
-                "amqp:resource-limit-exceeded",
-                f"too many links: at most {MAX_LINKS_PER_CONNECTION} per connection",
-            ))  # fmt: skip
+            link.refuse(
+                error(
+                    "amqp:resource-limit-exceeded",
+                    f"too many links: at most {MAX_LINKS_PER_CONNECTION} per connection",
+                )
+            )
             return
         terminus = link.remote_target if link.is_receiver else link.remote_source
         path = entity_path(getattr(terminus, "address", None))
@@ -423,9 +446,12 @@ class Broker:
         consumer = session.owner
         if not isinstance(consumer, Consumer) or not consumer.link.is_open:
             return
-        consumer.link.detach(error(SESSION_LOCK_LOST, (
-            f"the lock on session '{session.session_id}' of '{consumer.queue.name}' expired"
-        )))  # fmt: skip
+        consumer.link.detach(
+            error(
+                SESSION_LOCK_LOST,
+                (f"the lock on session '{session.session_id}' of '{consumer.queue.name}' expired"),
+            )
+        )
         self._forget_link(consumer.peer, consumer.link)
         self.commits.wake(consumer.peer.driver)
         self.commits.soon()

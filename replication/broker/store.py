@@ -158,9 +158,18 @@ class EntityStats:
 
 
 Row = tuple[
-    int, int, int, int, int | None, int | None, str | None, str | None, str | None,
-    bytes | None, bytes,
-]  # fmt: skip
+    int,
+    int,
+    int,
+    int,
+    int | None,
+    int | None,
+    str | None,
+    str | None,
+    str | None,
+    bytes | None,
+    bytes,
+]
 """A message row as written: key, then ``StoredMessage``'s fields after ``seq``."""
 
 
@@ -186,10 +195,18 @@ class StoredMessage:
 
     def row(self, entity: int) -> Row:
         return (
-            _key(entity, self.seq), self.state, self.delivery_count, self.enqueued_ms,
-            self.expires_ms, self.scheduled_ms, self.message_id, self.session_id,
-            self.dead_letter_source, self.annotations, self.bare,
-        )  # fmt: skip
+            _key(entity, self.seq),
+            self.state,
+            self.delivery_count,
+            self.enqueued_ms,
+            self.expires_ms,
+            self.scheduled_ms,
+            self.message_id,
+            self.session_id,
+            self.dead_letter_source,
+            self.annotations,
+            self.bare,
+        )
 
     @property
     def size(self) -> int:
@@ -341,9 +358,10 @@ class MessageStore:
         for seq in seqs:
             self._forget_hot(_key(entity, seq))
             self._delete(
-                "DELETE FROM message WHERE id = ? AND state = ?", entity,
+                "DELETE FROM message WHERE id = ? AND state = ?",
+                entity,
                 (_key(entity, seq), STATE_SCHEDULED),
-            )  # fmt: skip
+            )
 
     def _delete(self, sql: str, entity: int, args: tuple[int, ...]) -> None:
         if entity not in self._sizes:
@@ -592,10 +610,16 @@ class MessageStore:
             "deleted = excluded.deleted, created_ms = excluded.created_ms, "
             "updated_ms = excluded.updated_ms",
             (
-                record.name, record.kind, record.configured, record.settings,
-                record.description, int(record.deleted), record.created_ms, record.updated_ms,
+                record.name,
+                record.kind,
+                record.configured,
+                record.settings,
+                record.description,
+                int(record.deleted),
+                record.created_ms,
+                record.updated_ms,
             ),
-        )  # fmt: skip
+        )
 
     def forget_managed_entity(self, name: str) -> None:
         self._begin()

@@ -95,10 +95,12 @@ def _issue_ca(
 ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     key = ec.generate_private_key(ec.SECP256R1())
     # a unique name per CA: two data dirs' CAs never mistake each other's certificates
-    name = x509.Name([
-        x509.NameAttribute(NameOID.COMMON_NAME, CA_NAME),
-        x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, str(uuid.uuid4())),
-    ])  # fmt: skip
+    name = x509.Name(
+        [
+            x509.NameAttribute(NameOID.COMMON_NAME, CA_NAME),
+            x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, str(uuid.uuid4())),
+        ]
+    )
     ski = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
     cert = (
         x509.CertificateBuilder()
@@ -174,10 +176,16 @@ def _general_names(names: tuple[str, ...]) -> list[x509.GeneralName]:
 
 def _key_usage(*, cert_sign: bool) -> x509.KeyUsage:
     return x509.KeyUsage(
-        digital_signature=True, content_commitment=False, key_encipherment=False,
-        data_encipherment=False, key_agreement=False, key_cert_sign=cert_sign,
-        crl_sign=cert_sign, encipher_only=False, decipher_only=False,
-    )  # fmt: skip
+        digital_signature=True,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=cert_sign,
+        crl_sign=cert_sign,
+        encipher_only=False,
+        decipher_only=False,
+    )
 
 
 # ---------------------------------------------------------------------------- files
@@ -199,9 +207,10 @@ def _load(
 
 def _key_bytes(key: ec.EllipticCurvePrivateKey) -> bytes:
     return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
-    )  # fmt: skip
+    )
 
 
 def _write(path: Path, data: bytes, *, private: bool = False) -> None:

@@ -96,8 +96,11 @@ class TlsLayer(Layer):
             except (ssl.SSLWantReadError, ssl.SSLZeroReturnError):
                 break
             except ssl.SSLError as exc:
-                log.info("TLS error from %s: %s", self.transport and
-                         self.transport.get_extra_info("peername"), exc)  # fmt: skip
+                log.info(
+                    "TLS error from %s: %s",
+                    self.transport and self.transport.get_extra_info("peername"),
+                    exc,
+                )
                 upper.abort()
                 return
             if not chunk:

@@ -103,14 +103,22 @@ class Topic:
         if scheduled is not None and scheduled > now:
             seq = self.store.next_sequence(self.entity)
             ttl = self._ttl(message)
-            self.store.insert(self.entity, StoredMessage(
-                seq=seq, state=STATE_SCHEDULED, delivery_count=0, enqueued_ms=now,
-                expires_ms=scheduled + ttl if ttl else None, scheduled_ms=scheduled,
-                message_id=message.message_id, session_id=message.session_id,
-                dead_letter_source=None,
-                annotations=wire.encode_annotations(message.annotations) or None,
-                bare=message.bare,
-            ))  # fmt: skip
+            self.store.insert(
+                self.entity,
+                StoredMessage(
+                    seq=seq,
+                    state=STATE_SCHEDULED,
+                    delivery_count=0,
+                    enqueued_ms=now,
+                    expires_ms=scheduled + ttl if ttl else None,
+                    scheduled_ms=scheduled,
+                    message_id=message.message_id,
+                    session_id=message.session_id,
+                    dead_letter_source=None,
+                    annotations=wire.encode_annotations(message.annotations) or None,
+                    bare=message.bare,
+                ),
+            )
             return seq
         self._fan_out(message, now, hops)
         return None
@@ -123,9 +131,12 @@ class Topic:
         if ttl != message.ttl_ms:
             header = message.header or Header()
             message.header = Header(
-                durable=header.durable, priority=header.priority, ttl=ttl,
-                first_acquirer=header.first_acquirer, delivery_count=header.delivery_count,
-            )  # fmt: skip
+                durable=header.durable,
+                priority=header.priority,
+                ttl=ttl,
+                first_acquirer=header.first_acquirer,
+                delivery_count=header.delivery_count,
+            )
         facts = message_facts(message, now)
         for sub in self.subscriptions.values():
             try:

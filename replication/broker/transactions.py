@@ -83,11 +83,13 @@ ROLLBACK = "amqp:transaction:rollback"
 TIMEOUT = "amqp:transaction:timeout"
 TIMEOUT_SECONDS = 120.0
 """Service Bus: a transaction times out 2 minutes after its first operation."""
-IMMEDIATE_OPERATIONS = frozenset({
-    "com.microsoft:renew-lock",
-    "com.microsoft:peek-message",
-    "com.microsoft:receive-by-sequence-number",
-})  # fmt: skip
+IMMEDIATE_OPERATIONS = frozenset(
+    {
+        "com.microsoft:renew-lock",
+        "com.microsoft:peek-message",
+        "com.microsoft:receive-by-sequence-number",
+    }
+)
 """$management operations that run at once even inside a transaction (receiving and lock
 renewal have nothing to undo). Other operations not enlisted below are refused in one."""
 
@@ -108,9 +110,11 @@ def _settle(queue: Queue, token: uuid.UUID, outcome: Any, now: int) -> None:
     elif isinstance(outcome, Rejected):
         info = (outcome.error.info or {}) if outcome.error else {}
         queue.dead_letter_locked(
-            token, now, wire.optional_text(info.get("DeadLetterReason")),
+            token,
+            now,
+            wire.optional_text(info.get("DeadLetterReason")),
             wire.optional_text(info.get("DeadLetterErrorDescription")),
-        )  # fmt: skip
+        )
     elif isinstance(outcome, Modified) and outcome.undeliverable_here:
         queue.defer(token, now)
     elif isinstance(outcome, Modified):
@@ -237,14 +241,20 @@ class TransactionCoordinator(Node):
         path = entity_path(target)
         destination = self.registry.entities.get(path.lower())
         if destination is None:
-            link.refuse(error(
-                "amqp:not-found", f"The messaging entity '{path}' could not be found.",
-            ))  # fmt: skip
+            link.refuse(
+                error(
+                    "amqp:not-found",
+                    f"The messaging entity '{path}' could not be found.",
+                )
+            )
             return
         if destination.name.lower() not in self.registry.sendable:
-            link.refuse(error(
-                "amqp:not-allowed", f"cannot send to '{path}': send to its queue or topic",
-            ))  # fmt: skip
+            link.refuse(
+                error(
+                    "amqp:not-allowed",
+                    f"cannot send to '{path}': send to its queue or topic",
+                )
+            )
             return
         problem = self.cbs.problem(peer, destination.name, "Send")
         if problem is not None:
@@ -290,9 +300,14 @@ class TransactionCoordinator(Node):
             return
         if isinstance(body, Declare):
             if body.global_id is not None:
-                delivery.update(Rejected(error=error(
-                    "amqp:not-implemented", "distributed transactions are not supported",
-                )))  # fmt: skip
+                delivery.update(
+                    Rejected(
+                        error=error(
+                            "amqp:not-implemented",
+                            "distributed transactions are not supported",
+                        )
+                    )
+                )
                 return
             if delivery.settled:
                 return  # a pre-settled declare could never learn its id
@@ -302,9 +317,14 @@ class TransactionCoordinator(Node):
         elif isinstance(body, Discharge):
             self._discharge(peer, delivery, body)
         else:
-            delivery.update(Rejected(error=error(
-                "amqp:not-implemented", f"not a transaction control message: {body!r}",
-            )))  # fmt: skip
+            delivery.update(
+                Rejected(
+                    error=error(
+                        "amqp:not-implemented",
+                        f"not a transaction control message: {body!r}",
+                    )
+                )
+            )
 
     def _discharge(self, peer: Peer, delivery: Delivery, discharge: Discharge) -> None:
         txn = self._lookup(peer, discharge.txn_id)
@@ -322,9 +342,14 @@ class TransactionCoordinator(Node):
             problem = work.check(now) if work.check is not None else None
             if problem is not None:
                 self._end(txn, problem)
-                delivery.update(Rejected(error=error(
-                    ROLLBACK, f"the transaction was rolled back: {problem}",
-                )))  # fmt: skip
+                delivery.update(
+                    Rejected(
+                        error=error(
+                            ROLLBACK,
+                            f"the transaction was rolled back: {problem}",
+                        )
+                    )
+                )
                 return
         self._end(txn, None)
         for work in txn.work.values():
@@ -345,8 +370,9 @@ class TransactionCoordinator(Node):
         txn.deadline = None
         if reason is None or not txn.work:
             return
-        log.info("transaction %s: %d operations dropped, %s", txn.txn_id.hex(), len(txn.work),
-                 reason)  # fmt: skip
+        log.info(
+            "transaction %s: %d operations dropped, %s", txn.txn_id.hex(), len(txn.work), reason
+        )
         for work in txn.work.values():
             if work.drop is not None:
                 work.drop()
@@ -385,9 +411,9 @@ class TransactionCoordinator(Node):
             return
         self._serial += 1
         intake = self.intake
-        self._enlist(txn, ("send", self._serial), Work(
-            lambda now: _enqueue(intake, entity, messages)
-        ))  # fmt: skip
+        self._enlist(
+            txn, ("send", self._serial), Work(lambda now: _enqueue(intake, entity, messages))
+        )
         delivery.update(TransactionalState(txn_id=txn.txn_id, outcome=Accepted()))
 
     def enlist_settle(self, consumer: Consumer, delivery: Delivery) -> None:
@@ -403,9 +429,14 @@ class TransactionCoordinator(Node):
             return
         outcome = state.outcome
         if not isinstance(outcome, Accepted | Rejected | Modified | Released):
-            delivery.update(Rejected(error=error(
-                "amqp:not-implemented", f"no transactional outcome {outcome!r}",
-            )))  # fmt: skip
+            delivery.update(
+                Rejected(
+                    error=error(
+                        "amqp:not-implemented",
+                        f"no transactional outcome {outcome!r}",
+                    )
+                )
+            )
             return
         queue = consumer.queue
         problem = _lock_problem(queue, lock.token, now_ms(self.clock))
@@ -418,12 +449,17 @@ class TransactionCoordinator(Node):
             consumer.locks.pop(delivery, None)
             _settle(queue, lock.token, outcome, now)
 
-        self._enlist(txn, ("lock", queue.entity, lock.token), Work(
-            apply, lambda now: _lock_problem(queue, lock.token, now),
-            # our echo settles the delivery: after a rollback only the lock is left (it expires,
-            # or a $management update-disposition settles it); the link forgets the delivery
-            lambda: consumer.locks.pop(delivery, None),
-        ))  # fmt: skip
+        self._enlist(
+            txn,
+            ("lock", queue.entity, lock.token),
+            Work(
+                apply,
+                lambda now: _lock_problem(queue, lock.token, now),
+                # our echo settles the delivery: after a rollback only the lock is left (it expires,
+                # or a $management update-disposition settles it); the link forgets the delivery
+                lambda: consumer.locks.pop(delivery, None),
+            ),
+        )
         echo = Rejected() if isinstance(outcome, Rejected) else outcome  # as the SDKs expect
         delivery.update(TransactionalState(txn_id=txn.txn_id, outcome=echo))
 
@@ -458,9 +494,9 @@ class TransactionCoordinator(Node):
         if operation == "com.microsoft:cancel-scheduled-message":
             seqs = [int(s) for s in body.get("sequence-numbers", [])]
             self._serial += 1
-            self._enlist(txn, ("cancel", self._serial), Work(
-                lambda at: queue.cancel_scheduled(seqs)
-            ))  # fmt: skip
+            self._enlist(
+                txn, ("cancel", self._serial), Work(lambda at: queue.cancel_scheduled(seqs))
+            )
             return 200, {}
         raise ManagementError(
             400, "amqp:not-implemented", f"{operation} is not supported in a transaction"

@@ -47,11 +47,15 @@ def handshake(request: Request) -> Response:
     protocols = request.headers.get("sec-websocket-protocol", "")
     if SUBPROTOCOL.lower() not in _tokens(protocols):
         return _refuse(400, f"subprotocol {SUBPROTOCOL} expected")
-    return Response(101, {
-        "upgrade": "websocket", "connection": "Upgrade",
-        "sec-websocket-accept": generate_accept_token(key.encode()).decode(),
-        "sec-websocket-protocol": SUBPROTOCOL,
-    })  # fmt: skip
+    return Response(
+        101,
+        {
+            "upgrade": "websocket",
+            "connection": "Upgrade",
+            "sec-websocket-accept": generate_accept_token(key.encode()).decode(),
+            "sec-websocket-protocol": SUBPROTOCOL,
+        },
+    )
 
 
 def _tokens(value: str | None) -> set[str]:

@@ -50,10 +50,16 @@ BATCH_FORMAT = 0x80013700
 _header_of, _properties_of = decoder(Header), decoder(Properties)
 _write_annotations = encoder(MessageAnnotations)
 
-_BROKER_KEYS = frozenset({
-    SEQUENCE_NUMBER, ENQUEUED_TIME, LOCKED_UNTIL, LOCK_TOKEN, MESSAGE_STATE,
-    ENQUEUE_SEQUENCE_NUMBER,
-})  # fmt: skip
+_BROKER_KEYS = frozenset(
+    {
+        SEQUENCE_NUMBER,
+        ENQUEUED_TIME,
+        LOCKED_UNTIL,
+        LOCK_TOKEN,
+        MESSAGE_STATE,
+        ENQUEUE_SEQUENCE_NUMBER,
+    }
+)
 _BARE_SECTIONS = (Properties, ApplicationProperties, Data, AmqpSequence, AmqpValue, Footer)
 
 
@@ -187,10 +193,15 @@ def _with_message_id(
     size = bare[start + 4] + 2 + len(message_id) - 1  # str8 0xa1 <len> <id> for the null
     if size > 0xFF or len(message_id) != 32:
         return None
-    section = b"".join((
-        _PROPERTIES_LIST8, bytes((size, bare[start + 5])), b"\xa1\x20", message_id.encode(),
-        bare[start + 7 : end],
-    ))  # fmt: skip
+    section = b"".join(
+        (
+            _PROPERTIES_LIST8,
+            bytes((size, bare[start + 5])),
+            b"\xa1\x20",
+            message_id.encode(),
+            bare[start + 7 : end],
+        )
+    )
     return bare[:start] + section + bare[end:], (start, start + len(section))
 
 
@@ -227,9 +238,14 @@ def _scanned(payload: bytes) -> IncomingMessage:
     span = found.properties_span or (found.bare_start, found.bare_start)  # none: in front
     span = (span[0] - found.bare_start, span[1] - found.bare_start)
     return IncomingMessage(
-        header, annotations, properties, application_properties,
-        payload[found.bare_start : found.bare_end], len(payload), span,
-    )  # fmt: skip
+        header,
+        annotations,
+        properties,
+        application_properties,
+        payload[found.bare_start : found.bare_end],
+        len(payload),
+        span,
+    )
 
 
 def _decoded(payload: bytes) -> IncomingMessage:
@@ -265,9 +281,13 @@ def _decoded(payload: bytes) -> IncomingMessage:
         else:
             raise DecodeError(f"not a message section: {section!r}")
     return IncomingMessage(
-        header, annotations, properties, application_properties,
-        payload[bare_start:bare_end], len(payload),
-    )  # fmt: skip
+        header,
+        annotations,
+        properties,
+        application_properties,
+        payload[bare_start:bare_end],
+        len(payload),
+    )
 
 
 def parse_transfer(payload: bytes, message_format: int) -> list[IncomingMessage]:

@@ -21,9 +21,15 @@ ATOM = "{http://www.w3.org/2005/Atom}"
 PAGE = 100
 """Entries per feed page (Service Bus returns at most 100, whatever ``$top`` asks)."""
 SETTINGS = (
-    "RequiresSession", "RequiresDuplicateDetection", "DuplicateDetectionHistoryTimeWindow",
-    "LockDuration", "MaxDeliveryCount", "Status", "ForwardTo", "ForwardDeadLetteredMessagesTo",
-)  # fmt: skip
+    "RequiresSession",
+    "RequiresDuplicateDetection",
+    "DuplicateDetectionHistoryTimeWindow",
+    "LockDuration",
+    "MaxDeliveryCount",
+    "Status",
+    "ForwardTo",
+    "ForwardDeadLetteredMessagesTo",
+)
 
 HttpApp = Callable[[Request], Awaitable[Response]]
 
@@ -76,20 +82,28 @@ def rule(entry: Element) -> dict[str, Any]:
     """A rule: its name, its filter as text (SQL, or the correlation's fields) and action."""
     description = _description(entry)
     fields = _fields(description) if description is not None else {}
-    found: dict[str, Any] = {"name": entry.findtext(f"{ATOM}title") or "", "filter": "",
-                             "action": None}  # fmt: skip
+    found: dict[str, Any] = {
+        "name": entry.findtext(f"{ATOM}title") or "",
+        "filter": "",
+        "action": None,
+    }
     filter_ = fields.get("Filter")
     if filter_ is not None:
         kind = next((v for k, v in filter_.attrib.items() if _local(k) == "type"), "")
         parts = _fields(filter_)
         if kind == "CorrelationFilter":
-            pairs = [f"{name} = '{e.text}'" for name, e in parts.items()
-                     if e.text and name != "Properties"]  # fmt: skip
+            pairs = [
+                f"{name} = '{e.text}'"
+                for name, e in parts.items()
+                if e.text and name != "Properties"
+            ]
             for item in parts.get("Properties", ()):
                 values = _fields(item)
                 key, value = values.get("Key"), values.get("Value")
-                pairs.append(f"{key.text if key is not None else ''} = "
-                             f"'{value.text if value is not None else ''}'")  # fmt: skip
+                pairs.append(
+                    f"{key.text if key is not None else ''} = "
+                    f"'{value.text if value is not None else ''}'"
+                )
             found["filter"] = " AND ".join(pairs) or "(correlation: any)"
         elif kind == "TrueFilter":
             found["filter"] = "1=1"

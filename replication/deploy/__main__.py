@@ -31,18 +31,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("pipelines", type=Path, help="the pipeline file (pipelines.yaml)")
     parser.add_argument(
-        "--base", type=Path, metavar="FILE",
+        "--base",
+        type=Path,
+        metavar="FILE",
         help="a parameters file with the other parameters (appName, dnsZoneName, ...)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--map", action="append", default=[], metavar="CONNECTION=NAMESPACE",
+        "--map",
+        action="append",
+        default=[],
+        metavar="CONNECTION=NAMESPACE",
         help="connection setting -> primary|secondary, added to the defaults: "
         + ", ".join(f"{k}={v}" for k, v in DEFAULT_NAMESPACES.items()),
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--app-root", type=Path, metavar="DIR",
+        "--app-root",
+        type=Path,
+        metavar="DIR",
         help="the folder deployed as the app (default: the pipeline file's folder)",
-    )  # fmt: skip
+    )
     return parser
 
 

@@ -72,8 +72,10 @@ def build_package(root: Path, out_dir: Path, *, pipeline_file: str | None = None
     kept = set(files)
     missing = [name for name in (*REQUIRED, pipeline_file) if name not in kept]
     if missing:
-        raise PackageError(f"{root}: not in the package: {', '.join(missing)} "
-                           "(missing, or left out by .funcignore)")  # fmt: skip
+        raise PackageError(
+            f"{root}: not in the package: {', '.join(missing)} "
+            "(missing, or left out by .funcignore)"
+        )
     for path in referenced_files(root, pipeline_file):
         absolute = (root / pipeline_file).parent / path if not path.is_absolute() else path
         try:
@@ -81,8 +83,10 @@ def build_package(root: Path, out_dir: Path, *, pipeline_file: str | None = None
         except ValueError:
             continue  # outside the app (a mounted share): not the package's business
         if relative not in kept:
-            raise PackageError(f"{pipeline_file} names {relative}, which is not in the "
-                               "package (missing, or left out by .funcignore)")  # fmt: skip
+            raise PackageError(
+                f"{pipeline_file} names {relative}, which is not in the "
+                "package (missing, or left out by .funcignore)"
+            )
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / "functionapp.zip"
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:

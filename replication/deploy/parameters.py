@@ -258,8 +258,12 @@ class _Plan:
             subscription = self._subscriptions.setdefault(
                 key, _Subscription(topic.name, _arm_name(source.subscription, pipeline))
             )
-            _read(subscription.reads, source.sessions, pipeline,
-                  f"subscription {source.subscription!r} of topic {source.topic!r}")  # fmt: skip
+            _read(
+                subscription.reads,
+                source.sessions,
+                pipeline,
+                f"subscription {source.subscription!r} of topic {source.topic!r}",
+            )
             self._receivers.add((source.connection, namespace, "", topic.name, subscription.name))
         elif source.queue is not None:
             queue = self.queue(namespace, source.queue, pipeline)
@@ -298,12 +302,14 @@ class _Plan:
                 sessions = True in queue.reads
             else:  # filled by pipelines only: keep their sources' sessions for consumers
                 sessions = bool(queue.session_writers) and all(queue.session_writers)
-            found.append({
-                "namespace": namespace,
-                "name": queue.name,
-                "requiresSession": sessions,
-                "requiresDuplicateDetection": queue.written,
-            })  # fmt: skip
+            found.append(
+                {
+                    "namespace": namespace,
+                    "name": queue.name,
+                    "requiresSession": sessions,
+                    "requiresDuplicateDetection": queue.written,
+                }
+            )
         return found
 
     def topics(self) -> list[dict[str, Any]]:
@@ -367,13 +373,14 @@ class _Plan:
             {
                 "name": name,
                 "namespace": connection.namespace,
-                "eventHub": next(iter(connection.hubs.values())) if len(connection.hubs) == 1
+                "eventHub": next(iter(connection.hubs.values()))
+                if len(connection.hubs) == 1
                 else "",
                 "listen": connection.listen,
                 "send": connection.send,
             }
             for name, connection in sorted(self._hub_connections.items())
-        ]  # fmt: skip
+        ]
 
     def event_hub_receivers(self) -> list[dict[str, str]]:
         ordered = sorted(self._hub_receivers, key=lambda r: (r[0], NAMESPACES.index(r[1]), r[2]))

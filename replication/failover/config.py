@@ -62,9 +62,10 @@ class DnsFailover(_Block):
         description="The CNAME alias operators flip (e.g. servicebus.test.example.com)."
     )
     nameserver: Annotated[str, AfterValidator(_nameserver)] | None = Field(
-        None, description="DNS server host[:port]; default: REPLICATION_DNS_NAMESERVER, "
+        None,
+        description="DNS server host[:port]; default: REPLICATION_DNS_NAMESERVER, "
         "else the system's resolver.",
-    )  # fmt: skip
+    )
     timeout: float = Field(2.0, gt=0, description="Seconds per DNS query attempt.")
 
 
@@ -104,9 +105,11 @@ class FailoverSpec(_Block):
         None, description="A fixed namespace host (tests, simple setups)."
     )
     failures: int = Field(
-        DEFAULT_FAILURES, ge=1, description="Consecutive failures that trigger a re-check "
+        DEFAULT_FAILURES,
+        ge=1,
+        description="Consecutive failures that trigger a re-check "
         "(connection refused, unauthorized, disabled or missing entity trigger one at once).",
-    )  # fmt: skip
+    )
     recheck_interval: float = Field(
         DEFAULT_RECHECK_INTERVAL, gt=0, description="Seconds between re-checks without errors."
     )
@@ -129,9 +132,11 @@ class FailoverSpec(_Block):
         return f"static {self.static}"
 
     def resolver(
-        self, settings: Mapping[str, str] | None = None, base_dir: Path | None = None,
+        self,
+        settings: Mapping[str, str] | None = None,
+        base_dir: Path | None = None,
         clock: Clock = SYSTEM,
-    ) -> Resolver:  # fmt: skip
+    ) -> Resolver:
         """``base_dir``: where a relative ``file.path`` is (the pipeline file's folder);
         ``clock``: what a DNS resolver's cache and retry pauses run on."""
         settings = settings or {}
@@ -139,8 +144,7 @@ class FailoverSpec(_Block):
             from .dns import DnsResolver
 
             nameserver = self.dns.nameserver or settings.get(NAMESERVER_SETTING) or None
-            return DnsResolver(self.dns.alias, nameserver, timeout=self.dns.timeout,
-                               clock=clock)  # fmt: skip
+            return DnsResolver(self.dns.alias, nameserver, timeout=self.dns.timeout, clock=clock)
         if self.file is not None:
             from .file import FileResolver
 
@@ -153,15 +157,23 @@ class FailoverSpec(_Block):
         return StaticResolver(str(self.static))
 
     def build(
-        self, name: str, base_connection: str, settings: Mapping[str, str] | None = None,
-        base_dir: Path | None = None, clock: Clock = SYSTEM,
-    ) -> Failover:  # fmt: skip
+        self,
+        name: str,
+        base_connection: str,
+        settings: Mapping[str, str] | None = None,
+        base_dir: Path | None = None,
+        clock: Clock = SYSTEM,
+    ) -> Failover:
         """A ``Failover`` for an endpoint whose configured connection string is
         ``base_connection`` (its keys are used on every namespace of the set); ``clock``:
         what its re-checks, retry pauses and resolver run on."""
         settings = settings or {}
         return Failover(
-            name, self.resolver(settings, base_dir, clock), base_connection,
+            name,
+            self.resolver(settings, base_dir, clock),
+            base_connection,
             host_map=parse_host_map(settings.get(HOST_MAP_SETTING)),
-            failures=self.failures, recheck_interval=self.recheck_interval, clock=clock,
-        )  # fmt: skip
+            failures=self.failures,
+            recheck_interval=self.recheck_interval,
+            clock=clock,
+        )

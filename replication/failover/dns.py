@@ -184,9 +184,11 @@ class DnsResolver:
         try:
             answer = self._query(client, srv_name, "SRV")
         except _Missing as missing:
-            found = "the name does not exist (NXDOMAIN)" if missing.nxdomain else (
-                "the name has other records only"
-            )  # fmt: skip
+            found = (
+                "the name does not exist (NXDOMAIN)"
+                if missing.nxdomain
+                else ("the name has other records only")
+            )
             raise FailoverError(
                 f"no SRV records at {srv_name}: {found}; {canonical} is the CNAME of {self.alias}"
             ) from None

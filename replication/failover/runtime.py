@@ -92,18 +92,29 @@ def endpoint_host(connection_string: str) -> str:
 # ---------------------------------------------------------------------- error kinds
 
 _NAMESPACE_ERRORS = (
-    "ServiceBusAuthenticationError", "ServiceBusAuthorizationError",
-    "MessagingEntityDisabledError", "MessagingEntityNotFoundError",
-)  # fmt: skip
-_NAMESPACE_CONDITIONS = frozenset({
-    "amqp:unauthorized-access", "com.microsoft:auth-failed", "com.microsoft:entity-disabled",
-    "amqp:not-found",
-})  # fmt: skip
+    "ServiceBusAuthenticationError",
+    "ServiceBusAuthorizationError",
+    "MessagingEntityDisabledError",
+    "MessagingEntityNotFoundError",
+)
+_NAMESPACE_CONDITIONS = frozenset(
+    {
+        "amqp:unauthorized-access",
+        "com.microsoft:auth-failed",
+        "com.microsoft:entity-disabled",
+        "amqp:not-found",
+    }
+)
 _NAMESPACE_TEXT = (
-    "connection refused", "connect call failed", "errno 111", "name or service not known",
-    "nodename nor servname", "getaddrinfo failed", "temporary failure in name resolution",
+    "connection refused",
+    "connect call failed",
+    "errno 111",
+    "name or service not known",
+    "nodename nor servname",
+    "getaddrinfo failed",
+    "temporary failure in name resolution",
     "no address associated",
-)  # fmt: skip
+)
 
 
 def _chain(error: BaseException) -> list[BaseException]:
@@ -117,9 +128,8 @@ def _chain(error: BaseException) -> list[BaseException]:
                 found.extend(e for e in _chain(member) if e not in found)
         inner = getattr(current, "inner_exception", None)
         current = (
-            inner if isinstance(inner, BaseException)
-            else current.__cause__ or current.__context__
-        )  # fmt: skip
+            inner if isinstance(inner, BaseException) else current.__cause__ or current.__context__
+        )
     return found
 
 
@@ -229,15 +239,25 @@ class Failover:
         self._consecutive += 1
         if not points_elsewhere(error) and self._consecutive < self.failures:
             return False
-        log.info("%s: %s after %d failure(s) (%s): asking %s again", self.name,
-                 "re-resolving", self._consecutive, _short(error),
-                 self.resolver.describe())  # fmt: skip
+        log.info(
+            "%s: %s after %d failure(s) (%s): asking %s again",
+            self.name,
+            "re-resolving",
+            self._consecutive,
+            _short(error),
+            self.resolver.describe(),
+        )
         self._consecutive = 0
         switched = await self.recheck(force=True, unless_checked_after=failed_at)
         return switched or self.version != version
 
-    async def recheck(self, *, force: bool = False, raise_errors: bool = False,
-                      unless_checked_after: float | None = None) -> bool:  # fmt: skip
+    async def recheck(
+        self,
+        *,
+        force: bool = False,
+        raise_errors: bool = False,
+        unless_checked_after: float | None = None,
+    ) -> bool:
         """Resolves again (``force``: past any cache); True when the namespace changed.
         ``unless_checked_after``: skip when a check finished after that time (many senders
         failing together cause one resolution, not one each)."""
@@ -257,8 +277,9 @@ class Failover:
             self._checked = self.clock.monotonic()
             if raise_errors and self.resolution is None:
                 raise
-            log.warning("%s: cannot resolve (%s); staying on %s", self.name, exc,
-                        self.host or "nothing yet")  # fmt: skip
+            log.warning(
+                "%s: cannot resolve (%s); staying on %s", self.name, exc, self.host or "nothing yet"
+            )
             return False
         self._checked = self.clock.monotonic()
         old = self.resolution
@@ -269,13 +290,17 @@ class Failover:
         self._event().set()
         self._changed = None
         if old is None:
-            log.info("%s: using %s (%s)", self.name, resolution.host,
-                     self.resolver.describe())  # fmt: skip
+            log.info("%s: using %s (%s)", self.name, resolution.host, self.resolver.describe())
             return False
         self.switches += 1
         metrics.FAILOVERS.labels(self.name).inc()
-        log.warning("%s: failover %s -> %s (%s)", self.name, old.host, resolution.host,
-                    self.resolver.describe())  # fmt: skip
+        log.warning(
+            "%s: failover %s -> %s (%s)",
+            self.name,
+            old.host,
+            resolution.host,
+            self.resolver.describe(),
+        )
         before, after = self.connection_for(old.host), self.connection_for(resolution.host)
         for listener in list(self._listeners):
             try:
@@ -337,8 +362,13 @@ async def run_switching(
         except Exception as exc:
             if failover.version != version or await failover.report_failure(exc):
                 continue  # already on another namespace: go there now
-            log.warning("%s: %s failed (%s); retrying in %.0fs", failover.name,
-                        endpoint_host(connection), _short(exc), pause)  # fmt: skip
+            log.warning(
+                "%s: %s failed (%s); retrying in %.0fs",
+                failover.name,
+                endpoint_host(connection),
+                _short(exc),
+                pause,
+            )
             await wait_event(stop, pause, failover.clock)
         finally:
             watcher.cancel()
@@ -346,8 +376,9 @@ async def run_switching(
                 await watcher
 
 
-async def _watch(failover: Failover, version: int, stop: asyncio.Event,
-                 inner: asyncio.Event) -> None:  # fmt: skip
+async def _watch(
+    failover: Failover, version: int, stop: asyncio.Event, inner: asyncio.Event
+) -> None:
     """Sets ``inner`` on stop or on a switch; re-checks every ``recheck_interval`` (on the
     failover's clock)."""
     switch = asyncio.ensure_future(failover.wait_switch(version))

@@ -128,8 +128,9 @@ class Host:
         clock = self.config.clock
         self.brokers = await start_brokers(plan, data_dir, clock)
         for broker in self.brokers:
-            log.info("embedded broker on localhost:%d (%d entities)", broker.port,
-                     len(broker.entities))  # fmt: skip
+            log.info(
+                "embedded broker on localhost:%d (%d entities)", broker.port, len(broker.entities)
+            )
         with pumped_by_host(clock) as transactional:
             app = load_app(self.config.directory / "function_app.py")
         self.triggers = service_bus_triggers(app, self.settings)
@@ -142,15 +143,20 @@ class Host:
         worker = Worker()
         self.runners = [
             TriggerRunner(
-                t, self.settings[t.connection], self.options.for_trigger(t),
-                failover=source_failover(pipelines, t, self.settings), worker=worker,
+                t,
+                self.settings[t.connection],
+                self.options.for_trigger(t),
+                failover=source_failover(pipelines, t, self.settings),
+                worker=worker,
                 clock=clock,
             )
             for t in self.triggers
-        ]  # fmt: skip
+        ]
         for pipeline in transactional:
-            log.info("%s is transactional: its sources run with the task pump, not as "
-                     "functions", pipeline.name)  # fmt: skip
+            log.info(
+                "%s is transactional: its sources run with the task pump, not as functions",
+                pipeline.name,
+            )
             self.runners += PumpRunner.for_pipeline(pipeline, self.settings, self.options, clock)
         self.timers = [TimerRunner(t, worker, clock) for t in timers]
         checkpoints = None
@@ -160,10 +166,15 @@ class Host:
             checkpoints = SqliteCheckpointStore.in_directory(data_dir)
         for hub in hub_triggers:
             assert checkpoints is not None
-            self.runners.append(EventHubTriggerRunner(
-                hub, self.settings[hub.connection], checkpoints, worker,
-                self.event_hub_options.for_function(hub.function),
-            ))  # fmt: skip
+            self.runners.append(
+                EventHubTriggerRunner(
+                    hub,
+                    self.settings[hub.connection],
+                    checkpoints,
+                    worker,
+                    self.event_hub_options.for_function(hub.function),
+                )
+            )
         server = self._serve_metrics()
         self._install_signals()
         self.healthy = True
@@ -176,8 +187,11 @@ class Host:
             log.info("stopping: in-flight batches finish and settle")
             _, late = await asyncio.wait(jobs, timeout=self.config.stop_grace)
             if late:  # e.g. held for a target that is down: released, no delivery spent
-                log.warning("%d trigger(s) still busy after %g s: their messages are released",
-                            len(late), self.config.stop_grace)  # fmt: skip
+                log.warning(
+                    "%d trigger(s) still busy after %g s: their messages are released",
+                    len(late),
+                    self.config.stop_grace,
+                )
                 for job in late:
                     job.cancel()
             results = await asyncio.gather(*jobs, return_exceptions=True)
@@ -297,8 +311,9 @@ class Host:
         server = ThreadingHTTPServer(("127.0.0.1", self.config.metrics_port), Handler)
         self.config.metrics_port = server.server_address[1]
         threading.Thread(target=server.serve_forever, daemon=True).start()
-        log.info("metrics on http://127.0.0.1:%d/metrics, health on /health",
-                 self.config.metrics_port)  # fmt: skip
+        log.info(
+            "metrics on http://127.0.0.1:%d/metrics, health on /health", self.config.metrics_port
+        )
         if dashboard is not None:
             log.info("dashboard on http://127.0.0.1:%d/", self.config.metrics_port)
         return server
@@ -322,12 +337,16 @@ class Host:
         service_bus, hubs = self._connections_by_service()
         namespaces = []
         for broker in self.brokers:
-            names = [name for name, value in sorted(self.settings.items())
-                     if _port(value) == broker.port]  # fmt: skip
+            names = [
+                name for name, value in sorted(self.settings.items()) if _port(value) == broker.port
+            ]
             # the page shows a namespace's Service Bus entities: it is named by the settings
             # pipelines reach them with (a local broker may serve event hubs too)
-            names = ([n for n in names if n in service_bus]
-                     or [n for n in names if n not in hubs] or names)  # fmt: skip
+            names = (
+                [n for n in names if n in service_bus]
+                or [n for n in names if n not in hubs]
+                or names
+            )
             namespaces.append(Namespace.of_broker(broker, " / ".join(names) or None))
         dashboard = Dashboard(namespaces, PipelineBoard(self))
         dashboard.start()
@@ -350,8 +369,9 @@ def _environment(settings: dict[str, str]) -> Iterator[None]:
                 os.environ[key] = value
 
 
-def source_failover(pipelines: PipelineFile | None, trigger: ServiceBusTrigger,
-                    settings: dict[str, str]) -> Failover | None:  # fmt: skip
+def source_failover(
+    pipelines: PipelineFile | None, trigger: ServiceBusTrigger, settings: dict[str, str]
+) -> Failover | None:
     """The ``Failover`` of the pipeline source a generated function reads, if it has one
     (what the Functions host cannot do in Azure, our host does: read where it resolves)."""
     info = generated(trigger.function)
@@ -409,14 +429,27 @@ class _Progress:
                 self.logged = time.monotonic()
                 for name in self.host.pipelines():
                     c = metrics.counts(name)
-                    log.info("%s: received %d, forwarded %d, filtered %d, dead-lettered %d, "
-                             "backlog %d", name, c["received"], c["forwarded"], c["filtered"],
-                             c["dead_lettered"], c["backlog"])  # fmt: skip
+                    log.info(
+                        "%s: received %d, forwarded %d, filtered %d, dead-lettered %d, backlog %d",
+                        name,
+                        c["received"],
+                        c["forwarded"],
+                        c["filtered"],
+                        c["dead_lettered"],
+                        c["backlog"],
+                    )
             return
 
         table = Table(title="replication: local host", expand=False)
-        for column in ("pipeline", "received", "forwarded", "filtered", "dead-lettered",
-                       "msgs/s", "backlog"):  # fmt: skip
+        for column in (
+            "pipeline",
+            "received",
+            "forwarded",
+            "filtered",
+            "dead-lettered",
+            "msgs/s",
+            "backlog",
+        ):
             table.add_column(column, justify="right" if column != "pipeline" else "left")
         now = time.monotonic()
         for name in self.host.pipelines():
@@ -425,9 +458,14 @@ class _Progress:
             rate = (c["forwarded"] - before) / (now - at) if now > at else 0.0
             self.last[name] = (c["forwarded"], now)
             table.add_row(
-                name, f"{c['received']:.0f}", f"{c['forwarded']:.0f}", f"{c['filtered']:.0f}",
-                f"{c['dead_lettered']:.0f}", f"{rate:,.0f}", f"{c['backlog']:.0f}",
-            )  # fmt: skip
+                name,
+                f"{c['received']:.0f}",
+                f"{c['forwarded']:.0f}",
+                f"{c['filtered']:.0f}",
+                f"{c['dead_lettered']:.0f}",
+                f"{rate:,.0f}",
+                f"{c['backlog']:.0f}",
+            )
         self.live.update(table)
 
     def close(self) -> None:

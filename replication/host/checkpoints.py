@@ -39,12 +39,16 @@ CREATE TABLE IF NOT EXISTS checkpoint (
 
 # the SDK's key of each column the lists read (``offset`` is an SQL keyword: quoted)
 _OWNERSHIP = {
-    "partition_id": "partition_id", "owner_id": "owner_id", "etag": "etag",
+    "partition_id": "partition_id",
+    "owner_id": "owner_id",
+    "etag": "etag",
     "last_modified_time": "last_modified",
-}  # fmt: skip
+}
 _CHECKPOINT = {
-    "partition_id": "partition_id", "offset": '"offset"', "sequence_number": "sequence_number"
-}  # fmt: skip
+    "partition_id": "partition_id",
+    "offset": '"offset"',
+    "sequence_number": "sequence_number",
+}
 
 
 def _key(namespace: str, eventhub: str, group: str) -> tuple[str, str, str]:
@@ -72,9 +76,12 @@ class SqliteCheckpointStore(CheckpointStore):
         return cls(data_dir / FILE_NAME)
 
     async def list_ownership(
-        self, fully_qualified_namespace: str, eventhub_name: str, consumer_group: str,
+        self,
+        fully_qualified_namespace: str,
+        eventhub_name: str,
+        consumer_group: str,
         **kwargs: Any,
-    ) -> Iterable[dict[str, Any]]:  # fmt: skip
+    ) -> Iterable[dict[str, Any]]:
         return self._rows(
             "ownership", _OWNERSHIP, fully_qualified_namespace, eventhub_name, consumer_group
         )
@@ -86,10 +93,13 @@ class SqliteCheckpointStore(CheckpointStore):
         async with self._lock:
             for ownership in ownership_list:
                 key = (
-                    *_key(ownership["fully_qualified_namespace"], ownership["eventhub_name"],
-                          ownership["consumer_group"]),
+                    *_key(
+                        ownership["fully_qualified_namespace"],
+                        ownership["eventhub_name"],
+                        ownership["consumer_group"],
+                    ),
                     ownership["partition_id"],
-                )  # fmt: skip
+                )
                 etag, now = str(uuid.uuid4()), self.clock()
                 self._db.execute("BEGIN IMMEDIATE")
                 try:
@@ -114,20 +124,28 @@ class SqliteCheckpointStore(CheckpointStore):
 
     async def update_checkpoint(self, checkpoint: dict[str, Any], **kwargs: Any) -> None:
         key = _key(
-            str(checkpoint["fully_qualified_namespace"]), str(checkpoint["eventhub_name"]),
+            str(checkpoint["fully_qualified_namespace"]),
+            str(checkpoint["eventhub_name"]),
             str(checkpoint["consumer_group"]),
-        )  # fmt: skip
+        )
         offset = checkpoint.get("offset")
         self._db.execute(
             "INSERT OR REPLACE INTO checkpoint VALUES (?, ?, ?, ?, ?, ?)",
-            (*key, str(checkpoint["partition_id"]), None if offset is None else str(offset),
-             checkpoint.get("sequence_number")),
-        )  # fmt: skip
+            (
+                *key,
+                str(checkpoint["partition_id"]),
+                None if offset is None else str(offset),
+                checkpoint.get("sequence_number"),
+            ),
+        )
 
     async def list_checkpoints(
-        self, fully_qualified_namespace: str, eventhub_name: str, consumer_group: str,
+        self,
+        fully_qualified_namespace: str,
+        eventhub_name: str,
+        consumer_group: str,
         **kwargs: Any,
-    ) -> Iterable[dict[str, Any]]:  # fmt: skip
+    ) -> Iterable[dict[str, Any]]:
         return self._rows(
             "checkpoint", _CHECKPOINT, fully_qualified_namespace, eventhub_name, consumer_group
         )
@@ -143,9 +161,10 @@ class SqliteCheckpointStore(CheckpointStore):
             _key(namespace, eventhub, group),
         ).fetchall()
         names = {
-            "fully_qualified_namespace": namespace, "eventhub_name": eventhub,
+            "fully_qualified_namespace": namespace,
+            "eventhub_name": eventhub,
             "consumer_group": group,
-        }  # fmt: skip
+        }
         return [{**names, **dict(zip(columns, row, strict=True))} for row in rows]
 
     def close(self) -> None:

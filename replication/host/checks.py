@@ -40,9 +40,10 @@ def settlement_warnings(
 ) -> list[str]:
     """Warnings for the app in ``folder`` (function_app.py, requirements.txt), if any."""
     risky = {
-        p.name: why for p in pipelines.pipelines
+        p.name: why
+        for p in pipelines.pipelines
         if not all(s.is_event_hub for s in p.sources) and (why := _can_dead_letter(p))
-    }  # fmt: skip
+    }
     if not risky:
         return []
     warnings = []

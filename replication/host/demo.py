@@ -71,36 +71,56 @@ async def produce(pipelines: PipelineFile, settings: Mapping[str, str]) -> int:
     async with AmqpSource.from_connection_string(primary) as namespace:
         orders = [
             Message(
-                json.dumps({"order": i, "session": s}).encode(), session_id=f"customer-{s}",
-                message_id=f"order-{s}-{i}", content_type="application/json",
+                json.dumps({"order": i, "session": s}).encode(),
+                session_id=f"customer-{s}",
+                message_id=f"order-{s}-{i}",
+                content_type="application/json",
             )
-            for i in range(ORDERS_PER_SESSION) for s in range(SESSIONS)
-        ]  # fmt: skip
+            for i in range(ORDERS_PER_SESSION)
+            for s in range(SESSIONS)
+        ]
         await _send(namespace, "orders", orders)
         if schema is not None:
-            await _send(namespace, "telemetry-avro", [
-                Message(
-                    _avro(schema, _telemetry(schema, i)), message_id=f"telemetry-{i}",
-                    content_type="avro/binary",
-                )
-                for i in range(TELEMETRY)
-            ])  # fmt: skip
-        await _send(namespace, "events", [
-            Message(
-                json.dumps({"event": i}).encode(), message_id=f"event-{i}",
-                application_properties={"region": REGIONS[i % len(REGIONS)]},
+            await _send(
+                namespace,
+                "telemetry-avro",
+                [
+                    Message(
+                        _avro(schema, _telemetry(schema, i)),
+                        message_id=f"telemetry-{i}",
+                        content_type="avro/binary",
+                    )
+                    for i in range(TELEMETRY)
+                ],
             )
-            for i in range(EVENTS)
-        ])  # fmt: skip
+        await _send(
+            namespace,
+            "events",
+            [
+                Message(
+                    json.dumps({"event": i}).encode(),
+                    message_id=f"event-{i}",
+                    application_properties={"region": REGIONS[i % len(REGIONS)]},
+                )
+                for i in range(EVENTS)
+            ],
+        )
         await _send(namespace, "mirror", _mirrored("primary", "p"))
         if _reads(pipelines, "order-audit"):
-            await _send(namespace, "order-audit", [
-                Message(
-                    json.dumps({"customer": s, "step": i}).encode(), session_id=f"customer-{s}",
-                    message_id=f"audit-{s}-{i}", content_type="application/json",
-                )
-                for i in range(AUDIT_PER_SESSION) for s in range(AUDIT_SESSIONS)
-            ])  # fmt: skip
+            await _send(
+                namespace,
+                "order-audit",
+                [
+                    Message(
+                        json.dumps({"customer": s, "step": i}).encode(),
+                        session_id=f"customer-{s}",
+                        message_id=f"audit-{s}-{i}",
+                        content_type="application/json",
+                    )
+                    for i in range(AUDIT_PER_SESSION)
+                    for s in range(AUDIT_SESSIONS)
+                ],
+            )
     async with AmqpSource.from_connection_string(secondary) as namespace:
         await _send(namespace, "mirror", _mirrored("secondary", "s"))
     expected = expected_receipts(pipelines)
@@ -139,7 +159,12 @@ def _telemetry(schema: dict[str, Any], i: int) -> dict[str, Any]:
         if not isinstance(kind, str):
             kind = "string"
         record[field["name"]] = {
-            "int": i, "long": 1_700_000_000_000 + i, "double": 20.0 + i / 10, "float": 1.5,
-            "boolean": i % 2 == 0, "string": f"sensor-{i % 5}", "null": None,
-        }.get(kind, f"value-{i}")  # fmt: skip
+            "int": i,
+            "long": 1_700_000_000_000 + i,
+            "double": 20.0 + i / 10,
+            "float": 1.5,
+            "boolean": i % 2 == 0,
+            "string": f"sensor-{i % 5}",
+            "null": None,
+        }.get(kind, f"value-{i}")
     return record

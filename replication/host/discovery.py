@@ -100,17 +100,22 @@ def service_bus_triggers(
         arg_name = str(binding["name"])
         annotations = _annotations(user_function)
         auto_complete = binding.get("autoCompleteMessages")
-        triggers.append(ServiceBusTrigger(
-            name=str(function.get_function_name()), function=user_function,
-            arg_name=arg_name, connection=str(binding["connection"]),
-            queue=value("queueName"), topic=value("topicName"),
-            subscription=value("subscriptionName"),
-            sessions=bool(binding.get("isSessionsEnabled")),
-            many=str(getattr(cardinality, "value", cardinality)) == "many",
-            auto_complete=None if auto_complete is None else bool(auto_complete),
-            annotation=annotations.get(arg_name),
-            settlement_arg=_settlement_arg(user_function, arg_name, annotations),
-        ))  # fmt: skip
+        triggers.append(
+            ServiceBusTrigger(
+                name=str(function.get_function_name()),
+                function=user_function,
+                arg_name=arg_name,
+                connection=str(binding["connection"]),
+                queue=value("queueName"),
+                topic=value("topicName"),
+                subscription=value("subscriptionName"),
+                sessions=bool(binding.get("isSessionsEnabled")),
+                many=str(getattr(cardinality, "value", cardinality)) == "many",
+                auto_complete=None if auto_complete is None else bool(auto_complete),
+                annotation=annotations.get(arg_name),
+                settlement_arg=_settlement_arg(user_function, arg_name, annotations),
+            )
+        )
     return triggers
 
 

@@ -69,35 +69,56 @@ class Entities:
         """An emulator-schema Config.json for these entities (duplicate detection on, so a
         batch redelivered after a failure does not duplicate at the target)."""
         dedupe = {
-            "RequiresDuplicateDetection": True, "DuplicateDetectionHistoryTimeWindow": "PT10M",
-        }  # fmt: skip
-        return {"UserConfig": {"Namespaces": [{
-            "Name": "sbemulatorns",
-            "Queues": [
-                {"Name": q, "Properties": {**dedupe, "RequiresSession": sessions}}
-                for q, sessions in sorted(self.queues.items())
-            ],
-            "Topics": [
-                {"Name": t, "Properties": dedupe, "Subscriptions": [
-                    {"Name": s, "Properties": {"RequiresSession": sessions}}
-                    for s, sessions in sorted(subs.items())
-                ]}
-                for t, subs in sorted(self.topics.items())
-            ],
-        }], **self._event_hubs_config(), "Logging": {"Type": "File"}}}  # fmt: skip
+            "RequiresDuplicateDetection": True,
+            "DuplicateDetectionHistoryTimeWindow": "PT10M",
+        }
+        return {
+            "UserConfig": {
+                "Namespaces": [
+                    {
+                        "Name": "sbemulatorns",
+                        "Queues": [
+                            {"Name": q, "Properties": {**dedupe, "RequiresSession": sessions}}
+                            for q, sessions in sorted(self.queues.items())
+                        ],
+                        "Topics": [
+                            {
+                                "Name": t,
+                                "Properties": dedupe,
+                                "Subscriptions": [
+                                    {"Name": s, "Properties": {"RequiresSession": sessions}}
+                                    for s, sessions in sorted(subs.items())
+                                ],
+                            }
+                            for t, subs in sorted(self.topics.items())
+                        ],
+                    }
+                ],
+                **self._event_hubs_config(),
+                "Logging": {"Type": "File"},
+            }
+        }
 
     def _event_hubs_config(self) -> dict[str, Any]:
         """The Event Hubs emulator's part of the file (``NamespaceConfig``), if any."""
         if not self.event_hubs:
             return {}
-        return {"NamespaceConfig": [{
-            "Type": "EventHub", "Name": EVENT_HUBS_NAMESPACE,
-            "Entities": [
-                {"Name": hub, "PartitionCount": EVENT_HUB_PARTITIONS,
-                 "ConsumerGroups": [{"Name": g} for g in sorted(groups)]}
-                for hub, groups in sorted(self.event_hubs.items())
-            ],
-        }]}  # fmt: skip
+        return {
+            "NamespaceConfig": [
+                {
+                    "Type": "EventHub",
+                    "Name": EVENT_HUBS_NAMESPACE,
+                    "Entities": [
+                        {
+                            "Name": hub,
+                            "PartitionCount": EVENT_HUB_PARTITIONS,
+                            "ConsumerGroups": [{"Name": g} for g in sorted(groups)],
+                        }
+                        for hub, groups in sorted(self.event_hubs.items())
+                    ],
+                }
+            ]
+        }
 
 
 def plan_brokers(pipelines: Iterable[Pipeline], settings: Mapping[str, str]) -> dict[int, Entities]:

@@ -75,8 +75,12 @@ class EventHubTrigger:
 
 
 _RETRY_FIELDS = (
-    "strategy", "max_retry_count", "delay_interval", "minimum_interval", "maximum_interval",
-)  # fmt: skip
+    "strategy",
+    "max_retry_count",
+    "delay_interval",
+    "minimum_interval",
+    "maximum_interval",
+)
 
 
 def event_hub_triggers(app: func.FunctionApp, settings: Mapping[str, str]) -> list[EventHubTrigger]:
@@ -95,14 +99,19 @@ def event_hub_triggers(app: func.FunctionApp, settings: Mapping[str, str]) -> li
             retry = {k: getattr(policy, k) for k in _RETRY_FIELDS if getattr(policy, k, None)}
         user_function = function.get_user_function()
         arg_name = str(binding["name"])
-        found.append(EventHubTrigger(
-            name=str(function.get_function_name()), function=user_function, arg_name=arg_name,
-            connection=str(binding["connection"]),
-            eventhub=resolve(str(binding["eventHubName"]), settings),
-            consumer_group=resolve(str(binding.get("consumerGroup") or "$Default"), settings),
-            many=str(getattr(cardinality, "value", cardinality)).lower() == "many",
-            retry=retry, annotation=_annotations(user_function).get(arg_name),
-        ))  # fmt: skip
+        found.append(
+            EventHubTrigger(
+                name=str(function.get_function_name()),
+                function=user_function,
+                arg_name=arg_name,
+                connection=str(binding["connection"]),
+                eventhub=resolve(str(binding["eventHubName"]), settings),
+                consumer_group=resolve(str(binding.get("consumerGroup") or "$Default"), settings),
+                many=str(getattr(cardinality, "value", cardinality)).lower() == "many",
+                retry=retry,
+                annotation=_annotations(user_function).get(arg_name),
+            )
+        )
     return found
 
 
@@ -153,9 +162,11 @@ class Backoff:
             value = settings.get(key)
             if value is None:
                 return default
-            duration = isodate.parse_duration(str(value)) if str(value).startswith("P") else (
-                _clock_time(str(value))
-            )  # fmt: skip
+            duration = (
+                isodate.parse_duration(str(value))
+                if str(value).startswith("P")
+                else (_clock_time(str(value)))
+            )
             return float(duration.total_seconds())
 
         return cls(
@@ -232,11 +243,13 @@ class EventHubTriggerRunner:
 
         trigger = self.trigger
         client = EventHubConsumerClient.from_connection_string(
-            self.connection_string, consumer_group=trigger.consumer_group,
-            eventhub_name=trigger.eventhub, checkpoint_store=self.store,
+            self.connection_string,
+            consumer_group=trigger.consumer_group,
+            eventhub_name=trigger.eventhub,
+            checkpoint_store=self.store,
             load_balancing_interval=LOAD_BALANCING_INTERVAL,
             partition_ownership_expiration_interval=OWNERSHIP_EXPIRATION,
-        )  # fmt: skip
+        )
         self._idle.set()
         namespace = ConnectionString.parse(self.connection_string).netloc
         for checkpoint in await self.store.list_checkpoints(
@@ -245,13 +258,21 @@ class EventHubTriggerRunner:
             sequence = checkpoint.get("sequence_number")
             if sequence is not None:
                 self.read_up_to[str(checkpoint["partition_id"])] = int(sequence)
-        receiving = asyncio.create_task(client.receive_batch(
-            self._on_batch, max_batch_size=self.options.max_event_batch_size,
-            prefetch=self.options.prefetch_count, starting_position="-1",
-            on_error=self._on_error,
-        ))  # fmt: skip
-        log.info("%s: reading event hub %s (consumer group %s)", trigger.name, trigger.eventhub,
-                 trigger.consumer_group)  # fmt: skip
+        receiving = asyncio.create_task(
+            client.receive_batch(
+                self._on_batch,
+                max_batch_size=self.options.max_event_batch_size,
+                prefetch=self.options.prefetch_count,
+                starting_position="-1",
+                on_error=self._on_error,
+            )
+        )
+        log.info(
+            "%s: reading event hub %s (consumer group %s)",
+            trigger.name,
+            trigger.eventhub,
+            trigger.consumer_group,
+        )
         stopping = asyncio.create_task(stop.wait())
         self._stopped = stopping
         try:
@@ -271,8 +292,13 @@ class EventHubTriggerRunner:
 
     async def _on_error(self, context: Any, error: Exception) -> None:
         partition = getattr(context, "partition_id", None)
-        log.warning("%s: event hub %s partition %s: %r", self.trigger.name,
-                    self.trigger.eventhub, partition, error)  # fmt: skip
+        log.warning(
+            "%s: event hub %s partition %s: %r",
+            self.trigger.name,
+            self.trigger.eventhub,
+            partition,
+            error,
+        )
 
     async def _on_batch(self, context: Any, events: list[Any]) -> None:
         if not events or self._stopping:
@@ -318,14 +344,24 @@ class EventHubTriggerRunner:
                 self.stats.failed_calls += 1
                 attempt += 1
                 if backoff is None or backoff.gives_up_after(attempt):
-                    log.error("%s: partition %s: the function failed on %d event(s) and has "
-                              "no retries left: checkpointed past them (%r)", trigger.name,
-                              partition_id, count, exc)  # fmt: skip
+                    log.error(
+                        "%s: partition %s: the function failed on %d event(s) and has "
+                        "no retries left: checkpointed past them (%r)",
+                        trigger.name,
+                        partition_id,
+                        count,
+                        exc,
+                    )
                     return True
                 pause = backoff.wait(attempt)
-                log.warning("%s: partition %s: the function failed (%r); the batch runs again "
-                            "in %.1f s, not checkpointed", trigger.name, partition_id, exc,
-                            pause)  # fmt: skip
+                log.warning(
+                    "%s: partition %s: the function failed (%r); the batch runs again "
+                    "in %.1f s, not checkpointed",
+                    trigger.name,
+                    partition_id,
+                    exc,
+                    pause,
+                )
                 waiting: asyncio.Future[Any] = asyncio.ensure_future(self.sleep(pause))
                 waits: list[asyncio.Future[Any]] = [waiting]
                 if self._stopped is not None:

@@ -40,7 +40,7 @@ def add_start_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-ui", action="store_true", help="no dashboard on the metrics port (default: at /)"
     )
-    parser.add_argument("--log-level", default="INFO")  # fmt: skip
+    parser.add_argument("--log-level", default="INFO")
 
 
 def run_start(args: argparse.Namespace) -> int:
@@ -48,16 +48,20 @@ def run_start(args: argparse.Namespace) -> int:
     from .settings import SettingsError
 
     logging.basicConfig(
-        level=args.log_level.upper(), stream=sys.stderr,
+        level=args.log_level.upper(),
+        stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )  # fmt: skip
+    )
     logging.getLogger("azure").setLevel(logging.WARNING)
     # uamqp (the extension's decoder) logs at INFO for every optional header field absent
     logging.getLogger("uamqp").setLevel(logging.WARNING)
     config = HostConfig(
-        directory=args.dir, settings_file=args.settings, metrics_port=args.metrics_port,
-        progress=not args.no_progress, ui=not args.no_ui,
-    )  # fmt: skip
+        directory=args.dir,
+        settings_file=args.settings,
+        metrics_port=args.metrics_port,
+        progress=not args.no_progress,
+        ui=not args.no_ui,
+    )
     if args.demo:  # a fresh namespace each time: what the demo shows is what this run moved
         import shutil
 
@@ -101,7 +105,7 @@ async def _start(host: Host, demo: bool) -> int:
     pipelines = load_pipelines(
         host.config.directory / host.settings.get("REPLICATION_PIPELINES", "pipelines.yaml"),
         settings=host.settings,
-    )  # fmt: skip
+    )
     expected = await produce(pipelines, host.settings)
     return await run
 
@@ -120,8 +124,10 @@ def _summary(host: Host) -> None:
     print("\npipeline                        received  forwarded  filtered  dead-lettered")
     for name in _pipelines(host):
         c = metrics.counts(name)
-        print(f"{name:<30} {c['received']:>9.0f} {c['forwarded']:>10.0f} {c['filtered']:>9.0f} "
-              f"{c['dead_lettered']:>14.0f}")  # fmt: skip
+        print(
+            f"{name:<30} {c['received']:>9.0f} {c['forwarded']:>10.0f} {c['filtered']:>9.0f} "
+            f"{c['dead_lettered']:>14.0f}"
+        )
 
 
 async def _show_arrivals(host: Host) -> None:
@@ -142,8 +148,10 @@ async def _show_arrivals(host: Host) -> None:
             continue
         for item in peeked:
             props = {k: v for k, v in item["properties"].items() if k.startswith("repl-")}
-            print(f"  {entity} #{item['sequence_number']} session={item['session_id']} "
-                  f"{item['body'][:60]!r} {props}")  # fmt: skip
+            print(
+                f"  {entity} #{item['sequence_number']} session={item['session_id']} "
+                f"{item['body'][:60]!r} {props}"
+            )
     await _show_events(settings)
 
 
@@ -161,8 +169,10 @@ async def _show_events(settings: dict[str, str], hub: str = "order-audit-stream"
         return
     for partition, key, item in [e for e in events if e[1] == "customer-0"]:
         props = {k: v for k, v in item["properties"].items() if k.startswith("repl-")}
-        print(f"  {hub} partition {partition} #{item['sequence_number']} key={key} "
-              f"{item['body'][:60]!r} {props}")  # fmt: skip
+        print(
+            f"  {hub} partition {partition} #{item['sequence_number']} key={key} "
+            f"{item['body'][:60]!r} {props}"
+        )
 
 
 def add_peek_arguments(parser: argparse.ArgumentParser) -> None:
@@ -190,9 +200,9 @@ def run_peek(args: argparse.Namespace) -> int:
 
     try:
         settings, _ = load_settings(args.dir, args.settings)
-        messages = asyncio.run(peek(
-            args.dir, settings, args.connection, args.entity, args.count, args.session
-        ))  # fmt: skip
+        messages = asyncio.run(
+            peek(args.dir, settings, args.connection, args.entity, args.count, args.session)
+        )
     except (SettingsError, KeyError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -200,9 +210,12 @@ def run_peek(args: argparse.Namespace) -> int:
         print(f"error: cannot peek at {args.entity}: {exc}", file=sys.stderr)
         return 1
     for item in messages:
-        print(json.dumps(item) if args.json else
-              f"#{item['sequence_number']} id={item['message_id']} session={item['session_id']} "
-              f"{item['body'][:80]!r} {item['properties']}")  # fmt: skip
+        print(
+            json.dumps(item)
+            if args.json
+            else f"#{item['sequence_number']} id={item['message_id']} session={item['session_id']} "
+            f"{item['body'][:80]!r} {item['properties']}"
+        )
     if not messages:
         print(f"{args.entity}: no messages")
     return 0

@@ -27,9 +27,13 @@ def _listening(port: int) -> bool:
 
 
 async def peek(
-    directory: Path, settings: Mapping[str, str], connection: str, entity: str, count: int,
+    directory: Path,
+    settings: Mapping[str, str],
+    connection: str,
+    entity: str,
+    count: int,
     session: str | None = None,
-) -> list[dict[str, Any]]:  # fmt: skip
+) -> list[dict[str, Any]]:
     """Up to ``count`` messages at ``entity`` of the namespace the app setting ``connection``
     names (of ``session`` only, when given), as ``run_peek`` prints them."""
     if connection not in settings:
@@ -61,11 +65,13 @@ def _describe(message: Message) -> dict[str, Any]:
     except UnicodeDecodeError:
         body = message.body.hex()
     return {
-        "sequence_number": message.sequence_number, "message_id": message.message_id,
-        "session_id": message.session_id, "content_type": message.content_type,
+        "sequence_number": message.sequence_number,
+        "message_id": message.message_id,
+        "session_id": message.session_id,
+        "content_type": message.content_type,
         "properties": {k: str(v) for k, v in message.application_properties.items()},
         "body": body,
-    }  # fmt: skip
+    }
 
 
 async def peek_events(connection_string: str, eventhub: str, wait: float = 3.0) -> list[Any]:

@@ -73,12 +73,22 @@ class PumpRunner:
         rpo = None if schedule is None else parse_schedule(schedule)
         limit = peek_limit_setting(settings)
         return [
-            cls(name, pipeline.name, Source(endpoint.entity, sessions=endpoint.sessions),
-                settings[endpoint.connection], task, targets, options, clock, rpo, limit)
+            cls(
+                name,
+                pipeline.name,
+                Source(endpoint.entity, sessions=endpoint.sessions),
+                settings[endpoint.connection],
+                task,
+                targets,
+                options,
+                clock,
+                rpo,
+                limit,
+            )
             for name, endpoint, task in zip(
                 pipeline.function_names(), pipeline.sources, built.tasks, strict=True
             )
-        ]  # fmt: skip
+        ]
 
     @property
     def entity(self) -> str:
@@ -97,27 +107,40 @@ class PumpRunner:
         while not stop.is_set():
             try:
                 await pump(
-                    self.task, self.connection_string, self.source, SenderPool({}), stop,
+                    self.task,
+                    self.connection_string,
+                    self.source,
+                    SenderPool({}),
+                    stop,
                     max_batch=options.max_message_batch_size,
                     max_wait=options.session_idle_timeout,
-                    session_workers=options.max_concurrent_sessions, stats=self.stats,
-                    on_batch=self._count, backend="amqp", prefetch=options.prefetch_count,
+                    session_workers=options.max_concurrent_sessions,
+                    stats=self.stats,
+                    on_batch=self._count,
+                    backend="amqp",
+                    prefetch=options.prefetch_count,
                     max_lock_renewal=options.max_auto_lock_renewal_duration,
-                    transaction_targets=self.transaction_targets, clock=self.clock,
+                    transaction_targets=self.transaction_targets,
+                    clock=self.clock,
                     rpo_schedule=self.rpo_schedule if probes else None,
                     rpo_peek_limit=self.rpo_peek_limit,
-                )  # fmt: skip
+                )
                 return
             except SourceError as exc:
-                log.warning("%s: the transactional pump failed: %s; retrying in %g s",
-                            self.name, exc, BROKEN_PAUSE)  # fmt: skip
+                log.warning(
+                    "%s: the transactional pump failed: %s; retrying in %g s",
+                    self.name,
+                    exc,
+                    BROKEN_PAUSE,
+                )
                 await wait_event(stop, BROKEN_PAUSE, self.clock)
 
     def _count(self, stats: PumpStats) -> None:
         """After each batch (its settlement and the counts are done together): what changed,
         into the metrics a generated function's batch feeds."""
-        delta = {f.name: getattr(stats, f.name) - getattr(self._seen, f.name)
-                 for f in fields(PumpStats)}  # fmt: skip
+        delta = {
+            f.name: getattr(stats, f.name) - getattr(self._seen, f.name) for f in fields(PumpStats)
+        }
         self._seen = PumpStats(**{f.name: getattr(stats, f.name) for f in fields(PumpStats)})
         name = self.pipeline
         metrics.RECEIVED.labels(name).inc(delta["received"])

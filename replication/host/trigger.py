@@ -199,12 +199,18 @@ class TriggerRunner:
         workers = options.max_concurrent_sessions if sessions else options.max_concurrent_calls
         async with self._source(connection_string) as namespace:
             await ReceiveLoop(
-                namespace, self.trigger.entity, _TriggerHooks(self, stop), stop,
-                sessions=sessions, workers=workers, prefetch=options.prefetch_count,
+                namespace,
+                self.trigger.entity,
+                _TriggerHooks(self, stop),
+                stop,
+                sessions=sessions,
+                workers=workers,
+                prefetch=options.prefetch_count,
                 max_batch=options.max_message_batch_size if self.trigger.many else 1,
                 max_wait=options.session_idle_timeout,
-                max_lock_renewal=options.max_auto_lock_renewal_duration, clock=self.clock,
-            ).run()  # fmt: skip
+                max_lock_renewal=options.max_auto_lock_renewal_duration,
+                clock=self.clock,
+            ).run()
 
     def _source(self, connection_string: str) -> AmqpSource | SdkSource:
         """The namespace through the pipeline's backend. The SDK's own retries (3, with
@@ -261,9 +267,11 @@ class TriggerRunner:
                 messages = bindings.decode(contents, self.trigger.many, self.trigger.annotation)
             if not self.sdk_types:
                 many = self.trigger.many
-                messages = [to_functions_message(m) for m in messages] if many else (
-                    to_functions_message(messages)
-                )  # fmt: skip
+                messages = (
+                    [to_functions_message(m) for m in messages]
+                    if many
+                    else (to_functions_message(messages))
+                )
             arguments = {self.trigger.arg_name: messages}
             if self.trigger.settlement_arg is not None:
                 arguments[self.trigger.settlement_arg] = self._settlement_client()
@@ -271,8 +279,9 @@ class TriggerRunner:
             return True
         except Exception as exc:
             self.stats.failed_calls += 1
-            log.warning("%s: function failed on %d message(s): %s",
-                        self.trigger.name, len(batch), exc)  # fmt: skip
+            log.warning(
+                "%s: function failed on %d message(s): %s", self.trigger.name, len(batch), exc
+            )
             return False
 
     def _settlement_client(self) -> Any:
@@ -303,9 +312,12 @@ class TriggerRunner:
         elif session is not None and (session.released or session.abandoned):
             receiver.release(rest)  # they go back with the session, no delivery counted
         else:
-            log.warning("%s: the function returned without settling %d message(s) and "
-                        "autoCompleteMessages is off: they come again when their locks expire",
-                        self.trigger.name, len(rest))  # fmt: skip
+            log.warning(
+                "%s: the function returned without settling %d message(s) and "
+                "autoCompleteMessages is off: they come again when their locks expire",
+                self.trigger.name,
+                len(rest),
+            )
 
 
 @dataclass(slots=True)

@@ -78,10 +78,15 @@ def build_pipeline(
         loc = pipeline.source_loc(index)
         resolved = resolve_connection(settings, endpoint.connection, role="source")
         if resolved == "fqns" and endpoint.failover is not None:
-            problems.append(((*loc, "failover"), (
-                f"failover needs a connection string in {endpoint.connection!r} (its keys "
-                "are used on every namespace); an identity-based connection has none"
-            )))  # fmt: skip
+            problems.append(
+                (
+                    (*loc, "failover"),
+                    (
+                        f"failover needs a connection string in {endpoint.connection!r} (its keys "
+                        "are used on every namespace); an identity-based connection has none"
+                    ),
+                )
+            )
         elif isinstance(resolved, str) and not resolved.startswith("!"):
             source_namespaces.append(setting_namespace(settings, endpoint.connection))
             role = "source" if len(pipeline.sources) == 1 else f"sources[{index}]"
@@ -92,11 +97,16 @@ def build_pipeline(
         for key, namespace in target_namespaces.items():
             if any(namespace != source for source in source_namespaces if source):
                 endpoint, loc = pipeline.target_locs()[key]
-                problems.append(((*loc, "connection"), (
-                    f"transactional: the target {endpoint.entity!r} is on namespace "
-                    f"{namespace!r}, the source on {source_namespaces[0]!r}; a Service "
-                    "Bus transaction cannot span namespaces"
-                )))  # fmt: skip
+                problems.append(
+                    (
+                        (*loc, "connection"),
+                        (
+                            f"transactional: the target {endpoint.entity!r} is on namespace "
+                            f"{namespace!r}, the source on {source_namespaces[0]!r}; a Service "
+                            "Bus transaction cannot span namespaces"
+                        ),
+                    )
+                )
     context = context or StepContext(settings=settings)
     steps: list[BoundStep] = []
     for index, (name, options) in enumerate(pipeline.steps):

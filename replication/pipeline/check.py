@@ -122,13 +122,19 @@ class _Checker:
                     continue
                 for other, name in readers:
                     same = (other.entity.lower(), other.group.lower()) == (
-                        source.entity.lower(), source.group.lower())  # fmt: skip
+                        source.entity.lower(),
+                        source.group.lower(),
+                    )
                     if same and self.same_namespace(other.connection, source.connection):
-                        self.add(pipeline.source_loc(index), (
-                            f"pipeline {name!r} reads event hub {source.entity!r} with consumer "
-                            f"group {source.group!r} too: they would share its partitions and "
-                            "each see only some events; give each its own consumer_group"
-                        ))  # fmt: skip
+                        self.add(
+                            pipeline.source_loc(index),
+                            (
+                                f"pipeline {name!r} reads event hub {source.entity!r} with "
+                                "consumer "
+                                f"group {source.group!r} too: they would share its partitions and "
+                                "each see only some events; give each its own consumer_group"
+                            ),
+                        )
                         break
                 readers.append((source, pipeline.name))
 
@@ -142,20 +148,26 @@ class _Checker:
             loc: Loc = ("pipelines", index, "name")
             earlier = names.setdefault(name.lower(), (index, name))
             if earlier[0] != index:
-                self.add(loc, (
-                    f"duplicate pipeline name {name!r}: pipelines[{earlier[0]}] is already "
-                    f"named {earlier[1]!r} (names are case-insensitive)"
-                ))  # fmt: skip
+                self.add(
+                    loc,
+                    (
+                        f"duplicate pipeline name {name!r}: pipelines[{earlier[0]}] is already "
+                        f"named {earlier[1]!r} (names are case-insensitive)"
+                    ),
+                )
                 continue
             sources = item.get("sources")
             count = len(sources) if isinstance(sources, list) and sources else 1
             for function in function_names(name, count):
                 first = functions.setdefault(function.lower(), (index, name))
                 if first[0] != index:
-                    self.add(loc, (
-                        f"function name {function!r} of pipeline {name!r} is also the function "
-                        f"name of pipeline {first[1]!r} (pipelines[{first[0]}]): rename one"
-                    ))  # fmt: skip
+                    self.add(
+                        loc,
+                        (
+                            f"function name {function!r} of pipeline {name!r} is also the function "
+                            f"name of pipeline {first[1]!r} (pipelines[{first[0]}]): rename one"
+                        ),
+                    )
                     break
 
     # ------------------------------------------------------------------ one pipeline
@@ -166,11 +178,14 @@ class _Checker:
             return None
         before = len(self.problems)
         if "failover" in item:
-            self.add((*loc, "failover"), (
-                "'failover' goes on an endpoint: give it under 'source' (or each of 'sources') "
-                "and/or 'target', e.g. target: {connection: ..., queue: ..., failover: {dns: "
-                "{alias: ...}}}"
-            ))  # fmt: skip
+            self.add(
+                (*loc, "failover"),
+                (
+                    "'failover' goes on an endpoint: give it under 'source' (or each of 'sources') "
+                    "and/or 'target', e.g. target: {connection: ..., queue: ..., failover: {dns: "
+                    "{alias: ...}}}"
+                ),
+            )
             item = {k: v for k, v in item.items() if k != "failover"}
         try:
             spec = PipelineSpec.model_validate(item)
@@ -241,13 +256,16 @@ class _Checker:
     def check_endpoint(self, endpoint: Endpoint, loc: Loc, role: str) -> None:
         given = [k for k in ("queue", "topic", "eventhub") if getattr(endpoint, k) is not None]
         if len(given) > 1:
-            self.add((*loc, given[1]), f"give one of 'queue', 'topic' and 'eventhub', not "
-                     f"{' and '.join(repr(k) for k in given)}")  # fmt: skip
+            self.add(
+                (*loc, given[1]),
+                f"give one of 'queue', 'topic' and 'eventhub', not "
+                f"{' and '.join(repr(k) for k in given)}",
+            )
         elif not given:
             if role == "source":
-                self.add(loc, (
-                    "the source needs 'queue', or 'topic' and 'subscription', or 'eventhub'"
-                ))  # fmt: skip
+                self.add(
+                    loc, ("the source needs 'queue', or 'topic' and 'subscription', or 'eventhub'")
+                )
             else:
                 self.add(loc, f"the {role} needs 'queue', 'topic' or 'eventhub'")
         if len(given) > 1:
@@ -256,28 +274,36 @@ class _Checker:
             self.check_event_hub(endpoint, loc, role)
         elif role == "source":
             if endpoint.topic is not None and endpoint.subscription is None:
-                self.add((*loc, "topic"), (
-                    f"reading from topic {endpoint.topic!r} needs 'subscription' (the "
-                    "subscription of the topic to read)"
-                ))  # fmt: skip
+                self.add(
+                    (*loc, "topic"),
+                    (
+                        f"reading from topic {endpoint.topic!r} needs 'subscription' (the "
+                        "subscription of the topic to read)"
+                    ),
+                )
             if endpoint.queue is not None and endpoint.subscription is not None:
                 self.add((*loc, "subscription"), "'subscription' goes with 'topic', not 'queue'")
         else:
             if endpoint.subscription is not None:
-                self.add((*loc, "subscription"), (
-                    f"a {role} is a queue or a topic: messages cannot be sent to a subscription"
-                ))  # fmt: skip
+                self.add(
+                    (*loc, "subscription"),
+                    (f"a {role} is a queue or a topic: messages cannot be sent to a subscription"),
+                )
             if endpoint.sessions:
-                self.add((*loc, "sessions"), (
-                    "'sessions' is for sources (it makes the trigger read sessions); a "
-                    f"{role} keeps each message's session id"
-                ))  # fmt: skip
+                self.add(
+                    (*loc, "sessions"),
+                    (
+                        "'sessions' is for sources (it makes the trigger read sessions); a "
+                        f"{role} keeps each message's session id"
+                    ),
+                )
         if endpoint.eventhub is None:
             for name in ("consumer_group", "session_id_from"):
                 if getattr(endpoint, name) is not None:
-                    self.add((*loc, name), (
-                        f"{name!r} is for event hub sources ('eventhub'), not queues or topics"
-                    ))  # fmt: skip
+                    self.add(
+                        (*loc, name),
+                        (f"{name!r} is for event hub sources ('eventhub'), not queues or topics"),
+                    )
         self.check_setting(
             endpoint.connection, (*loc, "connection"), role == "source", endpoint.is_event_hub
         )
@@ -288,32 +314,49 @@ class _Checker:
         """An event hub has partitions, not sessions or subscriptions; a consumer group is
         what a reader reads through, so only a source has one."""
         if endpoint.subscription is not None:
-            self.add((*loc, "subscription"), (
-                "'subscription' goes with 'topic'; an event hub source reads through a "
-                "consumer group ('consumer_group', default $Default)"
-            ))  # fmt: skip
+            self.add(
+                (*loc, "subscription"),
+                (
+                    "'subscription' goes with 'topic'; an event hub source reads through a "
+                    "consumer group ('consumer_group', default $Default)"
+                ),
+            )
         if endpoint.sessions:
-            self.add((*loc, "sessions"), (
-                "an event hub has no sessions: it keeps order per partition (events with the "
-                "same partition key); leave 'sessions' out"
-                + (" (session_id_from: partition_key gives a Service Bus target sessions)"
-                   if role == "source" else "")
-            ))  # fmt: skip
+            self.add(
+                (*loc, "sessions"),
+                (
+                    "an event hub has no sessions: it keeps order per partition (events with the "
+                    "same partition key); leave 'sessions' out"
+                    + (
+                        " (session_id_from: partition_key gives a Service Bus target sessions)"
+                        if role == "source"
+                        else ""
+                    )
+                ),
+            )
         if role != "source":
             for name in ("consumer_group", "session_id_from"):
                 if getattr(endpoint, name) is not None:
-                    self.add((*loc, name), (
-                        f"{name!r} is for event hub sources: a {role} is sent to, not read "
-                        "through a consumer group"
-                        if name == "consumer_group" else
-                        f"{name!r} is for event hub sources (it sets the session id of what "
-                        f"is read); a {role} keeps each message's session id"
-                    ))  # fmt: skip
+                    self.add(
+                        (*loc, name),
+                        (
+                            f"{name!r} is for event hub sources: a {role} is sent to, not read "
+                            "through a consumer group"
+                            if name == "consumer_group"
+                            else f"{name!r} is for event hub sources (it sets the session id of "
+                            "what "
+                            f"is read); a {role} keeps each message's session id"
+                        ),
+                    )
         if endpoint.failover is not None:
-            self.add((*loc, "failover"), (
-                "failover resolves Service Bus namespaces (SRV _azure_servicebus); an event hub "
-                "endpoint cannot fail over yet: leave 'failover' out"
-            ))  # fmt: skip
+            self.add(
+                (*loc, "failover"),
+                (
+                    "failover resolves Service Bus namespaces (SRV _azure_servicebus); an event "
+                    "hub "
+                    "endpoint cannot fail over yet: leave 'failover' out"
+                ),
+            )
 
     def check_failover_settings(self, loc: Loc) -> None:
         """The environment's half of failover: the host map and the default DNS server."""
@@ -359,10 +402,13 @@ class _Checker:
                 if getattr(spec, name) is not None:
                     self.add((*loc, name), f"{name!r} goes with 'routes'")
         elif spec.default is not None and spec.unmatched is not None:
-            self.add((*loc, "unmatched"), (
-                "'unmatched' has no effect when 'default' is set (messages no route takes go "
-                "to the default)"
-            ))  # fmt: skip
+            self.add(
+                (*loc, "unmatched"),
+                (
+                    "'unmatched' has no effect when 'default' is set (messages no route takes go "
+                    "to the default)"
+                ),
+            )
 
     def check_loops(self, spec: PipelineSpec, sources: list[Endpoint], loc: Loc) -> None:
         """A target that is the source itself sends every message round and round."""
@@ -379,55 +425,85 @@ class _Checker:
                 ):
                     continue
                 if source.queue is not None and out.queue is not None:
-                    self.add(where, (
-                        f"the target is the source queue {source.queue!r}: every message would "
-                        "come back"
-                    ))  # fmt: skip
+                    self.add(
+                        where,
+                        (
+                            f"the target is the source queue {source.queue!r}: every message would "
+                            "come back"
+                        ),
+                    )
                 elif source.topic is not None and out.topic is not None and not spec.loop_guard:
-                    self.add(where, (
-                        f"the target is the source topic {source.topic!r}: messages would come "
-                        "back through the subscription (set loop_guard: true if that is meant)"
-                    ))  # fmt: skip
+                    self.add(
+                        where,
+                        (
+                            f"the target is the source topic {source.topic!r}: messages would come "
+                            "back through the subscription (set loop_guard: true if that is meant)"
+                        ),
+                    )
                 elif source.is_event_hub and out.is_event_hub and not spec.loop_guard:
-                    self.add(where, (
-                        f"the target is the source event hub {source.eventhub!r}: events would "
-                        "come back through the consumer group (set loop_guard: true if that is "
-                        "meant)"
-                    ))  # fmt: skip
+                    self.add(
+                        where,
+                        (
+                            f"the target is the source event hub {source.eventhub!r}: events would "
+                            "come back through the consumer group (set loop_guard: true if that is "
+                            "meant)"
+                        ),
+                    )
 
     def check_transactional(
-        self, spec: PipelineSpec, sources: list[Endpoint], step_targets: dict[str, Endpoint],
+        self,
+        spec: PipelineSpec,
+        sources: list[Endpoint],
+        step_targets: dict[str, Endpoint],
         loc: Loc,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """A transaction lives on one connection to one namespace, reaches a second entity
         only through a via entity (the source queue), and only our AMQP client runs one."""
         where: Loc = (*loc, "transactional")
         if spec.backend == "sdk":
-            self.add(where, (
-                "transactional needs backend 'amqp': the transaction spans the source's "
-                "receiver and the targets' senders on one connection, which azure-servicebus "
-                "(backend 'sdk') cannot share or run a transaction on"
-            ))  # fmt: skip
+            self.add(
+                where,
+                (
+                    "transactional needs backend 'amqp': the transaction spans the source's "
+                    "receiver and the targets' senders on one connection, which azure-servicebus "
+                    "(backend 'sdk') cannot share or run a transaction on"
+                ),
+            )
         for index, source in enumerate(sources):
-            source_loc: Loc = (*loc, "source") if spec.source is not None else (
-                *loc, "sources", index,
-            )  # fmt: skip
+            source_loc: Loc = (
+                (*loc, "source")
+                if spec.source is not None
+                else (
+                    *loc,
+                    "sources",
+                    index,
+                )
+            )
             if source.is_event_hub:
-                self.add(source_loc, (
-                    "transactional needs a Service Bus queue source: an event hub has no "
-                    "transactions (its reader checkpoints after each batch: at-least-once)"
-                ))  # fmt: skip
+                self.add(
+                    source_loc,
+                    (
+                        "transactional needs a Service Bus queue source: an event hub has no "
+                        "transactions (its reader checkpoints after each batch: at-least-once)"
+                    ),
+                )
             elif source.queue is None:
-                self.add(source_loc, (
-                    "transactional needs a queue source: the copies are sent via the source "
-                    "entity in the same transaction as its completes, and a subscription "
-                    "cannot be sent through"
-                ))  # fmt: skip
+                self.add(
+                    source_loc,
+                    (
+                        "transactional needs a queue source: the copies are sent via the source "
+                        "entity in the same transaction as its completes, and a subscription "
+                        "cannot be sent through"
+                    ),
+                )
             if source.failover is not None:
-                self.add((*source_loc, "failover"), (
-                    "transactional pipelines cannot fail over: a transaction and its targets "
-                    "are bound to the one namespace the source is on"
-                ))  # fmt: skip
+                self.add(
+                    (*source_loc, "failover"),
+                    (
+                        "transactional pipelines cannot fail over: a transaction and its targets "
+                        "are bound to the one namespace the source is on"
+                    ),
+                )
         outs: list[tuple[Endpoint, Loc]] = []
         if spec.target is not None:
             outs.append((spec.target, (*loc, "target")))
@@ -440,24 +516,33 @@ class _Checker:
             outs.append((endpoint, (*loc, "steps", int(key.rpartition(":")[2]), "error_target")))
         for out, out_loc in outs:
             if out.is_event_hub:
-                self.add((*out_loc, "eventhub"), (
-                    "transactional: a Service Bus transaction cannot include a send to an "
-                    f"event hub ({out.eventhub!r}); drop transactional, or send to a queue or "
-                    "topic"
-                ))  # fmt: skip
+                self.add(
+                    (*out_loc, "eventhub"),
+                    (
+                        "transactional: a Service Bus transaction cannot include a send to an "
+                        f"event hub ({out.eventhub!r}); drop transactional, or send to a queue or "
+                        "topic"
+                    ),
+                )
             if out.failover is not None:
-                self.add((*out_loc, "failover"), (
-                    "transactional pipelines cannot fail over: a transaction and its targets "
-                    "are bound to the one namespace the source is on"
-                ))  # fmt: skip
+                self.add(
+                    (*out_loc, "failover"),
+                    (
+                        "transactional pipelines cannot fail over: a transaction and its targets "
+                        "are bound to the one namespace the source is on"
+                    ),
+                )
             for source in sources:
                 if self.other_namespace(out.connection, source.connection):
-                    self.add((*out_loc, "connection"), (
-                        f"transactional: the target {out.entity!r} is on another namespace "
-                        f"than the source ({out.connection!r} vs {source.connection!r}); a "
-                        "Service Bus transaction cannot span namespaces (put the target in "
-                        "the source's namespace, or drop transactional)"
-                    ))  # fmt: skip
+                    self.add(
+                        (*out_loc, "connection"),
+                        (
+                            f"transactional: the target {out.entity!r} is on another namespace "
+                            f"than the source ({out.connection!r} vs {source.connection!r}); a "
+                            "Service Bus transaction cannot span namespaces (put the target in "
+                            "the source's namespace, or drop transactional)"
+                        ),
+                    )
                     break
 
     def other_namespace(self, first: str, second: str) -> bool:
@@ -507,21 +592,30 @@ class _Checker:
             named = [k for k in item if lookup(str(k)) is not None]
             if len(named) == 1:
                 others = ", ".join(repr(k) for k in item if k != named[0])
-                self.add((*loc, named[0]), (
-                    f"{others} must be options of step {named[0]!r}: indent them under "
-                    f"'{named[0]}:'"
-                ))  # fmt: skip
+                self.add(
+                    (*loc, named[0]),
+                    (
+                        f"{others} must be options of step {named[0]!r}: indent them under "
+                        f"'{named[0]}:'"
+                    ),
+                )
                 return None
             keys = ", ".join(repr(str(k)) for k in item)
-            self.add(loc, (
-                f"a step is a mapping with one key, the step name (e.g. '- filter: "
-                f"{{condition: ...}}'); this one has {len(item)}: {keys}"
-            ))  # fmt: skip
+            self.add(
+                loc,
+                (
+                    f"a step is a mapping with one key, the step name (e.g. '- filter: "
+                    f"{{condition: ...}}'); this one has {len(item)}: {keys}"
+                ),
+            )
             return None
-        self.add(loc, (
-            f"expected a step: a step name, or a mapping of a step name to its options; got "
-            f"{show(item) if item != {} else 'an empty mapping'}"
-        ))  # fmt: skip
+        self.add(
+            loc,
+            (
+                f"expected a step: a step name, or a mapping of a step name to its options; got "
+                f"{show(item) if item != {} else 'an empty mapping'}"
+            ),
+        )
         return None
 
     def check_step(
@@ -544,25 +638,32 @@ class _Checker:
             self.add(name_loc, f"unknown step {name!r}{hint}")
             return None
         if name == "route":
-            self.add(name_loc, (
-                "'route' is not used as a step here: give the pipeline's 'routes' (with "
-                "'default', 'unmatched', 'route_mode')"
-            ))  # fmt: skip
+            self.add(
+                name_loc,
+                (
+                    "'route' is not used as a step here: give the pipeline's 'routes' (with "
+                    "'default', 'unmatched', 'route_mode')"
+                ),
+            )
             return None
         if not isinstance(raw_options, Mapping):
-            self.add(name_loc, (
-                f"expected the options of step {name!r} as a mapping, got {show(raw_options)}"
-            ))  # fmt: skip
+            self.add(
+                name_loc,
+                (f"expected the options of step {name!r} as a mapping, got {show(raw_options)}"),
+            )
             return None
         options = dict(raw_options)
         before = len(self.problems)
         own = options.get("error_target")
         if own is not None:
             if not isinstance(own, Mapping):
-                self.add((*name_loc, "error_target"), (
-                    "expected an endpoint ({connection: ..., queue: ...}); leave it out to use "
-                    "the pipeline's error_target"
-                ))  # fmt: skip
+                self.add(
+                    (*name_loc, "error_target"),
+                    (
+                        "expected an endpoint ({connection: ..., queue: ...}); leave it out to use "
+                        "the pipeline's error_target"
+                    ),
+                )
             else:
                 try:
                     endpoint = Endpoint.model_validate(own)
@@ -577,10 +678,13 @@ class _Checker:
                     options["error_target"] = key
         elif options.get("on_error") == "route":
             if pipeline_error_target is None:
-                self.add((*name_loc, "on_error"), (
-                    "on_error 'route' needs an error target: set the pipeline's 'error_target' "
-                    "(or this step's)"
-                ))  # fmt: skip
+                self.add(
+                    (*name_loc, "on_error"),
+                    (
+                        "on_error 'route' needs an error target: set the pipeline's 'error_target' "
+                        "(or this step's)"
+                    ),
+                )
             else:
                 options["error_target"] = ERROR_TARGET_KEY
         if len(self.problems) > before:

@@ -30,9 +30,9 @@ def parse_document(text: str, source: str) -> Document:
     """YAML (which also reads most JSON), or JSON when ``source`` ends in ``.json``."""
     document = _parse_json(text, source) if is_json(source) else _parse_yaml(text, source)
     if document.duplicates:
-        raise document.positions.error([
-            (loc, f"property {loc[-1]!r} appears more than once") for loc in document.duplicates
-        ])  # fmt: skip
+        raise document.positions.error(
+            [(loc, f"property {loc[-1]!r} appears more than once") for loc in document.duplicates]
+        )
     return document
 
 

@@ -26,14 +26,18 @@ TRANSACTIONAL_RUNNERS = (
 )
 """What runs a ``transactional`` pipeline: whatever receives from the source itself."""
 NO_TRANSACTIONS: dict[str, tuple[str, str]] = {
-    "functions": ("Azure Functions", (
-        "the Functions host receives the source's messages and settles them on its own "
-        "connection, which cannot join the transaction the copies are sent in"
-    )),
-    "spark": ("the Spark runner", (
-        "its executors receive and settle each micro-batch outside any transaction"
-    )),
-}  # fmt: skip
+    "functions": (
+        "Azure Functions",
+        (
+            "the Functions host receives the source's messages and settles them on its own "
+            "connection, which cannot join the transaction the copies are sent in"
+        ),
+    ),
+    "spark": (
+        "the Spark runner",
+        ("its executors receive and settle each micro-batch outside any transaction"),
+    ),
+}
 """The runners that cannot run a ``transactional`` pipeline: (name, why)."""
 
 
@@ -93,10 +97,18 @@ class Pipeline:
         if not self.transactional:
             return
         name, why = NO_TRANSACTIONS[runner]
-        raise self.positions().error([(self.loc("transactional"), (
-            f"pipeline {self.name!r} is transactional, which {name} cannot run ({why}); it "
-            f"runs in {TRANSACTIONAL_RUNNERS}, or set transactional: false"
-        ))])  # fmt: skip
+        raise self.positions().error(
+            [
+                (
+                    self.loc("transactional"),
+                    (
+                        f"pipeline {self.name!r} is transactional, which {name} cannot run "
+                        f"({why}); it "
+                        f"runs in {TRANSACTIONAL_RUNNERS}, or set transactional: false"
+                    ),
+                )
+            ]
+        )
 
     def target_endpoints(self) -> dict[str | None, Endpoint]:
         """Every place outputs may go, by target name (None: the single ``target``)."""

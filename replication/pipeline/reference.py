@@ -46,11 +46,23 @@ def markdown_reference(schema: dict[str, Any]) -> str:
     ]
     for name, title, intro in SECTIONS:
         if name in defs:
-            out += ["", f"## {title}", "", intro, "", *_rules(defs[name]),
-                    *_table(defs[name], defs, anchors)]  # fmt: skip
-    out += ["", "## Steps", "",
-            "Each item of `steps` is a one-key mapping, `step-name: {options}`; a step whose "
-            "options are all optional may also be written as its bare name.", ""]  # fmt: skip
+            out += [
+                "",
+                f"## {title}",
+                "",
+                intro,
+                "",
+                *_rules(defs[name]),
+                *_table(defs[name], defs, anchors),
+            ]
+    out += [
+        "",
+        "## Steps",
+        "",
+        "Each item of `steps` is a one-key mapping, `step-name: {options}`; a step whose "
+        "options are all optional may also be written as its bare name.",
+        "",
+    ]
     for name, options, description in steps:
         out += [f"### Step `{name}`", "", description, ""]
         if options in defs:
@@ -94,10 +106,19 @@ def _table(node: dict[str, Any], defs: dict[str, Any], anchors: dict[str, str]) 
         if default == "`null`":
             default = ""
         kind = "list of [steps](#steps)" if field == "steps" else _type(spec, defs, anchors)
-        rows.append("| " + " | ".join([
-            f"`{field}`", kind, "yes" if field in required else "",
-            default, _describe(spec),
-        ]) + " |")  # fmt: skip
+        rows.append(
+            "| "
+            + " | ".join(
+                [
+                    f"`{field}`",
+                    kind,
+                    "yes" if field in required else "",
+                    default,
+                    _describe(spec),
+                ]
+            )
+            + " |"
+        )
     return rows
 
 
@@ -134,10 +155,16 @@ def _describe(spec: dict[str, Any]) -> str:
                 description = description or option.get("description")
     if description:
         parts.append(" ".join(str(description).split()).replace("``", "`"))
-    limits = {"minLength": "at least {} characters", "maxLength": "at most {} characters",
-              "minimum": ">= {}", "maximum": "<= {}", "exclusiveMinimum": "> {}",
-              "exclusiveMaximum": "< {}", "minItems": "at least {} item(s)",
-              "pattern": "matches `{}`"}  # fmt: skip
+    limits = {
+        "minLength": "at least {} characters",
+        "maxLength": "at most {} characters",
+        "minimum": ">= {}",
+        "maximum": "<= {}",
+        "exclusiveMinimum": "> {}",
+        "exclusiveMaximum": "< {}",
+        "minItems": "at least {} item(s)",
+        "pattern": "matches `{}`",
+    }
     for key, text in limits.items():
         for source in (spec, *spec.get("anyOf", [])):
             if key in source:

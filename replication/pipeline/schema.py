@@ -48,12 +48,14 @@ def json_schema() -> dict[str, Any]:
         value: dict[str, Any] = {"anyOf": [ref, {"type": "null"}]} if optional else dict(ref)
         if spec.doc:
             value["description"] = spec.doc
-        variants.append({
-            "type": "object",
-            "properties": {name: value},
-            "required": [name],
-            "additionalProperties": False,
-        })  # fmt: skip
+        variants.append(
+            {
+                "type": "object",
+                "properties": {name: value},
+                "required": [name],
+                "additionalProperties": False,
+            }
+        )
         if optional:
             bare.append(name)
     if bare:

@@ -163,10 +163,12 @@ class Endpoint(BaseModel):
         frozen=True,
         json_schema_extra={
             "anyOf": [
-                {"required": ["queue"]}, {"required": ["topic"]}, {"required": ["eventhub"]},
+                {"required": ["queue"]},
+                {"required": ["topic"]},
+                {"required": ["eventhub"]},
             ]
         },
-    )  # fmt: skip
+    )
 
     connection: SettingName = Field(
         description="Name of the app setting holding the namespace's connection string "
@@ -178,26 +180,30 @@ class Endpoint(BaseModel):
         None, description="The subscription of `topic` to read (sources only)."
     )
     sessions: bool = Field(
-        False, description="Service Bus sources only: the entity requires sessions "
-        "(session trigger).",
-    )  # fmt: skip
+        False,
+        description="Service Bus sources only: the entity requires sessions (session trigger).",
+    )
     eventhub: EventHubName | None = Field(
-        None, description="An event hub (Event Hubs) instead of a queue or topic; the "
+        None,
+        description="An event hub (Event Hubs) instead of a queue or topic; the "
         "connection is then an Event Hubs namespace's connection string.",
-    )  # fmt: skip
+    )
     consumer_group: ConsumerGroupName | None = Field(
-        None, description="Event hub sources only: the consumer group read (default "
+        None,
+        description="Event hub sources only: the consumer group read (default "
         "`$Default`), as the Event Hubs trigger's consumerGroup.",
-    )  # fmt: skip
+    )
     session_id_from: Literal["partition_key"] | None = Field(
-        None, description="Event hub sources only: `partition_key` gives each event its "
+        None,
+        description="Event hub sources only: `partition_key` gives each event its "
         "partition key as its session id, so a session-enabled Service Bus target gets each "
         "key's events as one session, in order.",
-    )  # fmt: skip
+    )
     failover: FailoverSpec | None = Field(
-        None, description="Resolve the namespace at run time (DNS alias, file or URL) and "
+        None,
+        description="Resolve the namespace at run time (DNS alias, file or URL) and "
         "switch when it changes; the connection's keys are used on every namespace.",
-    )  # fmt: skip
+    )
 
     @property
     def entity(self) -> str:

@@ -114,12 +114,25 @@ class MessageSpec(_Spec):
 
 _BODY_FIELDS = ("body", "json", "body_base64", "avro")
 _INPUT_ONLY = (
-    "enqueued_time", "sequence_number", "delivery_count", "offset", "partition_id",
-)  # fmt: skip
+    "enqueued_time",
+    "sequence_number",
+    "delivery_count",
+    "offset",
+    "partition_id",
+)
 _SIMPLE_FIELDS = (
-    "message_id", "session_id", "partition_key", "correlation_id", "subject", "content_type",
-    "reply_to", "reply_to_session_id", "to", "time_to_live", "scheduled_enqueue_time",
-)  # fmt: skip
+    "message_id",
+    "session_id",
+    "partition_key",
+    "correlation_id",
+    "subject",
+    "content_type",
+    "reply_to",
+    "reply_to_session_id",
+    "to",
+    "time_to_live",
+    "scheduled_enqueue_time",
+)
 
 
 class CaseSpec(_Spec):
@@ -251,10 +264,15 @@ def _check_cases(spec: TestFileSpec, pipelines: PipelineFile, positions: Positio
             continue
         pipeline = pipelines.get(case.pipeline)
         if case.source >= len(pipeline.sources):
-            problems.append(((*loc, "source"), (
-                f"pipeline {case.pipeline!r} has {len(pipeline.sources)} source(s); source "
-                f"{case.source} does not exist (sources count from 0)"
-            )))  # fmt: skip
+            problems.append(
+                (
+                    (*loc, "source"),
+                    (
+                        f"pipeline {case.pipeline!r} has {len(pipeline.sources)} source(s); source "
+                        f"{case.source} does not exist (sources count from 0)"
+                    ),
+                )
+            )
         given = [k for k in ("expect", "expect_dead_letter") if getattr(case, k) is not None]
         if case.expect_nothing and given:
             problems.append(((*loc, "expect_nothing"), f"goes alone, not with {given[0]!r}"))

@@ -81,12 +81,20 @@ REFRESH_AT = 0.9
 """Fraction of a token's lifetime after which it is renewed (the SDKs: with 10% left)."""
 MIN_REFRESH_DELAY = 1.0
 
-NOT_RETRYABLE = frozenset({
-    "amqp:unauthorized-access", "amqp:not-found", "amqp:not-allowed", "amqp:not-implemented",
-    "amqp:invalid-field", "amqp:decode-error", "com.microsoft:auth-failed",
-    "com.microsoft:entity-disabled", "amqp:link:message-size-exceeded",
-    "amqp:resource-limit-exceeded",
-})  # fmt: skip
+NOT_RETRYABLE = frozenset(
+    {
+        "amqp:unauthorized-access",
+        "amqp:not-found",
+        "amqp:not-allowed",
+        "amqp:not-implemented",
+        "amqp:invalid-field",
+        "amqp:decode-error",
+        "com.microsoft:auth-failed",
+        "com.microsoft:entity-disabled",
+        "amqp:link:message-size-exceeded",
+        "amqp:resource-limit-exceeded",
+    }
+)
 """Conditions that another attempt will not cure (wrong key, no such entity, ...)."""
 
 
@@ -209,12 +217,16 @@ class AmqpConnection:
         try:
             client = await asyncio.wait_for(
                 Client.connect(
-                    endpoint.host, endpoint.port, sasl=ServiceBusSasl(hostname=endpoint.host),
-                    ssl_context=endpoint.tls_context(), hostname=endpoint.host,
-                    container_id=f"replication-source-{uuid.uuid4()}", timeout=timeout,
+                    endpoint.host,
+                    endpoint.port,
+                    sasl=ServiceBusSasl(hostname=endpoint.host),
+                    ssl_context=endpoint.tls_context(),
+                    hostname=endpoint.host,
+                    container_id=f"replication-source-{uuid.uuid4()}",
+                    timeout=timeout,
                 ),
                 timeout,
-            )  # fmt: skip
+            )
         except (AMQPError, OSError) as exc:  # TimeoutError is an OSError
             raise source_error(exc, f"cannot connect to {endpoint.host}:{endpoint.port}") from exc
         connection = cls(endpoint, client, timeout=timeout)
@@ -262,8 +274,11 @@ class AmqpConnection:
                 issued, expiry = clock.time(), min(expiry, clock.time() + 30 / (1 - REFRESH_AT))
                 continue
             if new_expiry <= expiry:
-                log.warning("the token for %s cannot be renewed (it expires at %s)", audience,
-                            datetime.fromtimestamp(expiry, UTC).isoformat())  # fmt: skip
+                log.warning(
+                    "the token for %s cannot be renewed (it expires at %s)",
+                    audience,
+                    datetime.fromtimestamp(expiry, UTC).isoformat(),
+                )
                 return
             log.debug("token for %s renewed until %s", audience, new_expiry)
             issued, expiry = now, new_expiry
@@ -273,13 +288,16 @@ class AmqpConnection:
         token, expiry = await self.endpoint.token_provider(audience)
         message_id = uuid.uuid4()
         request = AmqpMessage(
-            body=token, body_type=BodyType.VALUE,
+            body=token,
+            body_type=BodyType.VALUE,
             properties=Properties(message_id=message_id, reply_to=CBS_NODE),
             application_properties={
-                "operation": "put-token", "type": self.endpoint.token_type, "name": audience,
+                "operation": "put-token",
+                "type": self.endpoint.token_type,
+                "name": audience,
                 "expiration": timestamp(int(expiry * 1000)),
             },
-        )  # fmt: skip
+        )
         sender, receiver = self._cbs_sender, self._cbs_receiver
         assert sender is not None and receiver is not None
         async with self._cbs_lock:
@@ -302,9 +320,12 @@ class AmqpConnection:
         return expiry
 
     async def _cbs_reply(
-        self, receiver: Receiver, message_id: uuid.UUID, sent: asyncio.Future[Any],
+        self,
+        receiver: Receiver,
+        message_id: uuid.UUID,
+        sent: asyncio.Future[Any],
         audience: str,
-    ) -> dict[str, Any]:  # fmt: skip
+    ) -> dict[str, Any]:
         deadline = time.monotonic() + self.timeout
         while True:
             remaining = deadline - time.monotonic()
@@ -320,17 +341,24 @@ class AmqpConnection:
                         f"{getattr(error, 'description', None) or error}",
                         getattr(error, "condition", None) or "amqp:unauthorized-access",
                     ) from None
-                raise SourceError(f"no CBS answer for {audience} within {self.timeout:g} s",
-                                  "com.microsoft:timeout") from None  # fmt: skip
+                raise SourceError(
+                    f"no CBS answer for {audience} within {self.timeout:g} s",
+                    "com.microsoft:timeout",
+                ) from None
             received.accept()
             props = received.message.properties
             if props is not None and props.correlation_id == message_id:
                 return dict(received.message.application_properties or {})
 
     async def receiver(
-        self, path: str, *, prefetch: int = 100, session: bool = False,
-        session_id: str | None = None, wait: float = 60.0,
-    ) -> AmqpReceiver:  # fmt: skip
+        self,
+        path: str,
+        *,
+        prefetch: int = 100,
+        session: bool = False,
+        session_id: str | None = None,
+        wait: float = 60.0,
+    ) -> AmqpReceiver:
         """A peek-lock receiver on ``path`` (a queue, ``topic/Subscriptions/sub``, or either
         with ``/$DeadLetterQueue``). ``session``: lock ``session_id``, or the next available
         session, waiting up to ``wait`` seconds (``NoSessionAvailable`` when none came)."""
@@ -345,11 +373,17 @@ class AmqpConnection:
                 attach_timeout += wait
         try:
             link = await self.client.receiver(
-                self.endpoint.address(path), credit=max(1, prefetch), filter=filters,
-                properties=properties, target=f"receiver-link-{uuid.uuid4()}",
-                snd_settle_mode=SND_UNSETTLED, rcv_settle_mode=RCV_SECOND,
-                credit_on_take=True, decode=decode_arrived, timeout=attach_timeout,
-            )  # fmt: skip
+                self.endpoint.address(path),
+                credit=max(1, prefetch),
+                filter=filters,
+                properties=properties,
+                target=f"receiver-link-{uuid.uuid4()}",
+                snd_settle_mode=SND_UNSETTLED,
+                rcv_settle_mode=RCV_SECOND,
+                credit_on_take=True,
+                decode=decode_arrived,
+                timeout=attach_timeout,
+            )
         except TimeoutError as exc:  # the attach was never answered: the link is stuck
             await self.close()  # half-open; start over on a new connection
             raise SourceError(f"no answer to the attach of {path}") from exc
@@ -423,32 +457,42 @@ class AmqpReceiver:
     # -- settlement: sent settled, together with the rest of the loop turn's output; in a
     # transaction sent unsettled, the service's answer awaited by the commit
 
-    def complete(self, messages: Iterable[Message], *, transaction: Transaction | None = None
-                 ) -> int:  # fmt: skip
+    def complete(
+        self, messages: Iterable[Message], *, transaction: Transaction | None = None
+    ) -> int:
         """Completes messages; consecutive deliveries share one disposition frame.
         ``transaction``: completed when it commits (``transactions.py``)."""
         return self._settle(messages, Accepted(), transaction)
 
     def abandon(
-        self, messages: Iterable[Message], annotations: dict[Any, Any] | None = None, *,
+        self,
+        messages: Iterable[Message],
+        annotations: dict[Any, Any] | None = None,
+        *,
         transaction: Transaction | None = None,
-    ) -> int:  # fmt: skip
+    ) -> int:
         """Gives messages back; their delivery count goes up (``modified(delivery-failed)``).
         ``annotations``: properties to change on them as they go back."""
         return self._modify(messages, False, annotations, transaction)
 
     def defer(
-        self, messages: Iterable[Message], annotations: dict[Any, Any] | None = None, *,
+        self,
+        messages: Iterable[Message],
+        annotations: dict[Any, Any] | None = None,
+        *,
         transaction: Transaction | None = None,
-    ) -> int:  # fmt: skip
+    ) -> int:
         """Sets messages aside, to be received by sequence number later
         (``modified(undeliverable-here)``, as the SDKs defer)."""
         return self._modify(messages, True, annotations, transaction)
 
     def _modify(
-        self, messages: Iterable[Message], elsewhere: bool, annotations: dict[Any, Any] | None,
+        self,
+        messages: Iterable[Message],
+        elsewhere: bool,
+        annotations: dict[Any, Any] | None,
         transaction: Transaction | None,
-    ) -> int:  # fmt: skip
+    ) -> int:
         outcome = Modified(
             delivery_failed=True, undeliverable_here=elsewhere, message_annotations=annotations
         )
@@ -459,15 +503,20 @@ class AmqpReceiver:
         return self._settle(messages, Released())
 
     def dead_letter(
-        self, message: Message, reason: str = "", description: str = "", *,
+        self,
+        message: Message,
+        reason: str = "",
+        description: str = "",
+        *,
         transaction: Transaction | None = None,
-    ) -> int:  # fmt: skip
+    ) -> int:
         """Moves a message to the dead-letter queue with a reason and a description."""
         reason, description = reason[:256], description[:1024]
         error = Error(
-            condition=DEAD_LETTER, description=description or None,
+            condition=DEAD_LETTER,
+            description=description or None,
             info={DEAD_LETTER_REASON: reason, DEAD_LETTER_DESCRIPTION: description},
-        )  # fmt: skip
+        )
         return self._settle([message], Rejected(error=error), transaction)
 
     def _settle(
@@ -484,8 +533,9 @@ class AmqpReceiver:
             transaction.expect(self.link.update(received, state), what)
             return len(received)
         if not self.is_open:  # the locks went with the link: the messages come again
-            log.warning("cannot settle %d message(s) of %s: the link is closed",
-                        len(received), self.path)  # fmt: skip
+            log.warning(
+                "cannot settle %d message(s) of %s: the link is closed", len(received), self.path
+            )
             return 0
         self.link.settle(received, outcome)
         return len(received)

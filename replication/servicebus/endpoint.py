@@ -51,9 +51,13 @@ class Endpoint:
 
     @classmethod
     def from_connection_string(
-        cls, connection_string: str, *, token_lifetime: float = sas.DEFAULT_LIFETIME,
-        ssl_context: ssl.SSLContext | None = None, clock: Clock = SYSTEM,
-    ) -> Endpoint:  # fmt: skip
+        cls,
+        connection_string: str,
+        *,
+        token_lifetime: float = sas.DEFAULT_LIFETIME,
+        ssl_context: ssl.SSLContext | None = None,
+        clock: Clock = SYSTEM,
+    ) -> Endpoint:
         """An endpoint from a connection string (``servicebus.connection_string`` reads it)."""
         parsed = ConnectionString.parse(connection_string)
         if parsed.signature:
@@ -61,8 +65,15 @@ class Endpoint:
         else:
             assert parsed.key_name and parsed.key  # the parser requires one or the other
             provider = key_token(parsed.key_name, parsed.key, token_lifetime, clock)
-        return cls._make(parsed.netloc, parsed.use_tls, provider, SAS_TOKEN_TYPE,
-                         parsed.entity_path, ssl_context, clock)  # fmt: skip
+        return cls._make(
+            parsed.netloc,
+            parsed.use_tls,
+            provider,
+            SAS_TOKEN_TYPE,
+            parsed.entity_path,
+            ssl_context,
+            clock,
+        )
 
     @classmethod
     def from_client(cls, client: ServiceBusClient) -> Endpoint:
@@ -76,9 +87,10 @@ class Endpoint:
         if config is None or not namespace:
             raise ValueError(f"not a ServiceBusClient: {client!r}")
         if (
-            config.transport_type is not TransportType.Amqp or config.http_proxy
+            config.transport_type is not TransportType.Amqp
+            or config.http_proxy
             or getattr(client, "_custom_endpoint_address", None)
-        ):  # fmt: skip
+        ):
             raise ValueError("web sockets, proxies and custom endpoints need the SDK")
         credential = client._credential
         token_type = SAS_TOKEN_TYPE
@@ -103,19 +115,32 @@ class Endpoint:
         if context is None and verify:
             context = ssl.create_default_context(cafile=verify)
         netloc = urlparse(f"sb://{namespace}").netloc
-        return cls._make(netloc, bool(config.use_tls), provider, token_type,
-                         getattr(client, "_entity_name", None), context)  # fmt: skip
+        return cls._make(
+            netloc,
+            bool(config.use_tls),
+            provider,
+            token_type,
+            getattr(client, "_entity_name", None),
+            context,
+        )
 
     @classmethod
     def _make(
-        cls, netloc: str, use_tls: bool, provider: TokenProvider, token_type: str,
-        entity: str | None, ssl_context: ssl.SSLContext | None, clock: Clock = SYSTEM,
-    ) -> Endpoint:  # fmt: skip
+        cls,
+        netloc: str,
+        use_tls: bool,
+        provider: TokenProvider,
+        token_type: str,
+        entity: str | None,
+        ssl_context: ssl.SSLContext | None,
+        clock: Clock = SYSTEM,
+    ) -> Endpoint:
         parsed = urlparse(f"sb://{netloc}")
         host = parsed.hostname or netloc
         port = parsed.port or (TLS_PORT if use_tls else PLAIN_PORT)
-        return cls(host, port, netloc.lower(), use_tls, provider, token_type, entity,
-                   ssl_context, clock)  # fmt: skip
+        return cls(
+            host, port, netloc.lower(), use_tls, provider, token_type, entity, ssl_context, clock
+        )
 
     def audience(self, path: str) -> str:
         """The CBS audience (and SAS ``sr``) for an entity path, as the SDKs write it."""

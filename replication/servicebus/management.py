@@ -58,9 +58,11 @@ if TYPE_CHECKING:
 
 Settlement = Literal["complete", "abandon", "defer", "dead-letter"]
 DISPOSITION_STATUS: dict[str, str] = {
-    "complete": "completed", "abandon": "abandoned", "defer": "defered",  # sic
+    "complete": "completed",
+    "abandon": "abandoned",
+    "defer": "defered",  # sic
     "dead-letter": "suspended",
-}  # fmt: skip
+}
 """update-disposition's ``disposition-status`` for each settlement (the SDK's
 ``MESSAGE_MGMT_SETTLEMENT_TERM_MAP``, its spelling included)."""
 PEEK_LOCK, RECEIVE_AND_DELETE = 1, 0
@@ -178,9 +180,14 @@ class Management:
         self._links: dict[str, ManagementLink] = {}
 
     async def request(
-        self, path: str, operation: str, body: dict[str, Any], *,
-        associated_link: str | None = None, transaction: Transaction | None = None,
-    ) -> dict[str, Any]:  # fmt: skip
+        self,
+        path: str,
+        operation: str,
+        body: dict[str, Any],
+        *,
+        associated_link: str | None = None,
+        transaction: Transaction | None = None,
+    ) -> dict[str, Any]:
         """Runs ``operation`` on ``path``'s management node; the reply body, or the
         ``SourceError`` its status and condition stand for (``client.error_for``).
         ``associated_link``: the receiver link whose messages or session it is about;
@@ -201,22 +208,28 @@ class Management:
         are locked by it)."""
         if receiver.session_id is not None:
             reply = await self.request(
-                receiver.path, "com.microsoft:renew-session-lock",
+                receiver.path,
+                "com.microsoft:renew-session-lock",
                 {"session-id": receiver.session_id},
-            )  # fmt: skip
+            )
             return _utc(reply.get("expiration"))
         tokens = [t for t in map(lock_token, messages) if t is not None]
         if not tokens:
             return datetime.now(UTC)
-        reply = await self.request(receiver.path, "com.microsoft:renew-lock",
-                                   {"lock-tokens": tokens})  # fmt: skip
+        reply = await self.request(
+            receiver.path, "com.microsoft:renew-lock", {"lock-tokens": tokens}
+        )
         expirations = [_utc(e) for e in reply.get("expirations") or []]
         return min(expirations, default=datetime.now(UTC))
 
     async def peek(
-        self, path: str, count: int = 1, *, from_sequence_number: int = 1,
+        self,
+        path: str,
+        count: int = 1,
+        *,
+        from_sequence_number: int = 1,
         session_id: str | None = None,
-    ) -> list[Message]:  # fmt: skip
+    ) -> list[Message]:
         """Up to ``count`` messages of ``path`` from ``from_sequence_number`` on, in sequence
         order, without locking them (``path`` may end in ``/$DeadLetterQueue``); of one
         session when ``session_id`` is given. A reply may hold fewer than asked (Service Bus
@@ -240,13 +253,17 @@ class Management:
         peeked: list[bytes] = []
         while len(peeked) < count:
             body: dict[str, Any] = {
-                "from-sequence-number": start, "message-count": int32(count - len(peeked)),
-            }  # fmt: skip
+                "from-sequence-number": start,
+                "message-count": int32(count - len(peeked)),
+            }
             if session_id is not None:
                 body["session-id"] = session_id
             reply = await self.request(path, "com.microsoft:peek-message", body)
-            batch = [bytes(item["message"]) for item in reply.get("messages") or []
-                     if isinstance(item, dict) and "message" in item]  # fmt: skip
+            batch = [
+                bytes(item["message"])
+                for item in reply.get("messages") or []
+                if isinstance(item, dict) and "message" in item
+            ]
             if not batch:
                 break
             last = peeked_head(batch[-1]).sequence_number
@@ -268,9 +285,13 @@ class Management:
         """Sets (None: clears) the state of the session ``receiver`` holds; a ``str`` is
         stored as its UTF-8 bytes, as the SDK stores it."""
         value = state.encode("utf-8") if isinstance(state, str) else state
-        await self._session_request(receiver, "com.microsoft:set-session-state", {
-            "session-state": None if value is None else bytes(value),
-        })  # fmt: skip
+        await self._session_request(
+            receiver,
+            "com.microsoft:set-session-state",
+            {
+                "session-state": None if value is None else bytes(value),
+            },
+        )
 
     async def renew_session_lock(self, receiver: AmqpReceiver) -> datetime:
         """Renews the lock of the session ``receiver`` holds; its new expiry."""
@@ -288,9 +309,11 @@ class Management:
                 "with session=True)"
             )
         return await self.request(
-            receiver.path, operation, {"session-id": receiver.session_id, **body},
+            receiver.path,
+            operation,
+            {"session-id": receiver.session_id, **body},
             associated_link=receiver.link.link.name,
-        )  # fmt: skip
+        )
 
     # ------------------------------------------------------------------ scheduling
 
@@ -319,23 +342,34 @@ class Management:
         return [int(n) for n in reply.get("sequence-numbers") or []]
 
     async def cancel_scheduled_messages(
-        self, path: str, sequence_numbers: int | Iterable[int], *,
+        self,
+        path: str,
+        sequence_numbers: int | Iterable[int],
+        *,
         transaction: Transaction | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Cancels scheduled messages (``MessageNotFound`` for one that is not, or no
         longer, scheduled)."""
         numbers = _longs(sequence_numbers)
         if not numbers:
             return
-        await self.request(path, "com.microsoft:cancel-scheduled-message",
-                           {"sequence-numbers": numbers}, transaction=transaction)  # fmt: skip
+        await self.request(
+            path,
+            "com.microsoft:cancel-scheduled-message",
+            {"sequence-numbers": numbers},
+            transaction=transaction,
+        )
 
     # ------------------------------------------------------------------ deferred messages
 
     async def receive_deferred_messages(
-        self, path: str, sequence_numbers: int | Iterable[int], *,
-        session: AmqpReceiver | None = None, receive_and_delete: bool = False,
-    ) -> list[Message]:  # fmt: skip
+        self,
+        path: str,
+        sequence_numbers: int | Iterable[int],
+        *,
+        session: AmqpReceiver | None = None,
+        receive_and_delete: bool = False,
+    ) -> list[Message]:
         """The deferred messages of ``path`` with these sequence numbers (of the session
         ``session`` holds, for a session entity), locked for this connection (settle them
         with ``settle``) or, with ``receive_and_delete``, taken. ``MessageNotFound`` when one
@@ -354,8 +388,9 @@ class Management:
                 raise ValueError(f"the receiver on {session.path} holds no session")
             body["session-id"] = session_id
             link = session.link.link.name
-        reply = await self.request(path, "com.microsoft:receive-by-sequence-number", body,
-                                   associated_link=link)  # fmt: skip
+        reply = await self.request(
+            path, "com.microsoft:receive-by-sequence-number", body, associated_link=link
+        )
         messages = []
         for item in reply.get("messages") or []:
             if not isinstance(item, dict) or "message" not in item:
@@ -369,9 +404,14 @@ class Management:
         return messages
 
     async def settle(
-        self, messages: Iterable[Message], settlement: Settlement, *, reason: str = "",
-        description: str = "", transaction: Transaction | None = None,
-    ) -> int:  # fmt: skip
+        self,
+        messages: Iterable[Message],
+        settlement: Settlement,
+        *,
+        reason: str = "",
+        description: str = "",
+        transaction: Transaction | None = None,
+    ) -> int:
         """Settles messages by lock token over ``$management`` (update-disposition), as the
         SDKs settle deferred messages: those ``receive_deferred_messages`` returned (and any
         of an ``AmqpReceiver`` on this connection, given its ``path``). ``reason`` and
@@ -387,23 +427,28 @@ class Management:
                 raise ValueError("a message received on a link settles on its link (AmqpReceiver)")
         for (path, session_id), tokens in groups.items():
             body: dict[str, Any] = {
-                "disposition-status": status, "lock-tokens": Array(AMQPType.UUID, tokens),
-            }  # fmt: skip
+                "disposition-status": status,
+                "lock-tokens": Array(AMQPType.UUID, tokens),
+            }
             if session_id is not None:
                 body["session-id"] = session_id
             if settlement == "dead-letter":
                 body["deadletter-reason"] = reason[:256]
                 body["deadletter-description"] = description[:1024]
-            await self.request(path, "com.microsoft:update-disposition", body,
-                               transaction=transaction)  # fmt: skip
+            await self.request(
+                path, "com.microsoft:update-disposition", body, transaction=transaction
+            )
         return sum(len(tokens) for tokens in groups.values())
 
     # ------------------------------------------------------------------ rules
 
     async def add_rule(
-        self, path: str, rule: Rule | str, rule_filter: RuleFilter | None = None,
+        self,
+        path: str,
+        rule: Rule | str,
+        rule_filter: RuleFilter | None = None,
         action: SqlAction | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Adds a rule to the subscription ``path`` (``topic/Subscriptions/name``): a
         ``Rule``, or its name, filter and action. ``EntityAlreadyExists`` when a rule of that
         name exists; a SQL error comes back as ``SourceError`` (argument-error)."""
@@ -411,9 +456,14 @@ class Management:
             rule = Rule(rule, TRUE_FILTER if rule_filter is None else rule_filter, action)
         elif rule_filter is not None or action is not None:
             raise TypeError("give a Rule, or a name with its filter and action, not both")
-        await self.request(path, "com.microsoft:add-rule", {
-            "rule-name": rule.name, "rule-description": rule_description(rule),
-        })  # fmt: skip
+        await self.request(
+            path,
+            "com.microsoft:add-rule",
+            {
+                "rule-name": rule.name,
+                "rule-description": rule_description(rule),
+            },
+        )
 
     async def remove_rule(self, path: str, name: str) -> None:
         """Removes the subscription's rule ``name`` (``EntityNotFound`` when there is none)."""
@@ -421,12 +471,19 @@ class Management:
 
     async def list_rules(self, path: str, *, skip: int = 0, top: int | None = None) -> list[Rule]:
         """The subscription's rules, in the order the service keeps them."""
-        reply = await self.request(path, "com.microsoft:enumerate-rules", {
-            "top": int32(2**31 - 1 if top is None else top), "skip": int32(skip),
-        })  # fmt: skip
-        return [rule_from_description(item["rule-description"])
-                for item in reply.get("rules") or []
-                if isinstance(item, dict) and "rule-description" in item]  # fmt: skip
+        reply = await self.request(
+            path,
+            "com.microsoft:enumerate-rules",
+            {
+                "top": int32(2**31 - 1 if top is None else top),
+                "skip": int32(skip),
+            },
+        )
+        return [
+            rule_from_description(item["rule-description"])
+            for item in reply.get("rules") or []
+            if isinstance(item, dict) and "rule-description" in item
+        ]
 
     # ------------------------------------------------------------------ links
 

@@ -45,13 +45,15 @@ class StatusKeys:
 
 
 SERVICE_BUS_STATUS = StatusKeys(
-    ("statusCode", "status-code"), ("statusDescription", "status-description"),
+    ("statusCode", "status-code"),
+    ("statusDescription", "status-description"),
     ("errorCondition", "error-condition"),
-)  # fmt: skip
+)
 EVENT_HUBS_STATUS = StatusKeys(
-    ("status-code", "statusCode"), ("status-description", "statusDescription"),
+    ("status-code", "statusCode"),
+    ("status-description", "statusDescription"),
     ("error-condition", "errorCondition"),
-)  # fmt: skip
+)
 CONDITION_BY_STATUS = {401: "amqp:unauthorized-access", 404: "amqp:not-found"}
 """The condition of a failed answer that names none (Event Hubs' reads name none)."""
 
@@ -60,9 +62,13 @@ class ManagementLink:
     """A sender and a receiver on ``node``; one request at a time (``request``)."""
 
     def __init__(
-        self, connection: AmqpConnection, node: str, sender: Sender, receiver: Receiver,
+        self,
+        connection: AmqpConnection,
+        node: str,
+        sender: Sender,
+        receiver: Receiver,
         status: StatusKeys,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.connection = connection
         self.node = node
         self.sender = sender
@@ -93,11 +99,13 @@ class ManagementLink:
         request in errors."""
         message_id = uuid.uuid4()
         request = AmqpMessage(
-            body=body, body_type=BodyType.VALUE,
-            properties=Properties(message_id=message_id,
-                                  reply_to=str(self.receiver.link.target.address)),
+            body=body,
+            body_type=BodyType.VALUE,
+            properties=Properties(
+                message_id=message_id, reply_to=str(self.receiver.link.target.address)
+            ),
             application_properties=properties,
-        )  # fmt: skip
+        )
         async with self._lock:
             try:
                 await self.sender.send_encoded(encode_message(request), state=state)

@@ -30,9 +30,13 @@ def encode_batch(
         out += b"\x00\x53\x72"
         codec.encode_symbol_keyed_map(out, {PARTITION_KEY: first.partition_key})
     if first.message_id is not None or first.session_id is not None:
-        _write_properties(out, Properties(
-            message_id=first.message_id, group_id=first.session_id,
-        ))  # fmt: skip
+        _write_properties(
+            out,
+            Properties(
+                message_id=first.message_id,
+                group_id=first.session_id,
+            ),
+        )
     for payload in encoded:
         out += b"\x00\x53\x75"
         codec._enc_binary(out, payload)

@@ -73,10 +73,15 @@ class Rule:
 
 
 _CORRELATION_FIELDS = (
-    ("correlation-id", "correlation_id"), ("message-id", "message_id"), ("to", "to"),
-    ("reply-to", "reply_to"), ("label", "subject"), ("session-id", "session_id"),
-    ("reply-to-session-id", "reply_to_session_id"), ("content-type", "content_type"),
-)  # fmt: skip
+    ("correlation-id", "correlation_id"),
+    ("message-id", "message_id"),
+    ("to", "to"),
+    ("reply-to", "reply_to"),
+    ("label", "subject"),
+    ("session-id", "session_id"),
+    ("reply-to-session-id", "reply_to_session_id"),
+    ("content-type", "content_type"),
+)
 
 
 def rule_description(rule: Rule) -> dict[str, Any]:
@@ -122,9 +127,11 @@ def rule_from_description(value: Any) -> Rule:
     rule_filter, action, name = fields[0], fields[1], fields[2]
     created = fields[3] if len(fields) > 3 else None
     return Rule(
-        name=str(name), filter=_filter(rule_filter), action=_action(action),
+        name=str(name),
+        filter=_filter(rule_filter),
+        action=_action(action),
         created_at=None if created is None else datetime.fromtimestamp(int(created) / 1000, UTC),
-    )  # fmt: skip
+    )
 
 
 def _filter(value: Any) -> RuleFilter:

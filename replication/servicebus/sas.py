@@ -44,9 +44,12 @@ def token_expiry(token: str) -> int | None:
 
 
 def mint(
-    uri: str, key_name: str, key: str, lifetime: float = DEFAULT_LIFETIME,
+    uri: str,
+    key_name: str,
+    key: str,
+    lifetime: float = DEFAULT_LIFETIME,
     now: float | None = None,
-) -> tuple[str, int]:  # fmt: skip
+) -> tuple[str, int]:
     """A fresh token for ``uri`` and its expiry (Unix seconds; ``now``: the time it is
     minted at, default the real time)."""
     expiry = int((time.time() if now is None else now) + lifetime)

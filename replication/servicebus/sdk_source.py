@@ -175,9 +175,14 @@ class SdkSource:
         return cls(ServiceBusClient.from_connection_string(connection_string, **client_options))
 
     async def receiver(
-        self, path: str, *, prefetch: int = 100, session: bool = False,
-        session_id: str | None = None, wait: float = 60.0,
-    ) -> SdkReceiver:  # fmt: skip
+        self,
+        path: str,
+        *,
+        prefetch: int = 100,
+        session: bool = False,
+        session_id: str | None = None,
+        wait: float = 60.0,
+    ) -> SdkReceiver:
         """``AmqpSource.receiver``: a peek-lock receiver on ``path``; ``session``: lock
         ``session_id``, or the next available session within ``wait`` seconds
         (``NoSessionAvailable`` when none came)."""
@@ -198,8 +203,9 @@ class SdkSource:
             with contextlib.suppress(Exception):
                 await receiver.close()
             if session and session_id is None and isinstance(exc, OperationTimeoutError):
-                raise NoSessionAvailable(f"no session of {path} within {wait:g} s",
-                                         "com.microsoft:timeout") from exc  # fmt: skip
+                raise NoSessionAvailable(
+                    f"no session of {path} within {wait:g} s", "com.microsoft:timeout"
+                ) from exc
             if isinstance(exc, ServiceBusError | OSError):
                 raise source_error(exc, f"cannot receive from {path}") from exc
             raise
@@ -299,16 +305,24 @@ class SdkReceiver:
 
     def _unchanged(self, what: str, annotations: dict[Any, Any] | None) -> None:
         if annotations:
-            log.warning("%s: azure-servicebus cannot modify properties on %s; %s dropped",
-                        self.path, what, ", ".join(map(str, annotations)))  # fmt: skip
+            log.warning(
+                "%s: azure-servicebus cannot modify properties on %s; %s dropped",
+                self.path,
+                what,
+                ", ".join(map(str, annotations)),
+            )
 
     def _settle(self, messages: Iterable[Message], what: str, settle: Settle) -> int:
         received = [m.source for m in messages if isinstance(m.source, ServiceBusReceivedMessage)]
         if not received:
             return 0
         if not self.is_open:  # the locks went with the receiver: the messages come again
-            log.warning("cannot %s %d message(s) of %s: the receiver is closed",
-                        what, len(received), self.path)  # fmt: skip
+            log.warning(
+                "cannot %s %d message(s) of %s: the receiver is closed",
+                what,
+                len(received),
+                self.path,
+            )
             return 0
         previous = self._settling
         self._settling = asyncio.get_running_loop().create_task(
@@ -317,9 +331,12 @@ class SdkReceiver:
         return len(received)
 
     async def _settle_after(
-        self, previous: asyncio.Task[None] | None, what: str, settle: Settle,
+        self,
+        previous: asyncio.Task[None] | None,
+        what: str,
+        settle: Settle,
         received: list[ServiceBusReceivedMessage],
-    ) -> None:  # fmt: skip
+    ) -> None:
         if previous is not None:  # in order; it logs its own failures
             with contextlib.suppress(Exception):
                 await asyncio.shield(previous)
@@ -327,8 +344,13 @@ class SdkReceiver:
             try:
                 await settle(message)
             except (ServiceBusError, OSError, ValueError) as exc:  # the lock is gone
-                log.warning("%s: cannot %s %s (it comes again): %s", self.path, what,
-                            message.message_id, exc)  # fmt: skip
+                log.warning(
+                    "%s: cannot %s %s (it comes again): %s",
+                    self.path,
+                    what,
+                    message.message_id,
+                    exc,
+                )
             except Exception:  # one bad settlement must not stop the ones queued after it
                 log.exception("%s: cannot %s %s", self.path, what, message.message_id)
 
@@ -367,8 +389,10 @@ class SdkManagement:
         expiries = []
         for message in messages:
             if isinstance(message.source, ServiceBusReceivedMessage):
-                until = await self._call(sdk.renew_message_lock(message.source),
-                                         f"renew the lock of {message.message_id}")  # fmt: skip
+                until = await self._call(
+                    sdk.renew_message_lock(message.source),
+                    f"renew the lock of {message.message_id}",
+                )
                 expiries.append(_utc(until) or datetime.now(UTC))
         return min(expiries, default=datetime.now(UTC))
 
@@ -381,8 +405,10 @@ class SdkManagement:
         if session is not None and operation == "com.microsoft:set-session-state":
             await self._call(session.set_state(body.get("session-state")), operation)
             return {}
-        raise SourceError(f"{operation} on {path} is not available through azure-servicebus",
-                          "amqp:not-implemented")  # fmt: skip
+        raise SourceError(
+            f"{operation} on {path} is not available through azure-servicebus",
+            "amqp:not-implemented",
+        )
 
     async def _call(self, call: Awaitable[Any], what: str) -> Any:
         try:

@@ -52,9 +52,14 @@ class AmqpSender:
     """Sends to ``path``; with ``via``, through the entity ``via`` (send-via)."""
 
     def __init__(
-        self, namespace: AmqpSource, path: str, *, timeout: float = 60.0, via: str | None = None,
+        self,
+        namespace: AmqpSource,
+        path: str,
+        *,
+        timeout: float = 60.0,
+        via: str | None = None,
         event_hub: bool = False,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.namespace = namespace
         self.path = path
         self.via = via
@@ -128,8 +133,9 @@ class AmqpSender:
         if len(payload) > self.max_message_size:
             raise SendError(
                 f"{len(batch)} message(s) of {len(payload)} bytes exceed the "
-                f"{self.max_message_size} bytes '{self.path}' takes", MESSAGE_SIZE_EXCEEDED,
-            )  # fmt: skip
+                f"{self.max_message_size} bytes '{self.path}' takes",
+                MESSAGE_SIZE_EXCEEDED,
+            )
         future = None
         try:
             future = link.queue_encoded(payload, message_format=message_format, state=state)

@@ -113,21 +113,23 @@ class Transaction:
         if not self.active:
             raise TransactionError(
                 f"transaction {self.txn_id.hex()} was {self.state.value}: declare a new one "
-                "for more work", "amqp:transaction:unknown-id",
-            )  # fmt: skip
+                "for more work",
+                "amqp:transaction:unknown-id",
+            )
         if connection is not self.connection:
             raise TransactionError(
                 f"transaction {self.txn_id.hex()} belongs to another connection: send, "
                 "receive and settle through the namespace (AmqpSource) that declared it "
                 "(if its connection was lost, the transaction was rolled back with it)",
                 "amqp:transaction:unknown-id",
-            )  # fmt: skip
+            )
         if connection.closed:
             self.state = TransactionState.ROLLED_BACK
             raise TransactionError(
                 f"the connection of transaction {self.txn_id.hex()} was lost: the service "
-                "rolled it back", "amqp:transaction:rollback",
-            )  # fmt: skip
+                "rolled it back",
+                "amqp:transaction:rollback",
+            )
         return TransactionalState(txn_id=self.txn_id)
 
     def expect(self, answers: list[asyncio.Future[Any]], what: str) -> None:
@@ -218,10 +220,11 @@ class TransactionController:
             client = self.connection.client
             try:
                 link = await client.sender(
-                    None, name=f"txn-controller-{uuid.uuid4()}",
+                    None,
+                    name=f"txn-controller-{uuid.uuid4()}",
                     target=Coordinator(capabilities=(LOCAL_TRANSACTIONS,)),
                     timeout=self.connection.timeout,
-                )  # fmt: skip
+                )
             except (AMQPError, OSError) as exc:
                 error = source_error(exc, "cannot attach to the transaction coordinator")
                 raise TransactionError(error.description, error.condition) from exc
@@ -231,8 +234,9 @@ class TransactionController:
                 await link.close()
                 raise TransactionError(
                     "the namespace's coordinator does not offer local transactions "
-                    f"(capabilities: {list(offered)})", "amqp:not-implemented",
-                )  # fmt: skip
+                    f"(capabilities: {list(offered)})",
+                    "amqp:not-implemented",
+                )
             self._link = link
             return link
 

@@ -46,10 +46,19 @@ class Assignment(InputPartition):
 
 
 def plan(
-    run: str, batch: int, namespace: str, path: str, *, partitions: int, total: int,
-    sessions: int = 0, max_wait: float = 1.0, cutoff: float | None = None,
-    commit_service: str | None = None, max_seconds: float | None = None,
-) -> list[Assignment]:  # fmt: skip
+    run: str,
+    batch: int,
+    namespace: str,
+    path: str,
+    *,
+    partitions: int,
+    total: int,
+    sessions: int = 0,
+    max_wait: float = 1.0,
+    cutoff: float | None = None,
+    commit_service: str | None = None,
+    max_seconds: float | None = None,
+) -> list[Assignment]:
     """``partitions`` assignments sharing ``total`` messages; ``sessions`` (the source's
     ``maxConcurrentSessions``, 0 without sessions) spread over them, at least one each."""
     partitions = max(1, partitions)

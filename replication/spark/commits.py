@@ -180,8 +180,10 @@ class CommitService:
                     "batch %d, slot %d was read by %d task attempts (a retried or speculative "
                     "task, or the micro-batch's DataFrame computed more than once: persist it "
                     "in foreachBatch): their messages are given back and come again",
-                    number, slot, len(live),
-                )  # fmt: skip
+                    number,
+                    slot,
+                    len(live),
+                )
         batch.told.add(holder)
         self._changed.notify_all()
         return answer
@@ -221,8 +223,9 @@ class _Handler(BaseHTTPRequestHandler):
                 raise ValueError(url.path)
             run, number, slot, holder = parts[0], int(parts[1]), int(parts[2]), parts[3]
             if method == "PUT":
-                answer = service.register(run, number, slot, holder,
-                                          int(query.get("messages", ["0"])[0]))  # fmt: skip
+                answer = service.register(
+                    run, number, slot, holder, int(query.get("messages", ["0"])[0])
+                )
             elif method == "DELETE":
                 answer = service.unregister(run, number, slot, holder)
             else:
@@ -262,6 +265,9 @@ def service_host(connection_string: str, explicit: str | None = None) -> str:
             probe.connect(address[:2])  # UDP: picks the route, sends nothing
             return str(probe.getsockname()[0])
     except (OSError, ValueError) as exc:
-        log.warning("cannot tell the driver's address from the namespace's route (%s); "
-                    "give option 'commitServiceHost'", exc)  # fmt: skip
+        log.warning(
+            "cannot tell the driver's address from the namespace's route (%s); "
+            "give option 'commitServiceHost'",
+            exc,
+        )
         return socket.gethostbyname(socket.gethostname())

@@ -170,18 +170,30 @@ class EventHubClient:
         await connection.authorize(path)
         try:
             return await connection.client.receiver(
-                connection.endpoint.address(path), credit=max(1, credit), filter=filters,
-                target=f"spark-eventhubs-{uuid.uuid4()}", snd_settle_mode=SND_SETTLED,
-                rcv_settle_mode=RCV_FIRST, credit_on_take=True, decode=decode_arrived,
+                connection.endpoint.address(path),
+                credit=max(1, credit),
+                filter=filters,
+                target=f"spark-eventhubs-{uuid.uuid4()}",
+                snd_settle_mode=SND_SETTLED,
+                rcv_settle_mode=RCV_FIRST,
+                credit_on_take=True,
+                decode=decode_arrived,
                 timeout=connection.timeout,
-            )  # fmt: skip
+            )
         except (AMQPError, OSError) as exc:
             raise source_error(exc, f"cannot read {path}") from exc
 
     async def read(
-        self, partition_id: str, start: int, end: int, *, batch: int = 500,
-        prefetch: int = 500, wait: float = 60.0, fail_on_data_loss: bool = True,
-    ) -> AsyncIterator[list[Message]]:  # fmt: skip
+        self,
+        partition_id: str,
+        start: int,
+        end: int,
+        *,
+        batch: int = 500,
+        prefetch: int = 500,
+        wait: float = 60.0,
+        fail_on_data_loss: bool = True,
+    ) -> AsyncIterator[list[Message]]:
         """The events of ``[start, end)`` in batches of up to ``batch``, in order
         (``partition_id`` set on each). ``wait``: seconds to wait for the next event of the
         range before giving up (the range was planned from the hub's own properties, so it
@@ -203,8 +215,9 @@ class EventHubClient:
                 if not items:
                     raise SourceError(
                         f"{path}: no event {expected} within {wait:g} s (the range ends "
-                        f"before {end})", "com.microsoft:timeout",
-                    )  # fmt: skip
+                        f"before {end})",
+                        "com.microsoft:timeout",
+                    )
                 out: list[Message] = []
                 past_end = False
                 for item in items:

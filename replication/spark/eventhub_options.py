@@ -79,10 +79,13 @@ def _position(value: Any, option: str) -> Position:
     offset, seq, enqueued = value.get("offset"), value.get("seqNo", -1), value.get("enqueuedTime")
     used = [
         name
-        for name, given in (("offset", offset is not None), ("seqNo", seq not in (None, -1)),
-                            ("enqueuedTime", enqueued is not None))
+        for name, given in (
+            ("offset", offset is not None),
+            ("seqNo", seq not in (None, -1)),
+            ("enqueuedTime", enqueued is not None),
+        )
         if given
-    ]  # fmt: skip
+    ]
     if len(used) != 1:
         raise OptionError(
             f"option {option!r}: give one of 'offset', 'seqNo' and 'enqueuedTime' "
@@ -136,9 +139,10 @@ def parse_positions(text: str, option: str) -> dict[str, Position]:
                     f'{{"ehName": ..., "partitionId": n}}, not {key!r}'
                 ) from None
         out[partition] = (
-            parse_position(position, option) if isinstance(position, str)
+            parse_position(position, option)
+            if isinstance(position, str)
             else _position(position, option)
-        )  # fmt: skip
+        )
     return out
 
 
@@ -202,7 +206,8 @@ class EventHubOptions:
         max_events = options.get("maxeventspertrigger")
         min_partitions = options.get("minpartitions")
         return cls(
-            connection_string=connection_string, event_hub=hub,
+            connection_string=connection_string,
+            event_hub=hub,
             consumer_group=options.get("consumergroup") or "$Default",
             starting=parse_position(starting, "startingPosition") if starting else EARLIEST,
             starting_per_partition=(
@@ -217,10 +222,11 @@ class EventHubOptions:
                 _int(options, "minPartitions", 1) if min_partitions is not None else None
             ),
             receiver_timeout=_seconds(options, "receiverTimeout", 60.0),
-            fail_on_data_loss=_bool({"failondataloss": options.get("failondataloss", "true")},
-                                    "failOnDataLoss"),
+            fail_on_data_loss=_bool(
+                {"failondataloss": options.get("failondataloss", "true")}, "failOnDataLoss"
+            ),
             prefetch=_int(options, "prefetch", 500),
-        )  # fmt: skip
+        )
 
 
 def _entity_path(connection_string: str) -> str | None:

@@ -51,10 +51,12 @@ def hub_options(job: PipelineJob, max_events_per_trigger: int | None) -> EventHu
     them; from the first retained event on, as the Functions host starts a partition."""
     endpoint = job.built().sources[job.source]
     return EventHubOptions(
-        connection_string=job.configured_connection(), event_hub=str(endpoint.eventhub),
-        consumer_group=endpoint.group, starting=EARLIEST,
+        connection_string=job.configured_connection(),
+        event_hub=str(endpoint.eventhub),
+        consumer_group=endpoint.group,
+        starting=EARLIEST,
         max_events_per_trigger=max_events_per_trigger,
-    )  # fmt: skip
+    )
 
 
 class EventHubPipelineDataSource(DataSource):
@@ -79,8 +81,9 @@ def _parse(raw: Mapping[str, str]) -> tuple[PipelineJob, int | None]:
         source = int(options.get("source", 0))
     except ValueError:
         raise OptionError("option 'source' is the index of the pipeline's source") from None
-    job = PipelineJob((text, name, options.get("settings", "{}"), options.get("pipelinedir")),
-                      source)  # fmt: skip
+    job = PipelineJob(
+        (text, name, options.get("settings", "{}"), options.get("pipelinedir")), source
+    )
     most = options.get("maxeventspertrigger")
     return job, (_int(options, "maxEventsPerTrigger", 1) if most is not None else None)
 
@@ -119,14 +122,19 @@ async def run_range(job: PipelineJob, options: EventHubOptions, part: EventRange
     task = built.tasks[job.source]
     pool, breakers = pool_for(job.ref, built.targets, built.pipeline.backend)
     senders = _CountingSenders(pool)
-    client = EventHubClient(source_for(options.connection_string), options.event_hub,
-                            options.consumer_group)  # fmt: skip
+    client = EventHubClient(
+        source_for(options.connection_string), options.event_hub, options.consumer_group
+    )
     counts = Counts()
     batches = client.read(
-        part.partition, part.start, part.end, batch=max(1, int(built.pipeline.batch_size)),
-        prefetch=options.prefetch, wait=options.receiver_timeout,
+        part.partition,
+        part.start,
+        part.end,
+        batch=max(1, int(built.pipeline.batch_size)),
+        prefetch=options.prefetch,
+        wait=options.receiver_timeout,
         fail_on_data_loss=options.fail_on_data_loss,
-    )  # fmt: skip
+    )
     async for events in batches:
         counts.received += len(events)
         settlements = await process_batch(task, events, senders, breakers)
@@ -134,10 +142,14 @@ async def run_range(job: PipelineJob, options: EventHubOptions, part: EventRange
         if dead and ERROR_TARGET in built.targets:
             await divert_to_error_target(dead, task, senders, breakers)
         elif dead:
-            log.warning("%s: %d event(s) a step dead-lettered are left behind (an event hub "
-                        "has no dead-letter queue; set error_target to keep them), first: %s %s",
-                        built.pipeline.name, len(dead), dead[0].reason,
-                        dead[0].description)  # fmt: skip
+            log.warning(
+                "%s: %d event(s) a step dead-lettered are left behind (an event hub "
+                "has no dead-letter queue; set error_target to keep them), first: %s %s",
+                built.pipeline.name,
+                len(dead),
+                dead[0].reason,
+                dead[0].description,
+            )
         failed = [s for s in settlements if s.decision in (Decision.ABANDON, Decision.RELEASE)]
         if failed:
             raise EventsNotSent(
@@ -157,6 +169,12 @@ async def run_range(job: PipelineJob, options: EventHubOptions, part: EventRange
             counts.to_error_target += accepted
         else:
             counts.forwarded += accepted
-    log.debug("event hub %s partition %s [%d, %d): %s", options.event_hub, part.partition,
-              part.start, part.end, counts)  # fmt: skip
+    log.debug(
+        "event hub %s partition %s [%d, %d): %s",
+        options.event_hub,
+        part.partition,
+        part.start,
+        part.end,
+        counts,
+    )
     return counts

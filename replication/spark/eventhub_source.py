@@ -105,8 +105,9 @@ class HubPlanner:
             from .eventhub_client import EventHubClient
 
             source = AmqpSource.from_connection_string(self.options.connection_string)
-            self._client = EventHubClient(source, self.options.event_hub,
-                                          self.options.consumer_group)  # fmt: skip
+            self._client = EventHubClient(
+                source, self.options.event_hub, self.options.consumer_group
+            )
         return self._client
 
     def partitions(self) -> dict[str, PartitionProperties]:
@@ -134,9 +135,11 @@ class HubPlanner:
 
 
 async def _resolve_all(
-    client: EventHubClient, partitions: dict[str, PartitionProperties],
-    chosen: dict[str, Position], ending: bool,
-) -> Offsets:  # fmt: skip
+    client: EventHubClient,
+    partitions: dict[str, PartitionProperties],
+    chosen: dict[str, Position],
+    ending: bool,
+) -> Offsets:
     return {p: await resolve(client, props, chosen[p], ending) for p, props in partitions.items()}
 
 
@@ -211,12 +214,18 @@ async def _open_range(
     from .eventhub_client import EventHubClient
     from .worker import source_for
 
-    client = EventHubClient(source_for(options.connection_string), options.event_hub,
-                            options.consumer_group)  # fmt: skip
+    client = EventHubClient(
+        source_for(options.connection_string), options.event_hub, options.consumer_group
+    )
     return client.read(
-        part.partition, part.start, part.end, batch=batch, prefetch=options.prefetch,
-        wait=options.receiver_timeout, fail_on_data_loss=options.fail_on_data_loss,
-    )  # fmt: skip
+        part.partition,
+        part.start,
+        part.end,
+        batch=batch,
+        prefetch=options.prefetch,
+        wait=options.receiver_timeout,
+        fail_on_data_loss=options.fail_on_data_loss,
+    )
 
 
 def read_rows(options: EventHubOptions, part: EventRange) -> Iterator[tuple[Any, ...]]:
@@ -255,8 +264,9 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def initialOffset(self) -> dict[str, Any]:
         partitions = self.planner.partitions()
         start = self.planner.positions(partitions)
-        log.info("event hub %s: starting at %s (%s)", self.hub, start,
-                 self.options.starting.describe())  # fmt: skip
+        log.info(
+            "event hub %s: starting at %s (%s)", self.hub, start, self.options.starting.describe()
+        )
         return to_offset(self.hub, start)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -276,8 +286,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self.latest = available
         new = {p: partitions[p].earliest for p in partitions if p not in begun}
         if new:  # a partition added to the hub: first into the offsets, read from the next
-            log.info("event hub %s: new partition(s) %s, read from %s", self.hub,
-                     sorted(new), new)  # fmt: skip
+            log.info("event hub %s: new partition(s) %s, read from %s", self.hub, sorted(new), new)
         most = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         if isinstance(limit, ReadAllAvailable):
             most = None

@@ -248,8 +248,14 @@ class _Task:
         if not exc.retryable:
             raise exc
         self.counts.errors += 1
-        log.warning("%s %s (batch %d, slot %d): %s", what, self.assignment.path,
-                    self.assignment.batch, self.assignment.slot, exc)  # fmt: skip
+        log.warning(
+            "%s %s (batch %d, slot %d): %s",
+            what,
+            self.assignment.path,
+            self.assignment.batch,
+            self.assignment.slot,
+            exc,
+        )
 
     async def drain(self, receiver: AmqpReceiver, keeper: LockKeeper, wait: float) -> bool:
         """Receives and processes batches until the share is taken or its time is up
@@ -272,9 +278,10 @@ class _Task:
             finally:
                 keeper.settled(batch)
             late = late or came_late
-            return came_late or (not plain and any(
-                s.decision in (Decision.ABANDON, Decision.RELEASE) for s in settlements
-            ))  # fmt: skip
+            return came_late or (
+                not plain
+                and any(s.decision in (Decision.ABANDON, Decision.RELEASE) for s in settlements)
+            )
 
         async with flight:
             while flight.going and self.taking:
@@ -366,6 +373,11 @@ async def run_assignment(
     else:
         await task.plain(source)
     counts = task.result()
-    log.debug("batch %d slot %d on %s: %s", assignment.batch, assignment.slot,
-              assignment.namespace, counts)  # fmt: skip
+    log.debug(
+        "batch %d slot %d on %s: %s",
+        assignment.batch,
+        assignment.slot,
+        assignment.namespace,
+        counts,
+    )
     return counts

@@ -216,8 +216,14 @@ class Reading:
         if not exc.retryable and not lost:
             raise exc
         self.errors += 1
-        log.warning("%s %s (batch %d, slot %d): %s", what, self.assignment.path,
-                    self.assignment.batch, self.assignment.slot, exc)  # fmt: skip
+        log.warning(
+            "%s %s (batch %d, slot %d): %s",
+            what,
+            self.assignment.path,
+            self.assignment.batch,
+            self.assignment.slot,
+            exc,
+        )
 
     async def _register(self) -> None:
         deadline = time.monotonic() + REGISTER_FOR
@@ -252,15 +258,21 @@ class Reading:
                 await self._close_all()
                 return
             if self.messages:
-                log.info("batch %d slot %d: %s, %d message(s) given back", batch, slot,
-                         verdict, len(self.messages))  # fmt: skip
+                log.info(
+                    "batch %d slot %d: %s, %d message(s) given back",
+                    batch,
+                    slot,
+                    verdict,
+                    len(self.messages),
+                )
             await self.give_back(unregister=verdict in (UNREACHABLE, LINKS_LOST))
         except asyncio.CancelledError:
             await self.give_back()
             raise
         except Exception:  # a background task: nobody else would see it
-            log.exception("holding batch %d slot %d failed; its messages are given back",
-                          batch, slot)  # fmt: skip
+            log.exception(
+                "holding batch %d slot %d failed; its messages are given back", batch, slot
+            )
             await self.give_back()
 
     async def _verdict(self) -> str:
@@ -274,9 +286,12 @@ class Reading:
                 now = time.monotonic()
                 unreachable_since = unreachable_since or now
                 if now - unreachable_since >= self.lock_duration:
-                    log.warning("the driver's commit service at %s was unreachable for %.0f s "
-                                "(%s)", self.assignment.commit_service,
-                                now - unreachable_since, exc)  # fmt: skip
+                    log.warning(
+                        "the driver's commit service at %s was unreachable for %.0f s (%s)",
+                        self.assignment.commit_service,
+                        now - unreachable_since,
+                        exc,
+                    )
                     return UNREACHABLE
                 await asyncio.sleep(1.0)
                 continue
@@ -371,9 +386,14 @@ def read_assignment(options: Options, assignment: Assignment) -> Iterator[tuple[
     reading = Reading(options, assignment)
     run_async(reading.receive())
     if reading.late or reading.errors:
-        log.info("batch %d slot %d: %d message(s), %d late, %d receiver error(s)",
-                 assignment.batch, assignment.slot, len(reading.messages), reading.late,
-                 reading.errors)  # fmt: skip
+        log.info(
+            "batch %d slot %d: %d message(s), %d late, %d receiver error(s)",
+            assignment.batch,
+            assignment.slot,
+            len(reading.messages),
+            reading.late,
+            reading.errors,
+        )
     handed_over = False
     try:
         for message in reading.messages:

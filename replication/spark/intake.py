@@ -131,9 +131,11 @@ class Intake:
         while len(self.receivers) < self.options.max_concurrent_sessions:
             try:
                 receiver = await source.receiver(
-                    self.options.path, prefetch=self.options.prefetch, session=True,
+                    self.options.path,
+                    prefetch=self.options.prefetch,
+                    session=True,
                     wait=SESSION_ACCEPT_WAIT,
-                )  # fmt: skip
+                )
             except NoSessionAvailable:
                 return
             self.receivers.append(receiver)

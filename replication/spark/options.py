@@ -82,8 +82,10 @@ class Options:
         if "endpoint=" not in connection_string.lower():
             raise OptionError("'connectionString' is not a Service Bus connection string")
         queue, topic, subscription = (
-            options.get("queue"), options.get("topic"), options.get("subscription"),
-        )  # fmt: skip
+            options.get("queue"),
+            options.get("topic"),
+            options.get("subscription"),
+        )
         if bool(queue) == bool(topic):
             raise OptionError("give option 'queue' or 'topic' (one of them)")
         if reading and topic and not subscription:
@@ -97,18 +99,23 @@ class Options:
         if receive_on not in ("executors", "driver"):
             raise OptionError(f"option 'receiveOn' is 'executors' or 'driver', not {receive_on!r}")
         return cls(
-            connection_string=connection_string, queue=queue, topic=topic,
-            subscription=subscription, sessions=_bool(options, "sessions"),
+            connection_string=connection_string,
+            queue=queue,
+            topic=topic,
+            subscription=subscription,
+            sessions=_bool(options, "sessions"),
             max_messages_per_trigger=_int(options, "maxMessagesPerTrigger", 5000),
             receive_wait=_float(options, "receiveWait", 1.0),
             prefetch=_int(options, "prefetch", 500),
             num_partitions=_int(options, "numPartitions", 2),
             max_concurrent_sessions=_int(options, "maxConcurrentSessions", 8),
             lock_renew_interval=_float(options, "lockRenewInterval", 20.0),
-            mode=mode, max_messages=_int(options, "maxMessages", 10_000),
-            batch_size=_int(options, "batchSize", 100), receive_on=receive_on,
+            mode=mode,
+            max_messages=_int(options, "maxMessages", 10_000),
+            batch_size=_int(options, "batchSize", 100),
+            receive_on=receive_on,
             commit_service_host=options.get("commitservicehost") or None,
-        )  # fmt: skip
+        )
 
     @classmethod
     def _for_pipeline(cls, options: Mapping[str, str]) -> Options:
@@ -116,10 +123,15 @@ class Options:
         if not name:
             raise OptionError("option 'pipeline' needs 'pipelineName'")
         return cls(
-            connection_string="", batch_size=_int(options, "batchSize", 100),
-            pipeline=(options["pipeline"], name, options.get("settings", "{}"),
-                      options.get("pipelinedir")),
-        )  # fmt: skip
+            connection_string="",
+            batch_size=_int(options, "batchSize", 100),
+            pipeline=(
+                options["pipeline"],
+                name,
+                options.get("settings", "{}"),
+                options.get("pipelinedir"),
+            ),
+        )
 
 
 def _bool(options: Mapping[str, str], key: str) -> bool:

@@ -51,8 +51,9 @@ def built_pipeline(text: str, name: str, settings_json: str, base_dir: str | Non
 class PipelineRef:
     """What executors need to rebuild a pipeline (picklable, small)."""
 
-    def __init__(self, text: str, name: str, settings: Mapping[str, str],
-                 base_dir: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, text: str, name: str, settings: Mapping[str, str], base_dir: str | None = None
+    ) -> None:
         self.text = text
         self.name = name
         self.settings_json = json.dumps(dict(settings), sort_keys=True)
@@ -122,10 +123,13 @@ def _arrow_schema() -> Any:
     import pyarrow as pa
 
     types = {
-        "binary": pa.binary(), "string": pa.string(), "long": pa.int64(), "int": pa.int32(),
+        "binary": pa.binary(),
+        "string": pa.string(),
+        "long": pa.int64(),
+        "int": pa.int32(),
         "timestamp": pa.timestamp("us", tz="UTC"),
         "map<string,string>": pa.map_(pa.string(), pa.string()),
-    }  # fmt: skip
+    }
     return pa.schema(
         [(column, types[kind]) for column, kind in COLUMNS] + [("target", pa.string())]
     )

@@ -57,15 +57,17 @@ class PipelineSourceOptions:
             source = int(options.get("source", 0))
         except ValueError:
             raise OptionError("option 'source' is the index of the pipeline's source") from None
-        job = PipelineJob((text, name, options.get("settings", "{}"), options.get("pipelinedir")),
-                          source)  # fmt: skip
+        job = PipelineJob(
+            (text, name, options.get("settings", "{}"), options.get("pipelinedir")), source
+        )
         return cls(
-            job, num_partitions=_int(options, "numPartitions", 2),
+            job,
+            num_partitions=_int(options, "numPartitions", 2),
             max_messages_per_trigger=_int(options, "maxMessagesPerTrigger", 5000),
             max_concurrent_sessions=_int(options, "maxConcurrentSessions", 8),
             receive_wait=_float(options, "receiveWait", 1.0),
             max_seconds_per_trigger=_float(options, "maxSecondsPerTrigger", 30.0),
-        )  # fmt: skip
+        )
 
 
 class PipelineDataSource(DataSource):
@@ -101,11 +103,18 @@ class PipelineStreamReader(RunStreamReader[PipelineSourceOptions]):
         job = self.options.job
         sessions = self.options.max_concurrent_sessions if job.sessions() else 0
         cutoff = self.cutoff.timestamp() if self.cutoff is not None else None
-        return plan(str(end.get("run", self.run)), int(end.get("batch", 0)), namespace,
-                    job.path(), partitions=self.options.num_partitions,
-                    total=self.options.max_messages_per_trigger, sessions=sessions,
-                    max_wait=self.options.receive_wait, cutoff=cutoff,
-                    max_seconds=self.options.max_seconds_per_trigger)  # fmt: skip
+        return plan(
+            str(end.get("run", self.run)),
+            int(end.get("batch", 0)),
+            namespace,
+            job.path(),
+            partitions=self.options.num_partitions,
+            total=self.options.max_messages_per_trigger,
+            sessions=sessions,
+            max_wait=self.options.receive_wait,
+            cutoff=cutoff,
+            max_seconds=self.options.max_seconds_per_trigger,
+        )
 
     def commit(self, end: dict[str, Any]) -> None:
         pass  # every task settled its own messages before it ended

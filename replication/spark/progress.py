@@ -37,20 +37,24 @@ if TYPE_CHECKING:
 log = logging.getLogger("replication.spark")
 
 BATCHES = Counter(
-    "replication_spark_batches", "Micro-batches a pipeline's streaming query completed.",
-    ["pipeline", "query"], registry=metrics.REGISTRY,
-)  # fmt: skip
+    "replication_spark_batches",
+    "Micro-batches a pipeline's streaming query completed.",
+    ["pipeline", "query"],
+    registry=metrics.REGISTRY,
+)
 BATCH_SECONDS = Histogram(
     "replication_spark_batch_duration_seconds",
     "Wall time of a micro-batch (planning, steps, sending, commit).",
-    ["pipeline"], registry=metrics.REGISTRY,
+    ["pipeline"],
+    registry=metrics.REGISTRY,
     buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
-)  # fmt: skip
+)
 RATE = Gauge(
     "replication_spark_processed_rows_per_second",
     "Source messages per second of the last micro-batch.",
-    ["pipeline", "query"], registry=metrics.REGISTRY,
-)  # fmt: skip
+    ["pipeline", "query"],
+    registry=metrics.REGISTRY,
+)
 
 OBSERVED_PREFIX = "replication:"
 """Name prefix of the observed metrics of planned rows (``observed_name``)."""
@@ -147,8 +151,9 @@ class PipelineProgress(StreamingQueryListener):
                 progress.name, seconds, progress.observedMetrics.get(observed_name(progress.name))
             )
         except Exception:  # a listener that raises is dropped by Spark: log and go on
-            log.exception("%s: cannot record the progress of batch %s", self.pipeline,
-                          progress.batchId)  # fmt: skip
+            log.exception(
+                "%s: cannot record the progress of batch %s", self.pipeline, progress.batchId
+            )
             return
         received = counts.get("received", 0)
         level = logging.INFO if received or counts.get("errors") else logging.DEBUG

@@ -26,8 +26,13 @@ from ..adapters.values import text, utc
 from ..messages import Message, PropertyValue
 from ..tasks.stamping import ENQUEUE_TIME, SEQUENCE
 
-_TYPES = {"body": "binary", "text": "string", "duration": "long", "time": "timestamp",
-          "int": "long"}  # fmt: skip
+_TYPES = {
+    "body": "binary",
+    "text": "string",
+    "duration": "long",
+    "time": "timestamp",
+    "int": "long",
+}
 _TYPE_OF = {"delivery_count": "int"}
 """Columns whose Spark type is not their kind's."""
 TYPES = "map<string,string>"
@@ -75,8 +80,9 @@ EVENT_FIELDS = [column for column, _ in EVENT_COLUMNS]
 # ---------------------------------------------------------------------- properties
 
 
-def encode_properties(props: Mapping[str, PropertyValue]) -> tuple[dict[str, str | None],
-                                                                  dict[str, str]]:  # fmt: skip
+def encode_properties(
+    props: Mapping[str, PropertyValue],
+) -> tuple[dict[str, str | None], dict[str, str]]:
     """(values as text, types) for a message's application properties."""
     values: dict[str, str | None] = {}
     types: dict[str, str] = {}
@@ -209,8 +215,7 @@ def from_row(row: Any) -> Message:
         elif kind == "time":
             value = utc(value)  # Spark hands timestamps back as naive UTC
         values[name] = value
-    return Message(target=data.get("target") or None, partition_id=data.get(PARTITION),
-                   **values)  # fmt: skip
+    return Message(target=data.get("target") or None, partition_id=data.get(PARTITION), **values)
 
 
 def rows_to_messages(rows: Iterator[Any]) -> Iterator[Message]:

@@ -108,7 +108,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="serve the Prometheus /metrics of the streams on this port "
         "(0: any free port; default: not served)",
     )
-    parser.add_argument("--log-level", default="INFO")  # fmt: skip
+    parser.add_argument("--log-level", default="INFO")
 
 
 def _positive_seconds(text: str) -> float:
@@ -126,8 +126,11 @@ def run(args: argparse.Namespace) -> int:
     from ..host.settings import SettingsError, load_settings
     from ..pipeline import PipelineConfigError, load_pipelines
 
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     try:  # local.settings.json (the environment wins, as with Functions), else the environment
         settings, _ = load_settings(args.dir, args.settings)
     except SettingsError:
@@ -149,9 +152,12 @@ def run(args: argparse.Namespace) -> int:
             job.replay(args.replay)
             return 0
         checkpoint = args.checkpoint or args.dir / ".replication" / "spark" / pipeline.name
-        job.stream(checkpoint, available_now=args.available_now,
-                   max_per_trigger=args.max_messages_per_trigger,
-                   max_seconds=args.max_seconds_per_trigger)  # fmt: skip
+        job.stream(
+            checkpoint,
+            available_now=args.available_now,
+            max_per_trigger=args.max_messages_per_trigger,
+            max_seconds=args.max_seconds_per_trigger,
+        )
         return 0
     except KeyboardInterrupt:
         return 130
@@ -192,13 +198,17 @@ class SparkPipeline:
         self.spark = spark
         self.pipeline = pipeline
         self.settings = settings
-        self.ref = PipelineRef(path.read_text(encoding="utf-8"), pipeline.name, settings,
-                               str(path.parent))  # fmt: skip
+        self.ref = PipelineRef(
+            path.read_text(encoding="utf-8"), pipeline.name, settings, str(path.parent)
+        )
 
     def sink_options(self) -> dict[str, str]:
         text, name, settings_json, base_dir = (
-            self.ref.text, self.ref.name, self.ref.settings_json, self.ref.base_dir,
-        )  # fmt: skip
+            self.ref.text,
+            self.ref.name,
+            self.ref.settings_json,
+            self.ref.base_dir,
+        )
         options = {"pipeline": text, "pipelineName": name, "settings": settings_json}
         if base_dir:
             options["pipelineDir"] = base_dir
@@ -215,12 +225,15 @@ class SparkPipeline:
         slots = max(1, int(self.spark.sparkContext.defaultParallelism))
         if self.pipeline.sources[index].is_event_hub:  # one task per partition's range
             events = max_per_trigger or EVENTS_PER_SLOT * slots
-            return {**self.sink_options(), "source": str(index),
-                    "maxEventsPerTrigger": str(events)}  # fmt: skip
+            return {**self.sink_options(), "source": str(index), "maxEventsPerTrigger": str(events)}
         messages = max_per_trigger or PER_SLOT * slots
-        return {**self.sink_options(), "source": str(index), "numPartitions": str(slots),
-                "maxMessagesPerTrigger": str(messages),
-                "maxSecondsPerTrigger": str(max_seconds)}  # fmt: skip
+        return {
+            **self.sink_options(),
+            "source": str(index),
+            "numPartitions": str(slots),
+            "maxMessagesPerTrigger": str(messages),
+            "maxSecondsPerTrigger": str(max_seconds),
+        }
 
     def source_format(self, index: int) -> str:
         """``eventhubs-pipeline`` for an event hub source (``eventhub_pipeline.py``), else
@@ -238,9 +251,13 @@ class SparkPipeline:
         return f"{self.pipeline.name}-{index}"
 
     def stream(
-        self, checkpoint: Path | str, *, available_now: bool, max_per_trigger: int | None = None,
+        self,
+        checkpoint: Path | str,
+        *,
+        available_now: bool,
+        max_per_trigger: int | None = None,
         max_seconds: float = MAX_SECONDS,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """One query per source until they end (AvailableNow) or Ctrl-C; progress goes to
         the log and the metrics (``progress.PipelineProgress``). Executors receive, run the
         steps, send and settle (``executor.run_assignment``); the query's rows are their
@@ -259,17 +276,25 @@ class SparkPipeline:
         try:
             for index in range(len(self.pipeline.sources)):
                 source = self.source_options(index, max_per_trigger, max_seconds)
-                counts = (self.spark.readStream.format(self.source_format(index))
-                          .options(**source).load())  # fmt: skip
+                counts = (
+                    self.spark.readStream.format(self.source_format(index)).options(**source).load()
+                )
                 location = _child(checkpoint, f"source-{index}")
-                writer = (observe(counts, self.query_name(index)).writeStream.format("noop")
-                          .option("checkpointLocation", location)
-                          .queryName(self.query_name(index)))  # fmt: skip
+                writer = (
+                    observe(counts, self.query_name(index))
+                    .writeStream.format("noop")
+                    .option("checkpointLocation", location)
+                    .queryName(self.query_name(index))
+                )
                 writer = writer.trigger(availableNow=True) if available_now else writer
                 queries.append(writer.start())
-                log.info("%s: streaming source %d (%s), checkpoint %s", self.pipeline.name,
-                         index, self.pipeline.sources[index].describe(),
-                         location)  # fmt: skip
+                log.info(
+                    "%s: streaming source %d (%s), checkpoint %s",
+                    self.pipeline.name,
+                    index,
+                    self.pipeline.sources[index].describe(),
+                    location,
+                )
             _watch(queries)
         finally:
             for query in queries:
@@ -278,8 +303,10 @@ class SparkPipeline:
             if recovery is not None:
                 recovery.stop()
             if not listener.wait_for(queries):
-                log.warning("%s: the last micro-batch's counts did not reach the metrics in "
-                            "time", self.pipeline.name)  # fmt: skip
+                log.warning(
+                    "%s: the last micro-batch's counts did not reach the metrics in time",
+                    self.pipeline.name,
+                )
             self.spark.streams.removeListener(listener)
 
     def replay(self, path: str) -> int:

@@ -98,8 +98,9 @@ class RowsPartition(InputPartition):
         self.rows = rows
 
 
-def plan(rows_by_key: Sequence[tuple[str | None, tuple[Any, ...]]],
-         partitions: int) -> list[RowsPartition]:  # fmt: skip
+def plan(
+    rows_by_key: Sequence[tuple[str | None, tuple[Any, ...]]], partitions: int
+) -> list[RowsPartition]:
     """Spreads rows over at most ``partitions`` partitions: rows with a session id by a
     stable hash of it (a session stays in one partition, in order), the others in turn."""
     buckets: list[list[tuple[Any, ...]]] = [[] for _ in range(partitions)]
@@ -237,10 +238,18 @@ class StreamReader(RunStreamReader[Options]):
         options = self.options
         sessions = options.max_concurrent_sessions if options.sessions else 0
         cutoff = self.cutoff.timestamp() if self.cutoff is not None else None
-        return plan(self.run, batch, endpoint_host(options.connection_string), options.path,
-                    partitions=options.num_partitions, total=self.limit, sessions=sessions,
-                    max_wait=options.receive_wait, cutoff=cutoff,
-                    commit_service=self.service.address)  # fmt: skip
+        return plan(
+            self.run,
+            batch,
+            endpoint_host(options.connection_string),
+            options.path,
+            partitions=options.num_partitions,
+            total=self.limit,
+            sessions=sessions,
+            max_wait=options.receive_wait,
+            cutoff=cutoff,
+            commit_service=self.service.address,
+        )
 
     def commit(self, end: dict[str, Any]) -> None:
         if self._service is not None:

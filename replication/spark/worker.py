@@ -77,9 +77,12 @@ def source_for(connection_string: str) -> AmqpSource:
 
 
 async def next_sessions(
-    source: AmqpSource, path: str, prefetch: int, first_wait: float,
+    source: AmqpSource,
+    path: str,
+    prefetch: int,
+    first_wait: float,
     failed: Callable[[SourceError, str], None],
-) -> AsyncGenerator[AmqpReceiver]:  # fmt: skip
+) -> AsyncGenerator[AmqpReceiver]:
     """Next-available sessions of ``path``, one after another, until none comes in time or
     accepting one fails (``failed`` hears of it, and may raise); the caller stops when its
     share is taken, and closes or keeps each receiver."""

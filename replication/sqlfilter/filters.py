@@ -42,9 +42,7 @@ class SqlFilter:
     a caller parses a message body only for filters that need it.
     """
 
-    __slots__ = (
-        "_expression", "_parameters", "_test", "ast", "parameters", "source", "uses_body"
-    )  # fmt: skip
+    __slots__ = ("_expression", "_parameters", "_test", "ast", "parameters", "source", "uses_body")
 
     def __init__(
         self, text: str, parameters: Mapping[str, Any] | None = None, *, body_fields: bool = False

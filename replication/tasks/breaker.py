@@ -72,16 +72,23 @@ class Breaker:
             self.opened_at = self.clock()
             self.trips += 1
             self._interval = self.first_probe_interval
-            log.warning("target %s is unreachable (%r): holding its messages, probing every "
-                        "%g-%g s", self.name, error, self.first_probe_interval,
-                        self.max_probe_interval)  # fmt: skip
+            log.warning(
+                "target %s is unreachable (%r): holding its messages, probing every %g-%g s",
+                self.name,
+                error,
+                self.first_probe_interval,
+                self.max_probe_interval,
+            )
         self._probe_failed()
 
     def answered(self) -> None:
         """A send got an answer (accepted, or refused for a reason of its own): reachable."""
         if self.opened_at is not None:
-            log.warning("target %s is reachable again after %.1f s", self.name,
-                        self.clock() - self.opened_at)  # fmt: skip
+            log.warning(
+                "target %s is reachable again after %.1f s",
+                self.name,
+                self.clock() - self.opened_at,
+            )
             self.opened_at = None
             self.last_error = None
         self._probing = False
@@ -117,8 +124,9 @@ class Breaker:
                 self._probing = True
                 return
             changed = asyncio.ensure_future(self._changed.wait())
-            pause = asyncio.ensure_future(self.sleep(max(wait, 0.0) if not self._probing
-                                                     else self.max_probe_interval))  # fmt: skip
+            pause = asyncio.ensure_future(
+                self.sleep(max(wait, 0.0) if not self._probing else self.max_probe_interval)
+            )
             try:
                 await asyncio.wait({changed, pause}, return_when=asyncio.FIRST_COMPLETED)
             finally:  # cancelled, not awaited: awaiting one could swallow our own cancel
@@ -148,9 +156,12 @@ class Breakers:
         max_probe_interval: float = MAX_PROBE_INTERVAL,
     ) -> None:
         self._make = functools.partial(
-            Breaker, clock=clock, sleep=sleep, first_probe_interval=first_probe_interval,
+            Breaker,
+            clock=clock,
+            sleep=sleep,
+            first_probe_interval=first_probe_interval,
             max_probe_interval=max_probe_interval,
-        )  # fmt: skip
+        )
         self._breakers: dict[str | None, Breaker] = {}
         self._stopped = False
 

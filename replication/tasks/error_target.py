@@ -18,9 +18,12 @@ ERROR_TARGET = "error_target"
 
 
 async def divert_to_error_target(
-    dead: list[Settlement], task: ReplicationTask, sender_for: SenderFor,
-    breakers: Breakers | None = None, clock: Clock = SYSTEM,
-) -> None:  # fmt: skip
+    dead: list[Settlement],
+    task: ReplicationTask,
+    sender_for: SenderFor,
+    breakers: Breakers | None = None,
+    clock: Clock = SYSTEM,
+) -> None:
     """Sends ``dead`` (dead-letter decisions) to the error target and turns each decision
     into complete (accepted) or abandon (refused)."""
     copies = []

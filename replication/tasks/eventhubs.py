@@ -52,9 +52,13 @@ class EventHubSender:
     """One event hub's sender, shared by every group that sends there."""
 
     def __init__(
-        self, connection_string: str, eventhub: str, *,
-        backend: Literal["amqp", "sdk"] = "amqp", **client_options: Any,
-    ) -> None:  # fmt: skip
+        self,
+        connection_string: str,
+        eventhub: str,
+        *,
+        backend: Literal["amqp", "sdk"] = "amqp",
+        **client_options: Any,
+    ) -> None:
         from azure.eventhub.aio import EventHubProducerClient
 
         self.eventhub = eventhub

@@ -206,10 +206,15 @@ class LockKeeper:
         if overdue is not None:
             if not self._session_given_up:
                 self._session_given_up = True
-                log.info("%s: session %r no longer renewed (%s held %.0f s, "
-                         "maxAutoLockRenewalDuration %g s)", self.receiver.path,
-                         self.receiver.session_id, overdue.message.message_id,
-                         now - overdue.since, self.max_duration)  # fmt: skip
+                log.info(
+                    "%s: session %r no longer renewed (%s held %.0f s, "
+                    "maxAutoLockRenewalDuration %g s)",
+                    self.receiver.path,
+                    self.receiver.session_id,
+                    overdue.message.message_id,
+                    now - overdue.since,
+                    self.max_duration,
+                )
             return now + IDLE_LOOK
         self._session_given_up = False
         if now >= renew_at:
@@ -235,10 +240,14 @@ class LockKeeper:
     async def _keep_messages(self, now: float) -> float:
         for token, held in list(self._held.items()):
             if self._expired(held, now):
-                log.info("%s: lock of %s no longer renewed (held %.0f s, "
-                         "maxAutoLockRenewalDuration %g s)", self.receiver.path,
-                         held.message.message_id, now - held.since,
-                         self.max_duration)  # fmt: skip
+                log.info(
+                    "%s: lock of %s no longer renewed (held %.0f s, "
+                    "maxAutoLockRenewalDuration %g s)",
+                    self.receiver.path,
+                    held.message.message_id,
+                    now - held.since,
+                    self.max_duration,
+                )
                 del self._held[token]
         due = [t for t, h in self._held.items() if h.renew_at <= now]
         if due:
@@ -259,8 +268,9 @@ class LockKeeper:
                 for token in tokens:
                     await self._renew([token], now)
                 return
-            log.info("%s: the lock of %s is lost (%s)", self.receiver.path,
-                     messages[0].message_id, exc)  # fmt: skip
+            log.info(
+                "%s: the lock of %s is lost (%s)", self.receiver.path, messages[0].message_id, exc
+            )
             self._held.pop(tokens[0], None)
             return
         self.renewals += 1

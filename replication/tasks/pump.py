@@ -191,10 +191,23 @@ async def pump(
                 f"a transactional pump needs a queue source ({source} is a subscription: "
                 "the copies are sent via the source, and a subscription cannot be sent through)"
             )
-    loop = _Loop(task, source, sender_for, stop, max_batch, max_wait, session_workers,
-                 stats or PumpStats(), on_batch, prefetch, max_lock_renewal=max_lock_renewal,
-                 breakers=breakers, transaction_targets=transaction_targets,
-                 clock=clock, batches_in_flight=batches_in_flight)  # fmt: skip
+    loop = _Loop(
+        task,
+        source,
+        sender_for,
+        stop,
+        max_batch,
+        max_wait,
+        session_workers,
+        stats or PumpStats(),
+        on_batch,
+        prefetch,
+        max_lock_renewal=max_lock_renewal,
+        breakers=breakers,
+        transaction_targets=transaction_targets,
+        clock=clock,
+        batches_in_flight=batches_in_flight,
+    )
     watcher = asyncio.create_task(_stop_breakers(stop, breakers), name="pump breakers")
     prober = None
     if rpo_schedule is not None:
@@ -254,8 +267,10 @@ async def _stop_breakers(stop: asyncio.Event, breakers: Breakers) -> None:
     failover switch: the batch in flight is finished on its namespace first)."""
     await stop.wait()
     if breakers.open():
-        log.warning("stopping: releasing the messages held for %s",
-                    ", ".join(b.name for b in breakers.open()))  # fmt: skip
+        log.warning(
+            "stopping: releasing the messages held for %s",
+            ", ".join(b.name for b in breakers.open()),
+        )
     breakers.stop()
 
 
@@ -363,12 +378,19 @@ class _Loop:
         # and each batch is not a transaction of its own
         overlap = isinstance(namespace, AmqpSource) and via is None
         await ReceiveLoop(
-            namespace, str(self.source), _PumpHooks(self, via), self.stop, sessions=sessions,
-            workers=self.session_workers if sessions else 1, prefetch=prefetch,
-            max_batch=self.max_batch, max_wait=self.max_wait,
-            max_lock_renewal=self.max_lock_renewal, clock=self.clock,
+            namespace,
+            str(self.source),
+            _PumpHooks(self, via),
+            self.stop,
+            sessions=sessions,
+            workers=self.session_workers if sessions else 1,
+            prefetch=prefetch,
+            max_batch=self.max_batch,
+            max_wait=self.max_wait,
+            max_lock_renewal=self.max_lock_renewal,
+            clock=self.clock,
             batches_in_flight=self.batches_in_flight if overlap else 1,
-        ).run()  # fmt: skip
+        ).run()
 
     async def transactional(
         self, receiver: AmqpReceiver, via: ViaSenders, batch: list[Message]
@@ -391,12 +413,18 @@ class _Loop:
             settle_amqp(receiver, settlements, counts, transaction=txn)
             await txn.commit()
         except TransactionError as exc:  # rolled back: the batch comes again
-            log.warning("a transaction of %d message(s) of %s was rolled back (they come "
-                        "again once their locks expire): %s", len(batch), self.source,
-                        exc)  # fmt: skip
+            log.warning(
+                "a transaction of %d message(s) of %s was rolled back (they come "
+                "again once their locks expire): %s",
+                len(batch),
+                self.source,
+                exc,
+            )
             self.stats.abandoned += len(batch)
-            return [Settlement(m, Decision.ABANDON, "TransactionFailed", str(exc), error=exc)
-                    for m in batch]  # fmt: skip
+            return [
+                Settlement(m, Decision.ABANDON, "TransactionFailed", str(exc), error=exc)
+                for m in batch
+            ]
         except BaseException:
             await _rolled_back(txn)
             raise
@@ -453,9 +481,12 @@ class _PumpHooks:
 
 
 def settle_amqp(
-    receiver: SourceReceiver, settlements: list[Settlement], stats: PumpStats, *,
+    receiver: SourceReceiver,
+    settlements: list[Settlement],
+    stats: PumpStats,
+    *,
     transaction: Transaction | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """All completes of the batch at once (ranged dispositions), then each other outcome.
     Sent settled, without waiting: a lost complete means a redelivery (at-least-once).
     Released (given back without counting a delivery): messages held back behind a failed

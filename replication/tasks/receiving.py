@@ -125,9 +125,11 @@ class ReceiveLoop:
     @contextlib.asynccontextmanager
     async def _keeper(self, receiver: SourceReceiver) -> AsyncIterator[LockKeeper]:
         keeper = LockKeeper(
-            receiver, max_duration=self.max_lock_renewal, clock=self.clock.time,
+            receiver,
+            max_duration=self.max_lock_renewal,
+            clock=self.clock.time,
             sleep=self.clock.sleep,
-        )  # fmt: skip
+        )
         async with keeper:
             yield keeper
 

@@ -116,10 +116,16 @@ def retryable(error: BaseException) -> bool:
     if isinstance(error, EventHubError):  # an event hub target (tasks.eventhubs)
         return not isinstance(error, AuthenticationError | EventDataError)
     if isinstance(
-        error, MessageSizeExceededError | ServiceBusAuthorizationError
-        | ServiceBusAuthenticationError | MessagingEntityNotFoundError
-        | MessagingEntityDisabledError | ValueError | TypeError | KeyError,
-    ):  # fmt: skip
+        error,
+        MessageSizeExceededError
+        | ServiceBusAuthorizationError
+        | ServiceBusAuthenticationError
+        | MessagingEntityNotFoundError
+        | MessagingEntityDisabledError
+        | ValueError
+        | TypeError
+        | KeyError,
+    ):
         return False
     if isinstance(error, ServiceBusError):
         return bool(getattr(error, "retryable", True))
@@ -276,12 +282,24 @@ MESSAGE_OVERHEAD = 128
 def _estimated_size(message: Message) -> int:
     props = message.application_properties
     return (
-        len(message.body) + MESSAGE_OVERHEAD
+        len(message.body)
+        + MESSAGE_OVERHEAD
         + sum(len(str(k)) + len(str(v)) + 8 for k, v in props.items())
-        + sum(len(v) for v in (message.message_id, message.session_id, message.correlation_id,
-                               message.subject, message.content_type, message.to,
-                               message.reply_to, message.partition_key) if v)
-    )  # fmt: skip
+        + sum(
+            len(v)
+            for v in (
+                message.message_id,
+                message.session_id,
+                message.correlation_id,
+                message.subject,
+                message.content_type,
+                message.to,
+                message.reply_to,
+                message.partition_key,
+            )
+            if v
+        )
+    )
 
 
 async def _fill_batch(
@@ -307,10 +325,14 @@ async def _fill_batch(
 
 
 async def _send_with_retries(
-    sender: AsyncSender, batch: Any, policy: SendPolicy, target: str | None,
-    breaker: Breaker | None = None, clock: Clock = SYSTEM,
+    sender: AsyncSender,
+    batch: Any,
+    policy: SendPolicy,
+    target: str | None,
+    breaker: Breaker | None = None,
+    clock: Clock = SYSTEM,
     queued: Callable[[], None] | None = None,
-) -> BaseException | None:  # fmt: skip
+) -> BaseException | None:
     """None once the batch was accepted, else the error that ends trying. Without a
     breaker, transient errors are retried ``policy.attempts`` times; with one, a target
     still unreachable then opens it and the batch waits for its turn to probe."""
@@ -340,14 +362,14 @@ async def _send_with_retries(
                 continue
             if attempt >= policy.attempts:
                 if breaker is None:
-                    log.warning("send to %s failed for good (attempt %d): %r", target,
-                                attempt, exc)  # fmt: skip
+                    log.warning("send to %s failed for good (attempt %d): %r", target, attempt, exc)
                     return exc
                 breaker.trip(exc)
                 continue
             pause = random.uniform(0, delay)  # full jitter
-            log.info("send to %s failed (attempt %d), retrying in %.2fs: %r",
-                     target, attempt, pause, exc)  # fmt: skip
+            log.info(
+                "send to %s failed (attempt %d), retrying in %.2fs: %r", target, attempt, pause, exc
+            )
             await clock.sleep(pause)
             delay = min(delay * 2, policy.backoff_max)
             continue

@@ -51,9 +51,10 @@ class StepOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     on_error: Literal["dead-letter", "drop", "route"] = Field(
-        "dead-letter", description="What happens to a message this step fails on: "
+        "dead-letter",
+        description="What happens to a message this step fails on: "
         "dead-lettered with the reason, dropped (logged), or routed to error_target.",
-    )  # fmt: skip
+    )
     error_target: str | None = None
 
     @model_validator(mode="after")
@@ -140,9 +141,9 @@ def run_chain(message: Message, steps: list[BoundStep]) -> Outcome:
             try:
                 following += bound.run(item)
             except Exception as exc:  # bad input: the step's error path, never a crash
-                failure = exc if isinstance(exc, StepFailed) else StepFailed(
-                    type(exc).__name__, str(exc)
-                )  # fmt: skip
+                failure = (
+                    exc if isinstance(exc, StepFailed) else StepFailed(type(exc).__name__, str(exc))
+                )
                 if not _take_error_path(bound, item, failure, outcome):
                     return outcome
         current = following

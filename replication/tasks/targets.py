@@ -102,8 +102,9 @@ class SenderPool:
             yield sender
 
     @contextlib.asynccontextmanager
-    async def lend(self, connection_string: str, entity: str,
-                   **client_options: Any) -> AsyncIterator[Any]:  # fmt: skip
+    async def lend(
+        self, connection_string: str, entity: str, **client_options: Any
+    ) -> AsyncIterator[Any]:
         if self.backend == "amqp":
             self._lent[connection_string] = self._lent.get(connection_string, 0) + 1
             try:
@@ -139,8 +140,9 @@ class SenderPool:
         return sender
 
     @contextlib.asynccontextmanager
-    async def _lend_sdk(self, connection_string: str, entity: str,
-                        **client_options: Any) -> AsyncIterator[ServiceBusSender]:  # fmt: skip
+    async def _lend_sdk(
+        self, connection_string: str, entity: str, **client_options: Any
+    ) -> AsyncIterator[ServiceBusSender]:
         key = (connection_string, entity.lower())
         async with self._lock:
             idle = self._idle.get(key)
@@ -254,8 +256,9 @@ class _FailoverSender:
         except FailoverError as exc:
             raise NamespaceUnresolved(f"{self.failover.name}: {exc}") from exc
         version, host = self.failover.version, self.failover.host
-        async with self.pool.lend(connection_string, self.target.entity,
-                                  **FAILOVER_CLIENT_OPTIONS) as sender:  # fmt: skip
+        async with self.pool.lend(
+            connection_string, self.target.entity, **FAILOVER_CLIENT_OPTIONS
+        ) as sender:
             if self.failover.version != version:  # switched while waiting for the sender
                 raise FailoverSwitched(f"{self.failover.name}: moved to {self.failover.host}")
             try:

@@ -92,8 +92,12 @@ class ReplicationTask:
             path = passed_through(output)
             target_ns = self.target_namespaces.get(output.target)
             if self.loop_guard and target_ns is not None and target_ns in path:
-                log.debug("%s: %s already passed %s, not sent back", self.name,
-                          output.message_id, target_ns)  # fmt: skip
+                log.debug(
+                    "%s: %s already passed %s, not sent back",
+                    self.name,
+                    output.message_id,
+                    target_ns,
+                )
                 continue
             if self.source_namespace is not None and (
                 not path or path[-1] != self.source_namespace

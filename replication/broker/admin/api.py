@@ -67,13 +67,21 @@ MAX_SQL_EXPRESSION = 1024
 _SIMPLE_NAME = re.compile(r"[A-Za-z0-9._-]+")
 SUPPLEMENTARY = "ServiceBusSupplementaryAuthorization"
 DLQ_SUPPLEMENTARY = "ServiceBusDlqSupplementaryAuthorization"
-DESCRIPTION_TAGS = {QUEUE: "QueueDescription", TOPIC: "TopicDescription",
-                    SUBSCRIPTION: "SubscriptionDescription"}  # fmt: skip
+DESCRIPTION_TAGS = {
+    QUEUE: "QueueDescription",
+    TOPIC: "TopicDescription",
+    SUBSCRIPTION: "SubscriptionDescription",
+}
 _CORRELATION_XML = {
-    "CorrelationId": "correlation_id", "MessageId": "message_id", "To": "to",
-    "ReplyTo": "reply_to", "Label": "subject", "SessionId": "session_id",
-    "ReplyToSessionId": "reply_to_session_id", "ContentType": "content_type",
-}  # fmt: skip
+    "CorrelationId": "correlation_id",
+    "MessageId": "message_id",
+    "To": "to",
+    "ReplyTo": "reply_to",
+    "Label": "subject",
+    "SessionId": "session_id",
+    "ReplyToSessionId": "reply_to_session_id",
+    "ContentType": "content_type",
+}
 assert set(_CORRELATION_XML.values()) == set(CORRELATION_FIELDS)
 
 
@@ -169,9 +177,13 @@ class AdminApi:
 
     def _handle(self, request: Request) -> Response:
         if len(request.body) > MAX_BODY:
-            raise ApiError(413, (
-                f"The request body is {len(request.body)} bytes; at most {MAX_BODY} are accepted."
-            ))  # fmt: skip
+            raise ApiError(
+                413,
+                (
+                    f"The request body is {len(request.body)} bytes; at most {MAX_BODY} are "
+                    "accepted."
+                ),
+            )
         target = route(request.path)
         grant = self._authorize(request)
         method = request.method.upper()
@@ -194,9 +206,11 @@ class AdminApi:
         handler = handlers.get((target.kind, method))
         if handler is None:
             allowed = sorted(m for (kind, m) in handlers if kind == target.kind)
-            return Response(405, {"allow": ", ".join(allowed)}, atom.error(
-                405, f"The method {method} is not allowed on this resource."
-            ))  # fmt: skip
+            return Response(
+                405,
+                {"allow": ", ".join(allowed)},
+                atom.error(405, f"The method {method} is not allowed on this resource."),
+            )
         return handler(request, target, grant)
 
     # ------------------------------------------------------------------ authorization
@@ -239,10 +253,13 @@ class AdminApi:
                 continue
             token = request.headers.get(header.lower())
             if not token:
-                raise ApiError(401, (
-                    f"{name}: the token does not cover '{target}'; send a token with the Send "
-                    f"claim for it in the {header} header."
-                ))  # fmt: skip
+                raise ApiError(
+                    401,
+                    (
+                        f"{name}: the token does not cover '{target}'; send a token with the Send "
+                        f"claim for it in the {header} header."
+                    ),
+                )
             self._grant(token, target, SEND)
 
     # ------------------------------------------------------------------ namespace
@@ -262,8 +279,9 @@ class AdminApi:
         body.add("NamespaceType", "Messaging")
         content = atom.description("NamespaceInfo", body.text())
         now = atom.format_time(self._now())
-        xml = atom.entry(self._url(request, "$namespaceinfo"), self.namespace, content, now, now,
-                         self.namespace)  # fmt: skip
+        xml = atom.entry(
+            self._url(request, "$namespaceinfo"), self.namespace, content, now, now, self.namespace
+        )
         return self._ok(200, xml)
 
     # ------------------------------------------------------------------ queues and topics
@@ -271,10 +289,13 @@ class AdminApi:
     def _list_entities(self, request: Request, target: Route, grant: Grant) -> Response:
         wanted = Queue if target.kind == "list-queues" else Topic
         names = sorted(
-            (e.name for key, e in self.broker.registry.entities.items()
-             if key in self.broker.registry.sendable and isinstance(e, wanted)),
+            (
+                e.name
+                for key, e in self.broker.registry.entities.items()
+                if key in self.broker.registry.sendable and isinstance(e, wanted)
+            ),
             key=str.lower,
-        )  # fmt: skip
+        )
         title = "Queues" if wanted is Queue else "Topics"
         return self._feed(request, f"$Resources/{title}", title, names, self._entity_entry)
 
@@ -340,8 +361,9 @@ class AdminApi:
     def _list_subscriptions(self, request: Request, target: Route, grant: Grant) -> Response:
         topic = self._topic(target.entity)
         names = sorted((s.queue.name for s in topic.subscriptions.values()), key=str.lower)
-        return self._feed(request, f"{topic.name}/Subscriptions", "Subscriptions", names,
-                          self._entity_entry)  # fmt: skip
+        return self._feed(
+            request, f"{topic.name}/Subscriptions", "Subscriptions", names, self._entity_entry
+        )
 
     def _get_subscription(self, request: Request, target: Route, grant: Grant) -> Response:
         path = self._subscription(target).queue.name
@@ -363,9 +385,12 @@ class AdminApi:
                 rules = [self._read_rule(default_rule, None)]
             path = topic.subscription_path(target.subscription)
             self.broker.create_entity(
-                SUBSCRIPTION, path, settings_of(SUBSCRIPTION, description),
-                dump_extra(description), rules,
-            )  # fmt: skip
+                SUBSCRIPTION,
+                path,
+                settings_of(SUBSCRIPTION, description),
+                dump_extra(description),
+                rules,
+            )
             return self._ok(201, self._entity_entry(request, path), self._etag(path))
         if existing is None:
             raise _not_found(target.auth_path)
@@ -470,9 +495,13 @@ class AdminApi:
             if len(sql) > MAX_SQL_EXPRESSION:
                 raise _bad_request(f"The SqlExpression is longer than {MAX_SQL_EXPRESSION}.")
             return RuleSpec(
-                name, "sql", sql=sql, action=action, sql_parameters=parameters,
+                name,
+                "sql",
+                sql=sql,
+                action=action,
+                sql_parameters=parameters,
                 action_parameters=action_parameters,
-            )  # fmt: skip
+            )
         if kind == "CorrelationFilter":
             correlation: dict[str, Any] = {}
             for xml_name, child in parts.items():
@@ -491,11 +520,16 @@ class AdminApi:
             if not correlation:
                 raise _bad_request("A CorrelationFilter must set at least one property.")
             return RuleSpec(
-                name, "correlation", correlation=correlation, action=action,
+                name,
+                "correlation",
+                correlation=correlation,
+                action=action,
                 action_parameters=action_parameters,
-            )  # fmt: skip
-        raise _bad_request(f"Unknown filter type {kind!r} (SqlFilter, CorrelationFilter, "
-                           "TrueFilter or FalseFilter).")  # fmt: skip
+            )
+        raise _bad_request(
+            f"Unknown filter type {kind!r} (SqlFilter, CorrelationFilter, "
+            "TrueFilter or FalseFilter)."
+        )
 
     def _read_action(self, element: Any) -> tuple[str | None, dict[str, Any]]:
         """A rule's ``Action``: its SQL text (None for EmptyRuleAction) and parameters."""
@@ -527,10 +561,12 @@ class AdminApi:
         body = atom.Xml()
         body.raw(self._filter_xml(spec))
         if spec.action:
-            body.raw(f'<Action i:type="SqlRuleAction"><SqlExpression>'
-                     f"{atom.escape(spec.action)}</SqlExpression>"
-                     "<CompatibilityLevel>20</CompatibilityLevel>"
-                     f"{self._parameters_xml(spec.action_parameters)}</Action>")  # fmt: skip
+            body.raw(
+                f'<Action i:type="SqlRuleAction"><SqlExpression>'
+                f"{atom.escape(spec.action)}</SqlExpression>"
+                "<CompatibilityLevel>20</CompatibilityLevel>"
+                f"{self._parameters_xml(spec.action_parameters)}</Action>"
+            )
         else:
             body.raw('<Action i:type="EmptyRuleAction"/>')
         body.add("CreatedAt", atom.format_time(created))
@@ -550,9 +586,11 @@ class AdminApi:
             kind = {"true": "TrueFilter", "false": "FalseFilter", "sql": "SqlFilter"}[spec.kind]
             sql = {"true": "1=1", "false": "1=0"}.get(spec.kind, spec.sql or "")
             parameters = spec.sql_parameters if spec.kind == "sql" else {}
-            return (f'<Filter i:type="{kind}"><SqlExpression>{atom.escape(sql)}</SqlExpression>'
-                    "<CompatibilityLevel>20</CompatibilityLevel>"
-                    f"{AdminApi._parameters_xml(parameters)}</Filter>")  # fmt: skip
+            return (
+                f'<Filter i:type="{kind}"><SqlExpression>{atom.escape(sql)}</SqlExpression>'
+                "<CompatibilityLevel>20</CompatibilityLevel>"
+                f"{AdminApi._parameters_xml(parameters)}</Filter>"
+            )
         body = atom.Xml()
         for xml_name, attribute in _CORRELATION_XML.items():
             body.add(xml_name, spec.correlation.get(attribute))
@@ -608,11 +646,13 @@ class AdminApi:
         updated = record.updated_ms if record else created
         active, dead, scheduled, deferred, size = self._runtime(entity)
         computed: dict[str, Any] = {
-            "SizeInBytes": size, "MessageCount": active + dead + scheduled,
-            "CreatedAt": atom.format_time(created), "UpdatedAt": atom.format_time(updated),
+            "SizeInBytes": size,
+            "MessageCount": active + dead + scheduled,
+            "CreatedAt": atom.format_time(created),
+            "UpdatedAt": atom.format_time(updated),
             "AccessedAt": atom.format_time(max(updated, last_use(entity))),
             "EntityAvailabilityStatus": "Available",
-        }  # fmt: skip
+        }
         if isinstance(entity, Topic):
             specs = [r for s in entity.subscriptions.values() for r in s.rules.specs]
             computed["SubscriptionCount"] = len(entity.subscriptions)
@@ -635,8 +675,14 @@ class AdminApi:
                 body.add(name, value)
         content = atom.description(DESCRIPTION_TAGS[kind], body.text())
         title = path.partition(SUBSCRIPTIONS)[2] if kind == SUBSCRIPTION else entity.name
-        return atom.entry(self._url(request, path), title, content, atom.format_time(created),
-                          atom.format_time(updated), self.namespace)  # fmt: skip
+        return atom.entry(
+            self._url(request, path),
+            title,
+            content,
+            atom.format_time(created),
+            atom.format_time(updated),
+            self.namespace,
+        )
 
     def _runtime(self, entity: Entity) -> tuple[int, int, int, int, int]:
         """(active, dead-lettered, scheduled, deferred, size in bytes) from the store."""
@@ -681,9 +727,9 @@ class AdminApi:
 
     def _check_etag(self, request: Request, path: str) -> None:
         if not self._etag_matches(request, self._etag(path)):
-            raise ApiError(412, (
-                f"The entity '{path}' has been modified since the ETag given in If-Match."
-            ))  # fmt: skip
+            raise ApiError(
+                412, (f"The entity '{path}' has been modified since the ETag given in If-Match.")
+            )
 
     @staticmethod
     def _check_simple_name(kind: str, name: str, limit: int, reserved: str | None = None) -> None:
@@ -717,8 +763,9 @@ class AdminApi:
             next_url = self._url(request, path, f"$skip={skip + top}&$top={top}&")
         entries = [render(request, name) for name in page]
         now = atom.format_time(self._now())
-        return self._ok(200, atom.feed(self._url(request, path), title, entries, next_url, now),
-                        feed=True)  # fmt: skip
+        return self._ok(
+            200, atom.feed(self._url(request, path), title, entries, next_url, now), feed=True
+        )
 
     def _host(self, request: Request) -> str:
         return request.headers.get("host") or "localhost"
@@ -742,5 +789,6 @@ class AdminApi:
 
     @staticmethod
     def _error(status: int, detail: str) -> Response:
-        return Response(status, {"content-type": "application/xml; charset=utf-8"},
-                        atom.error(status, detail))  # fmt: skip
+        return Response(
+            status, {"content-type": "application/xml; charset=utf-8"}, atom.error(status, detail)
+        )

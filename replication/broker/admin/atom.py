@@ -226,10 +226,13 @@ def count_details(active: int, dead_letter: int, scheduled: int, deferred: int =
     messages are among the active ones; the SDKs read the elements they know by name)."""
     out = Xml()
     for name, value in (
-        ("ActiveMessageCount", active), ("DeadLetterMessageCount", dead_letter),
-        ("ScheduledMessageCount", scheduled), ("TransferMessageCount", 0),
-        ("TransferDeadLetterMessageCount", 0), ("DeferredMessageCount", deferred),
-    ):  # fmt: skip
+        ("ActiveMessageCount", active),
+        ("DeadLetterMessageCount", dead_letter),
+        ("ScheduledMessageCount", scheduled),
+        ("TransferMessageCount", 0),
+        ("TransferDeadLetterMessageCount", 0),
+        ("DeferredMessageCount", deferred),
+    ):
         out.add(name, value, "d2p1:")
     return f'<CountDetails xmlns:d2p1="{SB_2011}">{out.text()}</CountDetails>'
 

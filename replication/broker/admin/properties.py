@@ -107,9 +107,11 @@ def _between(low: timedelta, high: timedelta | None = None) -> Callable[[Any], N
         if value is None:
             return
         if value < low or (high is not None and value > high):
-            bounds = f"between {format_duration(low)} and {format_duration(high)}" if high else (
-                f"at least {format_duration(low)}"
-            )  # fmt: skip
+            bounds = (
+                f"between {format_duration(low)} and {format_duration(high)}"
+                if high
+                else (f"at least {format_duration(low)}")
+            )
             raise PropertyError(f"must be {bounds}, got {format_duration(value)}")
 
     return check
@@ -139,15 +141,18 @@ def _metadata(value: str | None) -> None:
         raise PropertyError(f"is {len(value)} characters; at most {MAX_USER_METADATA} are allowed")
 
 
-LOCK_DURATION = Prop("LockDuration", _duration, timedelta(minutes=1),
-                     _between(MIN_LOCK_DURATION, MAX_LOCK_DURATION))  # fmt: skip
+LOCK_DURATION = Prop(
+    "LockDuration", _duration, timedelta(minutes=1), _between(MIN_LOCK_DURATION, MAX_LOCK_DURATION)
+)
 TTL = Prop("DefaultMessageTimeToLive", _unlimited, None, _between(MIN_MESSAGE_TIME_TO_LIVE))
 MAX_SIZE = Prop("MaxSizeInMegabytes", _int, DEFAULT_MAX_SIZE_MB, _size)
 DUPLICATE_DETECTION = Prop("RequiresDuplicateDetection", _bool, False, immutable=True)
 DUPLICATE_WINDOW = Prop(
-    "DuplicateDetectionHistoryTimeWindow", _duration, timedelta(minutes=10),
+    "DuplicateDetectionHistoryTimeWindow",
+    _duration,
+    timedelta(minutes=10),
     _between(MIN_DUPLICATE_DETECTION_WINDOW, MAX_DUPLICATE_DETECTION_WINDOW),
-)  # fmt: skip
+)
 SESSION = Prop("RequiresSession", _bool, False, immutable=True)
 DEAD_LETTER_ON_EXPIRY = Prop("DeadLetteringOnMessageExpiration", _bool, False)
 MAX_DELIVERY = Prop("MaxDeliveryCount", _int, 10, _delivery_count)
@@ -165,71 +170,181 @@ ORDERING = Prop("SupportOrdering", _bool, True)
 
 WRITABLE: dict[str, tuple[Prop, ...]] = {
     QUEUE: (
-        LOCK_DURATION, MAX_SIZE, DUPLICATE_DETECTION, SESSION, TTL, DEAD_LETTER_ON_EXPIRY,
-        DUPLICATE_WINDOW, MAX_DELIVERY, BATCHED, ANONYMOUS, STATUS, ORDERING, AUTO_DELETE,
-        PARTITIONING, EXPRESS, FORWARD_TO, USER_METADATA, FORWARD_DLQ_TO, MESSAGE_SIZE,
+        LOCK_DURATION,
+        MAX_SIZE,
+        DUPLICATE_DETECTION,
+        SESSION,
+        TTL,
+        DEAD_LETTER_ON_EXPIRY,
+        DUPLICATE_WINDOW,
+        MAX_DELIVERY,
+        BATCHED,
+        ANONYMOUS,
+        STATUS,
+        ORDERING,
+        AUTO_DELETE,
+        PARTITIONING,
+        EXPRESS,
+        FORWARD_TO,
+        USER_METADATA,
+        FORWARD_DLQ_TO,
+        MESSAGE_SIZE,
     ),
     TOPIC: (
-        TTL, MAX_SIZE, DUPLICATE_DETECTION, DUPLICATE_WINDOW, BATCHED,
-        Prop("FilteringMessagesBeforePublishing", _bool, False), ANONYMOUS, STATUS, ORDERING,
-        AUTO_DELETE, PARTITIONING, Prop("EnableSubscriptionPartitioning", _bool, False),
-        EXPRESS, USER_METADATA, MESSAGE_SIZE,
+        TTL,
+        MAX_SIZE,
+        DUPLICATE_DETECTION,
+        DUPLICATE_WINDOW,
+        BATCHED,
+        Prop("FilteringMessagesBeforePublishing", _bool, False),
+        ANONYMOUS,
+        STATUS,
+        ORDERING,
+        AUTO_DELETE,
+        PARTITIONING,
+        Prop("EnableSubscriptionPartitioning", _bool, False),
+        EXPRESS,
+        USER_METADATA,
+        MESSAGE_SIZE,
     ),
     SUBSCRIPTION: (
-        LOCK_DURATION, SESSION, TTL, DEAD_LETTER_ON_EXPIRY,
-        Prop("DeadLetteringOnFilterEvaluationExceptions", _bool, True), MAX_DELIVERY, BATCHED,
-        STATUS, FORWARD_TO, FORWARD_DLQ_TO, AUTO_DELETE, USER_METADATA,
+        LOCK_DURATION,
+        SESSION,
+        TTL,
+        DEAD_LETTER_ON_EXPIRY,
+        Prop("DeadLetteringOnFilterEvaluationExceptions", _bool, True),
+        MAX_DELIVERY,
+        BATCHED,
+        STATUS,
+        FORWARD_TO,
+        FORWARD_DLQ_TO,
+        AUTO_DELETE,
+        USER_METADATA,
     ),
-}  # fmt: skip
+}
 """Per kind, in the order Service Bus writes them."""
 
 READ_ONLY: dict[str, frozenset[str]] = {
-    QUEUE: frozenset({
-        "SizeInBytes", "MessageCount", "AuthorizationRules", "CreatedAt", "UpdatedAt",
-        "AccessedAt", "CountDetails", "EntityAvailabilityStatus",
-    }),
-    TOPIC: frozenset({
-        "SizeInBytes", "AuthorizationRules", "CreatedAt", "UpdatedAt", "AccessedAt",
-        "CountDetails", "SubscriptionCount", "SqlFilterCount", "CorrelationFilterCount",
-        "EntityAvailabilityStatus",
-    }),
-    SUBSCRIPTION: frozenset({
-        "MessageCount", "CreatedAt", "UpdatedAt", "AccessedAt", "CountDetails",
-        "EntityAvailabilityStatus", "DefaultRuleDescription",
-    }),
-}  # fmt: skip
+    QUEUE: frozenset(
+        {
+            "SizeInBytes",
+            "MessageCount",
+            "AuthorizationRules",
+            "CreatedAt",
+            "UpdatedAt",
+            "AccessedAt",
+            "CountDetails",
+            "EntityAvailabilityStatus",
+        }
+    ),
+    TOPIC: frozenset(
+        {
+            "SizeInBytes",
+            "AuthorizationRules",
+            "CreatedAt",
+            "UpdatedAt",
+            "AccessedAt",
+            "CountDetails",
+            "SubscriptionCount",
+            "SqlFilterCount",
+            "CorrelationFilterCount",
+            "EntityAvailabilityStatus",
+        }
+    ),
+    SUBSCRIPTION: frozenset(
+        {
+            "MessageCount",
+            "CreatedAt",
+            "UpdatedAt",
+            "AccessedAt",
+            "CountDetails",
+            "EntityAvailabilityStatus",
+            "DefaultRuleDescription",
+        }
+    ),
+}
 """Elements a client may send back (an update echoes a GET) that are silently ignored;
 ``DefaultRuleDescription`` is read by the API itself on create."""
 
 
 LAYOUT: dict[str, tuple[str, ...]] = {
     QUEUE: (
-        "LockDuration", "MaxSizeInMegabytes", "RequiresDuplicateDetection", "RequiresSession",
-        "DefaultMessageTimeToLive", "DeadLetteringOnMessageExpiration",
-        "DuplicateDetectionHistoryTimeWindow", "MaxDeliveryCount", "EnableBatchedOperations",
-        "SizeInBytes", "MessageCount", "IsAnonymousAccessible", "AuthorizationRules", "Status",
-        "CreatedAt", "UpdatedAt", "AccessedAt", "SupportOrdering", "CountDetails",
-        "AutoDeleteOnIdle", "EnablePartitioning", "EntityAvailabilityStatus", "EnableExpress",
-        "ForwardTo", "UserMetadata", "ForwardDeadLetteredMessagesTo",
+        "LockDuration",
+        "MaxSizeInMegabytes",
+        "RequiresDuplicateDetection",
+        "RequiresSession",
+        "DefaultMessageTimeToLive",
+        "DeadLetteringOnMessageExpiration",
+        "DuplicateDetectionHistoryTimeWindow",
+        "MaxDeliveryCount",
+        "EnableBatchedOperations",
+        "SizeInBytes",
+        "MessageCount",
+        "IsAnonymousAccessible",
+        "AuthorizationRules",
+        "Status",
+        "CreatedAt",
+        "UpdatedAt",
+        "AccessedAt",
+        "SupportOrdering",
+        "CountDetails",
+        "AutoDeleteOnIdle",
+        "EnablePartitioning",
+        "EntityAvailabilityStatus",
+        "EnableExpress",
+        "ForwardTo",
+        "UserMetadata",
+        "ForwardDeadLetteredMessagesTo",
         "MaxMessageSizeInKilobytes",
     ),
     TOPIC: (
-        "DefaultMessageTimeToLive", "MaxSizeInMegabytes", "RequiresDuplicateDetection",
-        "DuplicateDetectionHistoryTimeWindow", "EnableBatchedOperations", "SizeInBytes",
-        "FilteringMessagesBeforePublishing", "IsAnonymousAccessible", "AuthorizationRules",
-        "Status", "CreatedAt", "UpdatedAt", "AccessedAt", "SupportOrdering", "CountDetails",
-        "SubscriptionCount", "SqlFilterCount", "CorrelationFilterCount", "AutoDeleteOnIdle",
-        "EnablePartitioning", "EntityAvailabilityStatus", "EnableSubscriptionPartitioning",
-        "EnableExpress", "UserMetadata", "MaxMessageSizeInKilobytes",
+        "DefaultMessageTimeToLive",
+        "MaxSizeInMegabytes",
+        "RequiresDuplicateDetection",
+        "DuplicateDetectionHistoryTimeWindow",
+        "EnableBatchedOperations",
+        "SizeInBytes",
+        "FilteringMessagesBeforePublishing",
+        "IsAnonymousAccessible",
+        "AuthorizationRules",
+        "Status",
+        "CreatedAt",
+        "UpdatedAt",
+        "AccessedAt",
+        "SupportOrdering",
+        "CountDetails",
+        "SubscriptionCount",
+        "SqlFilterCount",
+        "CorrelationFilterCount",
+        "AutoDeleteOnIdle",
+        "EnablePartitioning",
+        "EntityAvailabilityStatus",
+        "EnableSubscriptionPartitioning",
+        "EnableExpress",
+        "UserMetadata",
+        "MaxMessageSizeInKilobytes",
     ),
     SUBSCRIPTION: (
-        "LockDuration", "RequiresSession", "DefaultMessageTimeToLive",
-        "DeadLetteringOnMessageExpiration", "DeadLetteringOnFilterEvaluationExceptions",
-        "MessageCount", "MaxDeliveryCount", "EnableBatchedOperations", "Status", "ForwardTo",
-        "CreatedAt", "UpdatedAt", "AccessedAt", "CountDetails", "ForwardDeadLetteredMessagesTo",
-        "AutoDeleteOnIdle", "EntityAvailabilityStatus", "UserMetadata",
+        "LockDuration",
+        "RequiresSession",
+        "DefaultMessageTimeToLive",
+        "DeadLetteringOnMessageExpiration",
+        "DeadLetteringOnFilterEvaluationExceptions",
+        "MessageCount",
+        "MaxDeliveryCount",
+        "EnableBatchedOperations",
+        "Status",
+        "ForwardTo",
+        "CreatedAt",
+        "UpdatedAt",
+        "AccessedAt",
+        "CountDetails",
+        "ForwardDeadLetteredMessagesTo",
+        "AutoDeleteOnIdle",
+        "EntityAvailabilityStatus",
+        "UserMetadata",
     ),
-}  # fmt: skip
+}
 """The elements of each description in the order Service Bus writes them (writable and
 read-only together)."""
 
@@ -325,10 +440,13 @@ def description_of(
 
 def dump_extra(description: Description) -> str:
     """The description as JSON (durations in seconds), stored beside the settings."""
-    return json.dumps({
-        name: {"seconds": value.total_seconds()} if isinstance(value, timedelta) else value
-        for name, value in description.items()
-    }, sort_keys=True)  # fmt: skip
+    return json.dumps(
+        {
+            name: {"seconds": value.total_seconds()} if isinstance(value, timedelta) else value
+            for name, value in description.items()
+        },
+        sort_keys=True,
+    )
 
 
 def load_extra(text: str | None) -> Description:

@@ -78,9 +78,11 @@ class EventHub(_Model):
 
     def spec(self) -> EventHubSpec:
         return EventHubSpec(
-            self.name, self.partition_count, tuple(group.name for group in self.consumer_groups),
+            self.name,
+            self.partition_count,
+            tuple(group.name for group in self.consumer_groups),
             timedelta(hours=self.retention_time_in_hours),
-        )  # fmt: skip
+        )
 
 
 class EventHubNamespace(_Model):
@@ -99,13 +101,18 @@ def duplicate_names(namespaces: list[EventHubNamespace]) -> list[tuple[tuple[str
     for n, namespace in enumerate(namespaces):
         for e, hub in enumerate(namespace.entities):
             if hub.name.lower() in seen:
-                problems.append(((n, "Entities", e, "Name"),
-                                 f"event hub {hub.name!r} is defined twice"))  # fmt: skip
+                problems.append(
+                    ((n, "Entities", e, "Name"), f"event hub {hub.name!r} is defined twice")
+                )
             seen[hub.name.lower()] = hub.name
             groups: set[str] = set()
             for g, group in enumerate(hub.consumer_groups):
                 if group.name.lower() in groups:
-                    problems.append(((n, "Entities", e, "ConsumerGroups", g, "Name"),
-                                     f"consumer group {group.name!r} is listed twice"))  # fmt: skip
+                    problems.append(
+                        (
+                            (n, "Entities", e, "ConsumerGroups", g, "Name"),
+                            f"consumer group {group.name!r} is listed twice",
+                        )
+                    )
                 groups.add(group.name.lower())
     return problems

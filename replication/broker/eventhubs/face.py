@@ -111,9 +111,13 @@ class EventHubsNode(Node):
 
     @classmethod
     def open(
-        cls, specs: list[EventHubSpec], store: MessageStore, cbs: Cbs, commits: GroupCommit,
+        cls,
+        specs: list[EventHubSpec],
+        store: MessageStore,
+        cbs: Cbs,
+        commits: GroupCommit,
         clock: Clock,
-    ) -> EventHubsNode:  # fmt: skip
+    ) -> EventHubsNode:
         """The node for ``specs``, their logs in ``store``'s database (made on first use)."""
         event_log = EventLog(store.connection, store.begin)
         now = now_ms(clock)
@@ -138,27 +142,43 @@ class EventHubsNode(Node):
         hub = self.hubs[path.partition("/")[0].lower()]
         address = parse_address(path)
         if address is None:
-            link.refuse(error("amqp:not-found", (
-                f"The messaging entity '{path}' could not be found: send to '{hub.name}' or "
-                f"'{hub.name}/Partitions/<id>', receive from "
-                f"'{hub.name}/ConsumerGroups/<group>/Partitions/<id>'."
-            )))  # fmt: skip
+            link.refuse(
+                error(
+                    "amqp:not-found",
+                    (
+                        f"The messaging entity '{path}' could not be found: send to '{hub.name}' "
+                        "or "
+                        f"'{hub.name}/Partitions/<id>', receive from "
+                        f"'{hub.name}/ConsumerGroups/<group>/Partitions/<id>'."
+                    ),
+                )
+            )
             return
         partition = None
         if address.partition is not None:
             partition = hub.partition(address.partition)
             if partition is None:
-                link.refuse(error("amqp:not-found", (
-                    f"The messaging entity '{path}' could not be found: event hub "
-                    f"'{hub.name}' has partitions {', '.join(hub.partition_ids)}."
-                )))  # fmt: skip
+                link.refuse(
+                    error(
+                        "amqp:not-found",
+                        (
+                            f"The messaging entity '{path}' could not be found: event hub "
+                            f"'{hub.name}' has partitions {', '.join(hub.partition_ids)}."
+                        ),
+                    )
+                )
                 return
         if link.is_receiver:  # the peer sends
             if address.consumer_group is not None:
-                link.refuse(error("amqp:not-allowed", (
-                    f"cannot send to '{path}': send to '{hub.name}' or "
-                    f"'{hub.name}/Partitions/<id>'"
-                )))  # fmt: skip
+                link.refuse(
+                    error(
+                        "amqp:not-allowed",
+                        (
+                            f"cannot send to '{path}': send to '{hub.name}' or "
+                            f"'{hub.name}/Partitions/<id>'"
+                        ),
+                    )
+                )
                 return
             if self._refused(peer, link, path, "Send"):
                 return
@@ -168,17 +188,27 @@ class EventHubsNode(Node):
             link.flow(LINK_CREDIT)
             return
         if address.consumer_group is None or partition is None:
-            link.refuse(error("amqp:not-allowed", (
-                f"cannot receive from '{path}': receive from "
-                f"'{hub.name}/ConsumerGroups/<group>/Partitions/<id>'"
-            )))  # fmt: skip
+            link.refuse(
+                error(
+                    "amqp:not-allowed",
+                    (
+                        f"cannot receive from '{path}': receive from "
+                        f"'{hub.name}/ConsumerGroups/<group>/Partitions/<id>'"
+                    ),
+                )
+            )
             return
         group = hub.consumer_groups.get(address.consumer_group.lower())
         if group is None:
-            link.refuse(error("amqp:not-found", (
-                f"The messaging entity '{path}' could not be found: event hub '{hub.name}' "
-                f"has consumer groups {', '.join(sorted(hub.consumer_groups.values()))}."
-            )))  # fmt: skip
+            link.refuse(
+                error(
+                    "amqp:not-found",
+                    (
+                        f"The messaging entity '{path}' could not be found: event hub '{hub.name}' "
+                        f"has consumer groups {', '.join(sorted(hub.consumer_groups.values()))}."
+                    ),
+                )
+            )
             return
         if self._refused(peer, link, path, "Listen"):
             return
@@ -203,19 +233,30 @@ class EventHubsNode(Node):
         rivals = [c for c in self._readers.get(partition, []) if c.group == group]
         stronger = [c for c in rivals if c.epoch is not None and (epoch is None or c.epoch > epoch)]
         if stronger:
-            link.refuse(error(LINK_STOLEN, (
-                f"Receiver with epoch '{epoch}' cannot be created: a receiver with epoch "
-                f"'{stronger[0].epoch}' already reads partition {partition.name} for "
-                f"consumer group '{group}'."
-            )))  # fmt: skip
+            link.refuse(
+                error(
+                    LINK_STOLEN,
+                    (
+                        f"Receiver with epoch '{epoch}' cannot be created: a receiver with epoch "
+                        f"'{stronger[0].epoch}' already reads partition {partition.name} for "
+                        f"consumer group '{group}'."
+                    ),
+                )
+            )
             return
         if epoch is not None:
             for rival in rivals:
                 if rival.link.is_open:
-                    rival.link.detach(error(LINK_STOLEN, (
-                        f"New receiver with higher epoch of '{epoch}' is created hence the "
-                        f"current receiver with epoch '{rival.epoch}' is getting disconnected."
-                    )))  # fmt: skip
+                    rival.link.detach(
+                        error(
+                            LINK_STOLEN,
+                            (
+                                f"New receiver with higher epoch of '{epoch}' is created hence the "
+                                f"current receiver with epoch '{rival.epoch}' is getting "
+                                "disconnected."
+                            ),
+                        )
+                    )
                 self._forget_consumer(rival)
                 rival.peer.driver.wake()
         wanted = (link.remote.desired_capabilities if link.remote else None) or ()
@@ -241,16 +282,22 @@ class EventHubsNode(Node):
             delivery.update(Rejected(error=error("amqp:unauthorized-access", problem)))
             return
         if isinstance(delivery.state, TransactionalState):
-            delivery.update(Rejected(error=error(
-                "amqp:not-implemented", "Event Hubs does not support transactions"
-            )))  # fmt: skip
+            delivery.update(
+                Rejected(
+                    error=error("amqp:not-implemented", "Event Hubs does not support transactions")
+                )
+            )
             return
         if len(delivery.payload) > MAX_MESSAGE_SIZE:
-            delivery.update(Rejected(error=error(
-                "amqp:link:message-size-exceeded",
-                f"The received message (size {len(delivery.payload)}) exceeds the limit "
-                f"({MAX_MESSAGE_SIZE}) of event hub '{producer.hub.name}'.",
-            )))  # fmt: skip
+            delivery.update(
+                Rejected(
+                    error=error(
+                        "amqp:link:message-size-exceeded",
+                        f"The received message (size {len(delivery.payload)}) exceeds the limit "
+                        f"({MAX_MESSAGE_SIZE}) of event hub '{producer.hub.name}'.",
+                    )
+                )
+            )
             return
         try:
             messages = wire.parse_transfer(delivery.payload, delivery.message_format)
@@ -295,10 +342,16 @@ class EventHubsNode(Node):
             try:
                 link.send(delivery_payload(event, last, now), settled=True)
             except MessageSizeExceededError as exc:  # the reader's max-message-size
-                link.detach(error(exc.condition, (
-                    f"event {event.sequence_number} of {consumer.partition.name} does not fit "
-                    f"the link: {exc.description}"
-                )))  # fmt: skip
+                link.detach(
+                    error(
+                        exc.condition,
+                        (
+                            f"event {event.sequence_number} of {consumer.partition.name} does not "
+                            "fit "
+                            f"the link: {exc.description}"
+                        ),
+                    )
+                )
                 self._forget_consumer(consumer)
                 consumer.peer.driver.wake()
                 return
@@ -355,9 +408,10 @@ class EventHubsNode(Node):
         # the SDK reads the description as ``statusDescription`` (it passes the name
         # ``status-description`` under a keyword its management link ignores): both go
         answer = {
-            "status-code": status, "status-description": description,
+            "status-code": status,
+            "status-description": description,
             "statusDescription": description,
-        }  # fmt: skip
+        }
         peer.reply(MANAGEMENT_NODE, request, answer, body)
         peer.driver.wake()  # a read changes nothing: no commit to wait for
 

@@ -174,8 +174,16 @@ class PartitionLog:
         appended = []
         for partition_key, section, bare in events:
             event = Event(self.next, self._next_offset, enqueued, partition_key, section, bare)
-            rows.append((_key(self._pid, event.sequence_number), event.offset, enqueued,
-                         partition_key, section, bare))  # fmt: skip
+            rows.append(
+                (
+                    _key(self._pid, event.sequence_number),
+                    event.offset,
+                    enqueued,
+                    partition_key,
+                    section,
+                    bare,
+                )
+            )
             appended.append(event)
             self._last_offset = event.offset
             self._next_offset += len(bare) + len(section or b"")

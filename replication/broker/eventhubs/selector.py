@@ -28,8 +28,10 @@ _EXPRESSION = re.compile(
 
 Field = Literal["x-opt-offset", "x-opt-sequence-number", "x-opt-enqueued-time"]
 _FIELDS: dict[str, Field] = {
-    OFFSET: OFFSET, SEQUENCE_NUMBER: SEQUENCE_NUMBER, ENQUEUED_TIME: ENQUEUED_TIME,
-}  # fmt: skip
+    OFFSET: OFFSET,
+    SEQUENCE_NUMBER: SEQUENCE_NUMBER,
+    ENQUEUED_TIME: ENQUEUED_TIME,
+}
 
 
 class SelectorError(ValueError):

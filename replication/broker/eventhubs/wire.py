@@ -72,12 +72,15 @@ def delivery_payload(event: Event, last: PartitionState | None = None, now_ms: i
     out = bytearray()
     if last is not None:
         out += _DELIVERY_ANNOTATIONS_SECTION
-        codec.encode_into(out, {
-            _LAST_SEQUENCE_NUMBER: last.last_sequence_number,
-            _LAST_OFFSET: str(last.last_offset),
-            _LAST_ENQUEUED_TIME: timestamp(last.last_enqueued_ms),
-            _RETRIEVAL_TIME: timestamp(now_ms),
-        })  # fmt: skip
+        codec.encode_into(
+            out,
+            {
+                _LAST_SEQUENCE_NUMBER: last.last_sequence_number,
+                _LAST_OFFSET: str(last.last_offset),
+                _LAST_ENQUEUED_TIME: timestamp(last.last_enqueued_ms),
+                _RETRIEVAL_TIME: timestamp(now_ms),
+            },
+        )
     count, pairs = 0, bytearray()
     if event.annotations:
         count, entries = scan.map_items(event.annotations, len(_ANNOTATIONS_SECTION))
