@@ -197,6 +197,18 @@ async def replicate(
     return elapsed
 
 
+async def replicate_as_asked(connection_string: str, args: argparse.Namespace) -> float:
+    """``replicate`` with the command line's messages, batch, workers and backends."""
+    return await replicate(
+        connection_string,
+        args.messages,
+        args.batch,
+        args.workers,
+        args.backend,
+        args.send_backend,
+    )
+
+
 async def host(connection_string: str, count: int, batch: int) -> float:
     """Seconds for the local host's trigger runner to move ``count`` messages hsrc -> hdst
     through the generated function (per-message settlement over gRPC)."""
@@ -225,14 +237,7 @@ async def profile_broker(args: argparse.Namespace) -> None:
             process.wait(20)
         process, connection_string = start_broker(workdir, port, args.profile_broker)
         try:
-            elapsed = await replicate(
-                connection_string,
-                args.messages,
-                args.batch,
-                args.workers,
-                args.backend,
-                args.send_backend,
-            )
+            elapsed = await replicate_as_asked(connection_string, args)
         finally:
             process.terminate()  # the broker stops cleanly, so cProfile writes its file
             process.wait(20)
@@ -287,14 +292,7 @@ async def telemetry_cost(args: argparse.Namespace) -> None:
                     instrumentation(live)
                     await send_all(connection_string, "src", items, args.batch)  # untimed
                     before = time.process_time()
-                    elapsed = await replicate(
-                        connection_string,
-                        args.messages,
-                        args.batch,
-                        args.workers,
-                        args.backend,
-                        args.send_backend,
-                    )
+                    elapsed = await replicate_as_asked(connection_string, args)
                     cpu[live].append((time.process_time() - before) * 1e6 / args.messages)
                     rates[live].append(args.messages / elapsed)
                     label = "with" if live else "without"
@@ -334,14 +332,7 @@ async def run(args: argparse.Namespace) -> None:
             ours = [from_received_like(item) for item in items]
             sender_alone = await send_ours(connection_string, "plain", ours, args.batch)
             cpu_before = cpu_seconds([process.pid]), time.process_time()
-            elapsed = await replicate(
-                connection_string,
-                args.messages,
-                args.batch,
-                args.workers,
-                args.backend,
-                args.send_backend,
-            )
+            elapsed = await replicate_as_asked(connection_string, args)
             broker_cpu = cpu_seconds([process.pid]) - cpu_before[0]
             replicator_cpu = time.process_time() - cpu_before[1]
             host_elapsed = None

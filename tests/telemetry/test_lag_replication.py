@@ -4,21 +4,20 @@ pass between the send and the replication."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 
 import pytest
 from azure.servicebus import ServiceBusMessage
-from azure.servicebus.aio import ServiceBusClient
 
 from replication import metrics
 from replication.clock import ManualClock
-from replication.tasks.pump import PumpStats, Source, pump
-from replication.tasks.targets import SenderPool, Target
+from replication.tasks.pump import PumpStats, Source
+from replication.tasks.targets import Target
 from replication.tasks.task import ReplicationTask
 from replication.telemetry.lag import HOP, PATH
 from tests.broker.conftest import BrokerHandle, make_config
+from tests.tasks.test_replicate import running
 from tests.waiting import until
 
 pytestmark = pytest.mark.timeout(120)
@@ -26,24 +25,14 @@ pytestmark = pytest.mark.timeout(120)
 CONFIG = make_config({"src": {}, "mid": {}, "dst": {}})
 
 
-@contextlib.asynccontextmanager
-async def pumping(
+def pumping(
     broker: BrokerHandle, pipeline: str, source: str, target: str, clock: ManualClock
-) -> AsyncIterator[PumpStats]:
-    stop, stats = asyncio.Event(), PumpStats()
-    pool = SenderPool({None: Target(broker.connection_string, target)})
-    client = ServiceBusClient.from_connection_string(broker.connection_string)
+) -> AbstractAsyncContextManager[PumpStats]:
+    """The pump of ``pipeline`` from ``source`` to ``target`` on ``clock`` (the task
+    library tests' ``running``)."""
     task = ReplicationTask(f"{pipeline}-function", pipeline=pipeline)
-    job = asyncio.create_task(
-        pump(task, client, Source(source), pool, stop, stats=stats, clock=clock)
-    )
-    try:
-        yield stats
-    finally:
-        stop.set()
-        await asyncio.wait_for(job, 30)
-        await pool.close()
-        await client.close()
+    targets = {None: Target(broker.connection_string, target)}
+    return running(task, broker.connection_string, Source(source), targets, clock=clock)
 
 
 def send(broker: BrokerHandle, queue: str, count: int) -> None:
