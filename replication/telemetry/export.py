@@ -120,14 +120,22 @@ def configure(
 
 
 def _exporters(env: Mapping[str, str]) -> list[tuple[str, dict[str, Any]]]:
-    """(home, {"metrics", "traces", "logs": exporter}) for each home the environment names."""
+    """(home, {"metrics", "traces", "logs": exporter}) for each home the environment names.
+    A home whose setting is wrong is left out with an error in the log: telemetry that
+    cannot be sent must not stop the replication (the function app would not load)."""
     made: list[tuple[str, dict[str, Any]]] = []
     connection_string = env.get(AZURE_MONITOR, "").strip()
     if connection_string:
-        made.append(("Azure Monitor", _azure_monitor(connection_string)))
+        try:
+            made.append(("Azure Monitor", _azure_monitor(connection_string)))
+        except ValueError as exc:
+            log.error("%s is not usable (%s): no telemetry to Azure Monitor", AZURE_MONITOR, exc)
     signals = [s for s in OTLP_SIGNALS if env.get(OTLP) or env.get(_signal_endpoint(s))]
     if signals:
-        made.append(("OTLP", _otlp(signals)))
+        try:
+            made.append(("OTLP", _otlp(signals)))
+        except ValueError as exc:
+            log.error("the OTLP exporter settings are not usable (%s): no telemetry to OTLP", exc)
     return made
 
 
