@@ -41,7 +41,10 @@ def processes() -> Iterator[Processes]:
 
 OTHER_PROCESSES = frozenset({"processes", "broker_process", "spark", "browser", "js_node"})
 """Fixtures that start another process: a broker or host, a JVM, Chromium, Node.js."""
-STARTS_PROCESSES = re.compile(r"\bsubprocess\b|\bPopen\b|sys\.executable")
+STARTS_PROCESSES = re.compile(
+    r"\bsubprocess\b|\bPopen\b|sys\.executable|\bpyspark\b|tests\.spark\.cluster"
+)
+"""What a module that starts a process (or a JVM: pyspark, the cluster) says."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -49,7 +52,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--quick",
         action="store_true",
         help="the inner loop: leave out tests that start other processes (brokers, hosts, "
-        "CLIs), a JVM (Spark) or a browser",
+        "CLIs), a JVM (Spark) or a browser, and those marked slow (in-process, 10 s and more)",
     )
 
 
@@ -65,7 +68,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     kept, left_out = [], []
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
-        slow = bool(fixtures & OTHER_PROCESSES) or _starts_processes(item.path)
+        slow = (
+            bool(fixtures & OTHER_PROCESSES)
+            or _starts_processes(item.path)
+            or item.get_closest_marker("slow") is not None
+        )
         (left_out if slow else kept).append(item)
     if left_out:
         config.hook.pytest_deselected(items=left_out)

@@ -55,6 +55,7 @@ def read_until(reader: EventHubConsumerClient, until: Callable[[], bool], **rece
     worker.join(10)
 
 
+@pytest.mark.slow
 def test_a_batch_sent_to_a_partition_is_received_from_the_start(hub: BrokerHandle) -> None:
     _send(hub.port, ["a", "b", "c"], partition_id="1")
     events = receive(hub.port, 3, partition_id="1", starting_position="-1")
@@ -97,6 +98,7 @@ def test_events_without_a_key_go_round_robin(hub: BrokerHandle) -> None:
     assert len(zero) == len(one) == 2
 
 
+@pytest.mark.slow
 def test_each_start_position(hub: BrokerHandle) -> None:
     _send(hub.port, [f"e{n}" for n in range(5)], partition_id="0")
     everything = receive(hub.port, 5, starting_position="-1")

@@ -76,6 +76,7 @@ def drain(broker: BrokerHandle, sub: str, *, topic: str = "orders", wait: float 
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.broker_config(CONFIG)
 def test_a_copy_per_matching_subscription(broker: BrokerHandle) -> None:
     messages = [

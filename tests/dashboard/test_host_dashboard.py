@@ -80,6 +80,7 @@ async def _until(what: str, check: Any, timeout: float = 30.0) -> Any:
     return result
 
 
+@pytest.mark.slow
 async def test_a_failover_switch_shows_where_from_where_to_and_why(tmp_path: Path) -> None:
     directory, settings = project(tmp_path, WATCHED)
     # the host's embedded brokers, on the ports its settings name

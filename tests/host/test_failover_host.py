@@ -9,6 +9,7 @@ import json
 import time
 from pathlib import Path
 
+import pytest
 from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient
 
@@ -40,6 +41,7 @@ def emulator(port: int) -> str:
     )
 
 
+@pytest.mark.slow
 async def test_the_host_follows_a_flipped_file_to_the_other_namespace(tmp_path: Path) -> None:
     directory, settings = project(tmp_path, FAILING_OVER)
     # the host's embedded brokers, on the ports its settings name

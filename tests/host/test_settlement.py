@@ -201,6 +201,7 @@ def test_steps() -> Iterator[None]:
     ids=[*(f"{kind}-{backend}" for kind in ("queue", "sessions") for backend in BACKENDS),
          "queue-sdk-real-time"],
 )  # fmt: skip
+@pytest.mark.slow
 async def test_a_batch_slower_than_the_lock_completes_without_redelivery(
     broker_factory: Any, sessions: bool, backend: str, real_time: bool
 ) -> None:

@@ -663,6 +663,7 @@ async def test_tls_with_sni(broker: BrokerHandle, tmp_path: Path) -> None:
 # ---------------------------------------------------------------------- the pump
 
 
+@pytest.mark.slow
 @pytest.mark.broker_config(CONFIG)
 @pytest.mark.parametrize("backend", ["amqp", "sdk"])
 async def test_pump_on_both_backends(broker: BrokerHandle, backend: str) -> None:

@@ -169,6 +169,7 @@ def dead_lettered(broker: BrokerHandle, queue: str) -> int:
     ],
     ids=["amqp-plain", "amqp-session", "sdk-plain", "sdk-session", "sdk-plain-real-time"],
 )
+@pytest.mark.slow
 async def test_slow_batch_keeps_its_locks(
     broker_factory: Callable[..., BrokerHandle], backend: str, sessions: bool, real_time: bool
 ) -> None:

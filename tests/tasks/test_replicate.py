@@ -131,6 +131,7 @@ async def test_multi_hop_stamping_appends(broker: BrokerHandle) -> None:
     assert times[0] <= times[1]
 
 
+@pytest.mark.slow
 @pytest.mark.broker_config(CONFIG)
 async def test_sessions_keep_their_order_under_concurrency(broker: BrokerHandle) -> None:
     """20 interleaved sessions x 500 messages, 4 session workers: each session arrives in
