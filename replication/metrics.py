@@ -31,7 +31,8 @@ METER = otel.get_meter("replication")
 """The global API's meter: bound to the provider ``telemetry.export.configure`` sets."""
 
 REGISTRY = CollectorRegistry(auto_describe=True)
-"""What ``/metrics`` shows: the Prometheus reader and the lag histogram register here."""
+"""What ``/metrics`` shows: the instruments (``InstrumentCollector``) and the lag histogram
+and gauges (``LagCollector``) register here; the Spark runner adds its own."""
 
 MESSAGES = "{message}"
 
