@@ -105,8 +105,9 @@ def test_a_broken_pipeline_file_or_a_missing_file_is_refused(tmp_path: Path) -> 
     assert "not in the package: host.json" in refused.stderr
 
 
-# Imported only when there (urllib3's SOCKS proxy support), not needed.
-OPTIONAL_IMPORTS = {"pysocks"}
+# Imported only when there, not needed: urllib3's SOCKS proxy support, and azure-core's
+# OpenTelemetry plugin (the test extra's, for the SDK's own spans in tests/telemetry).
+OPTIONAL_IMPORTS = {"pysocks", "azure-core-tracing-opentelemetry"}
 IMPORTED_DISTRIBUTIONS = """
 import importlib.metadata, sys
 import function_app

@@ -12,6 +12,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.util._once import Once
 
 from replication.tasks.pump import Source
 from replication.tasks.targets import Target
@@ -26,15 +27,19 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture
 def spans() -> Iterator[InMemorySpanExporter]:
-    """Every span of this process kept in memory, the SDKs' included, while the test runs."""
+    """Every span of this process kept in memory, the SDKs' included, while the test runs.
+
+    The global tracer provider is put back afterwards (OpenTelemetry's own test helpers do
+    the same through these names): with a recording provider left behind, the SDK would
+    write ``traceparent`` into every message later tests of this worker send."""
     from azure.core.settings import settings
 
     exporter = InMemorySpanExporter()
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):  # the global provider is set once a process
-        provider = TracerProvider()
-        trace.set_tracer_provider(provider)
+    provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
+    saved = trace._TRACER_PROVIDER, trace._TRACER_PROVIDER_SET_ONCE
+    trace._TRACER_PROVIDER, trace._TRACER_PROVIDER_SET_ONCE = None, Once()
+    trace.set_tracer_provider(provider)
     settings.tracing_implementation = "opentelemetry"
     tracing.enabled = True
     try:
@@ -42,7 +47,8 @@ def spans() -> Iterator[InMemorySpanExporter]:
     finally:
         tracing.enabled = False
         settings.tracing_implementation = None
-        exporter.shutdown()
+        trace._TRACER_PROVIDER, trace._TRACER_PROVIDER_SET_ONCE = saved
+        provider.shutdown()
 
 
 def linked_to(span: ReadableSpan, producer: ReadableSpan) -> bool:
@@ -76,3 +82,11 @@ async def test_the_batch_and_the_consumer_link_to_the_producer(
     assert any(linked_to(span, producer) for span in consumers), [
         (s.name, [link.context for link in s.links]) for s in consumers
     ]
+
+
+def test_a_later_send_carries_no_trace_context() -> None:
+    """After the traced test the worker's provider is the API's no-op again: what the SDK
+    sends then carries no ``traceparent`` (other tests compare properties exactly)."""
+    span = trace.get_tracer("check").start_span("after")
+    assert not span.get_span_context().is_valid
+    span.end()
