@@ -6,7 +6,7 @@ import importlib.util
 import inspect
 import sys
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -79,17 +79,24 @@ def functions_of(app: func.FunctionApp) -> list[Function]:
     return functions
 
 
-def service_bus_triggers(
-    app: func.FunctionApp, settings: Mapping[str, str]
-) -> list[ServiceBusTrigger]:
-    triggers = []
+def triggered_by(app: func.FunctionApp, kind: str) -> Iterator[tuple[Function, dict[str, Any]]]:
+    """Each function of ``app`` whose trigger is of ``kind`` (``serviceBusTrigger``,
+    ``eventHubTrigger``, ``timerTrigger``) with its trigger's binding; other triggers are
+    not ours to run."""
     for function in functions_of(app):
         trigger = function.get_trigger()
         if trigger is None:
             continue
         binding = trigger.get_dict_repr()
-        if binding.get("type") != "serviceBusTrigger":
-            continue  # other triggers are not ours to run
+        if binding.get("type") == kind:
+            yield function, binding
+
+
+def service_bus_triggers(
+    app: func.FunctionApp, settings: Mapping[str, str]
+) -> list[ServiceBusTrigger]:
+    triggers = []
+    for function, binding in triggered_by(app, "serviceBusTrigger"):
 
         def value(key: str, binding: dict[str, Any] = binding) -> str | None:
             raw = binding.get(key)

@@ -38,7 +38,7 @@ import isodate
 from ..adapters.eventhubs import to_event_hub_events
 from ..generated import pipeline_of
 from ..servicebus.connection_string import ConnectionString
-from .discovery import _annotations, functions_of
+from .discovery import _annotations, triggered_by
 from .settings import resolve
 from .worker import Worker
 
@@ -85,13 +85,7 @@ _RETRY_FIELDS = (
 
 def event_hub_triggers(app: func.FunctionApp, settings: Mapping[str, str]) -> list[EventHubTrigger]:
     found = []
-    for function in functions_of(app):
-        trigger = function.get_trigger()
-        if trigger is None:
-            continue
-        binding = trigger.get_dict_repr()
-        if binding.get("type") != "eventHubTrigger":
-            continue
+    for function, binding in triggered_by(app, "eventHubTrigger"):
         cardinality = binding.get("cardinality")
         policy = function.get_setting("retry_policy")
         retry = None

@@ -27,7 +27,7 @@ from azure.functions.timer import TimerRequest
 
 from ..clock import SYSTEM, Clock, wait_event
 from ..ncrontab import Schedule, ScheduleError, parse_schedule
-from .discovery import DiscoveryError, functions_of
+from .discovery import DiscoveryError, triggered_by
 from .settings import resolve
 from .worker import Worker
 
@@ -48,13 +48,7 @@ class TimerTrigger:
 
 def timer_triggers(app: func.FunctionApp, settings: Mapping[str, str]) -> list[TimerTrigger]:
     found = []
-    for function in functions_of(app):
-        trigger = function.get_trigger()
-        if trigger is None:
-            continue
-        binding = trigger.get_dict_repr()
-        if binding.get("type") != "timerTrigger":
-            continue
+    for function, binding in triggered_by(app, "timerTrigger"):
         name = str(function.get_function_name())
         expression = resolve(str(binding["schedule"]), settings)
         try:
