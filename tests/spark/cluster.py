@@ -191,8 +191,12 @@ class StandaloneCluster:
     def python_workers(self) -> list[int]:
         """Pids of the Python processes under the workers (executors' pyspark daemons and
         the Python workers they forked)."""
-        return [pid for worker in self.workers for pid in process_tree(worker.pid)
-                if "python" in Path(cmdline(pid).split(" ", 1)[0]).name]  # fmt: skip
+        return [
+            pid
+            for worker in self.workers
+            for pid in process_tree(worker.pid)
+            if "python" in Path(cmdline(pid).split(" ", 1)[0]).name
+        ]
 
     def close(self) -> None:
         for process in reversed(self.processes):
