@@ -260,12 +260,10 @@ MaxSizeInMegabytes = Annotated[int, Field(ge=1, le=MAX_SIZE_IN_MEGABYTES_LIMIT)]
 without filling a gigabyte (the management API takes Service Bus's sizes only)."""
 ForwardTarget = Annotated[str | None, BeforeValidator(_forward_target)]
 EntityName = Annotated[str, AfterValidator(validate_entity_name)]
-SubscriptionName = Annotated[
-    str, AfterValidator(_simple_name("subscription", MAX_SUBSCRIPTION_NAME_LENGTH))
-]
-RuleName = Annotated[
-    str, AfterValidator(_simple_name("rule", MAX_RULE_NAME_LENGTH, reserved=DEFAULT_RULE_NAME))
-]
+validate_subscription_name = _simple_name("subscription", MAX_SUBSCRIPTION_NAME_LENGTH)
+validate_rule_name = _simple_name("rule", MAX_RULE_NAME_LENGTH, reserved=DEFAULT_RULE_NAME)
+SubscriptionName = Annotated[str, AfterValidator(validate_subscription_name)]
+RuleName = Annotated[str, AfterValidator(validate_rule_name)]
 AuthorizationRuleName = Annotated[
     str, AfterValidator(_simple_name("authorization rule", MAX_AUTHORIZATION_RULE_NAME_LENGTH))
 ]

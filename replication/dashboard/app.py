@@ -14,7 +14,9 @@ and on the broker's own HTTP port (``python -m replication broker --ui``). Paths
   ``{"sequence_numbers": [...] | "all"}``;
 * the explorer (``POST .../{receive|deferred|settle|release|scheduled/cancel|purge|resend}``):
   receive under a lock and settle by receipt (``locks.py``), typed sends (``send_form.py``);
-  ``messages`` with search criteria searches a peek (``search.py``).
+  ``messages`` with search criteria searches a peek (``search.py``);
+* entities (``entity_api.py``): ``GET .../entity`` (every setting, the rules), ``POST
+  .../{entity|rule}/{create|update|delete}`` through the management API, checked first.
 
 Names start with ``$`` as Service Bus's own resources do, so no entity path can collide.
 
@@ -25,7 +27,8 @@ loopback ``Origin`` (``broker/loopback.py``: no DNS rebinding), so no token is a
 Bound elsewhere, every API call needs a SAS token (``Authorization: SharedAccessSignature
 ...``) of the namespace, with the rights Service Bus would ask for: Listen to look, Send to
 send, Manage to resubmit or delete. The explorer's: Listen to receive and settle, Send to
-send, resend and cancel a scheduled message, Manage to purge.
+send, resend and cancel a scheduled message, Manage to purge. Entities: Manage to see
+their settings and to change anything (the management API's right).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from ..broker.auth import LISTEN, MANAGE, SEND, AuthorizationError, normalize_re
 from ..broker.auth import parse_sas_token as parse_token
 from ..broker.httpapi import Request, Response
 from ..servicebus.client import EntityNotFound, SourceError
-from . import search, send_form
+from . import entity_api, search, send_form
 from .locks import ACTIONS, ReceiptNotFound, Receipts
 from .namespace import MAX_PEEK, DashboardError, Namespace, describe, resubmit_target
 from .pipelines import PipelineBoard
@@ -142,7 +145,7 @@ class Dashboard:
         try:
             return await self._api(request, path[len(API) :])
         except DashboardError as exc:
-            return _error(exc.status, str(exc))
+            return _json({"error": str(exc), "field": exc.field}, exc.status)
         except send_form.ComposeError as exc:
             return _error(400, str(exc))
         except ReceiptNotFound as exc:
@@ -208,6 +211,13 @@ class Dashboard:
             return _json(
                 {"session": session, "state": await namespace.session_state(entity, session)}
             )
+        if route in entity_api.ROUTES and (get == (route in entity_api.READS)):
+            body = {} if get else _body(request)
+
+            def manage(path: str) -> None:
+                self._authorize(request, namespace, path, MANAGE)
+
+            return _json(await entity_api.answer(route, namespace, entity, query, body, manage))
         if request.method != "POST":
             return _error(404 if route not in _POSTS else 405, f"no such endpoint: {route}")
         body = _body(request)

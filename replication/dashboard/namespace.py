@@ -51,7 +51,10 @@ SUBSCRIPTIONS = "/subscriptions/"
 
 
 class DashboardError(Exception):
-    """A request the dashboard cannot do as asked (HTTP ``status``)."""
+    """A request the dashboard cannot do as asked (HTTP ``status``; ``field``: the form's
+    input it is about, if any)."""
+
+    field: str | None = None
 
     def __init__(self, message: str, status: int = 400) -> None:
         super().__init__(message)

@@ -72,7 +72,7 @@ DESCRIPTION_TAGS = {
     TOPIC: "TopicDescription",
     SUBSCRIPTION: "SubscriptionDescription",
 }
-_CORRELATION_XML = {
+CORRELATION_XML = {
     "CorrelationId": "correlation_id",
     "MessageId": "message_id",
     "To": "to",
@@ -82,7 +82,7 @@ _CORRELATION_XML = {
     "ReplyToSessionId": "reply_to_session_id",
     "ContentType": "content_type",
 }
-assert set(_CORRELATION_XML.values()) == set(CORRELATION_FIELDS)
+assert set(CORRELATION_XML.values()) == set(CORRELATION_FIELDS)
 
 
 class ApiError(Exception):
@@ -512,9 +512,9 @@ class AdminApi:
                         raise _bad_request(str(exc)) from None
                     if properties:
                         correlation["properties"] = properties
-                elif xml_name in _CORRELATION_XML:
+                elif xml_name in CORRELATION_XML:
                     if child.text:
-                        correlation[_CORRELATION_XML[xml_name]] = child.text
+                        correlation[CORRELATION_XML[xml_name]] = child.text
                 else:
                     raise _bad_request(f"{xml_name} is not a property of a CorrelationFilter")
             if not correlation:
@@ -559,43 +559,13 @@ class AdminApi:
         record = self.broker.registry.entity_record(subscription.queue.name)
         created = record.created_ms if record else self.started_ms
         body = atom.Xml()
-        body.raw(self._filter_xml(spec))
-        if spec.action:
-            body.raw(
-                f'<Action i:type="SqlRuleAction"><SqlExpression>'
-                f"{atom.escape(spec.action)}</SqlExpression>"
-                "<CompatibilityLevel>20</CompatibilityLevel>"
-                f"{self._parameters_xml(spec.action_parameters)}</Action>"
-            )
-        else:
-            body.raw('<Action i:type="EmptyRuleAction"/>')
+        body.raw(rule_xml(spec))
         body.add("CreatedAt", atom.format_time(created))
         body.add("Name", spec.name)
         content = atom.description("RuleDescription", body.text())
         stamp = atom.format_time(created)
         url = self._url(request, f"{subscription.queue.name}/Rules/{spec.name}")
         return atom.entry(url, spec.name, content, stamp, stamp, self.namespace)
-
-    @staticmethod
-    def _parameters_xml(parameters: dict[str, Any]) -> str:
-        return atom.key_value_list("Parameters", parameters) if parameters else ""
-
-    @staticmethod
-    def _filter_xml(spec: RuleSpec) -> str:
-        if spec.kind in ("true", "false", "sql"):
-            kind = {"true": "TrueFilter", "false": "FalseFilter", "sql": "SqlFilter"}[spec.kind]
-            sql = {"true": "1=1", "false": "1=0"}.get(spec.kind, spec.sql or "")
-            parameters = spec.sql_parameters if spec.kind == "sql" else {}
-            return (
-                f'<Filter i:type="{kind}"><SqlExpression>{atom.escape(sql)}</SqlExpression>'
-                "<CompatibilityLevel>20</CompatibilityLevel>"
-                f"{AdminApi._parameters_xml(parameters)}</Filter>"
-            )
-        body = atom.Xml()
-        for xml_name, attribute in _CORRELATION_XML.items():
-            body.add(xml_name, spec.correlation.get(attribute))
-        body.raw(atom.key_value_list("Properties", dict(spec.correlation.get("properties") or {})))
-        return f'<Filter i:type="CorrelationFilter">{body.text()}</Filter>'
 
     # ------------------------------------------------------------------ descriptions
 
@@ -792,3 +762,33 @@ class AdminApi:
         return Response(
             status, {"content-type": "application/xml; charset=utf-8"}, atom.error(status, detail)
         )
+
+
+def _parameters_xml(parameters: dict[str, Any]) -> str:
+    return atom.key_value_list("Parameters", parameters) if parameters else ""
+
+
+def rule_xml(spec: RuleSpec) -> str:
+    """A rule's ``Filter`` and ``Action`` elements as Service Bus writes them (and reads
+    them back: the dashboard sends rules in this form)."""
+    if spec.kind in ("true", "false", "sql"):
+        kind = {"true": "TrueFilter", "false": "FalseFilter", "sql": "SqlFilter"}[spec.kind]
+        sql = {"true": "1=1", "false": "1=0"}.get(spec.kind, spec.sql or "")
+        parameters = spec.sql_parameters if spec.kind == "sql" else {}
+        rule_filter = (
+            f'<Filter i:type="{kind}"><SqlExpression>{atom.escape(sql)}</SqlExpression>'
+            f"<CompatibilityLevel>20</CompatibilityLevel>{_parameters_xml(parameters)}</Filter>"
+        )
+    else:
+        body = atom.Xml()
+        for xml_name, attribute in CORRELATION_XML.items():
+            body.add(xml_name, spec.correlation.get(attribute))
+        body.raw(atom.key_value_list("Properties", dict(spec.correlation.get("properties") or {})))
+        rule_filter = f'<Filter i:type="CorrelationFilter">{body.text()}</Filter>'
+    if not spec.action:
+        return rule_filter + '<Action i:type="EmptyRuleAction"/>'
+    return (
+        f'{rule_filter}<Action i:type="SqlRuleAction"><SqlExpression>'
+        f"{atom.escape(spec.action)}</SqlExpression><CompatibilityLevel>20</CompatibilityLevel>"
+        f"{_parameters_xml(spec.action_parameters)}</Action>"
+    )

@@ -40,6 +40,13 @@ MAX_SIZE_IN_MEGABYTES = (1024, 2048, 3072, 4096, 5120)
 STANDARD_MESSAGE_SIZE_KB = 256
 MAX_USER_METADATA = 1024
 STATUSES = ("Active", "Disabled", "SendDisabled", "ReceiveDisabled")
+STATUSES_OF = {
+    QUEUE: STATUSES,
+    TOPIC: ("Active", "Disabled", "SendDisabled"),
+    SUBSCRIPTION: ("Active", "Disabled", "ReceiveDisabled"),
+}
+"""The statuses Service Bus offers per kind (a topic is not received from, a subscription
+not sent to)."""
 
 
 class PropertyError(ValueError):
