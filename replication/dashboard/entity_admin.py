@@ -21,6 +21,7 @@ from ..broker.admin import atom
 from ..broker.admin.api import DESCRIPTION_TAGS, rule_xml
 from ..broker.admin.properties import WRITABLE, Description, PropertyError
 from ..broker.httpapi import Request, Response
+from ..broker.registry import entity_path
 from ..broker.rules import RuleSpec
 from ..servicebus.runtime_properties import count_details
 from .entities import ATOM, HttpApp, rule
@@ -143,6 +144,8 @@ class EntityAdmin:
             for child in description
             if _local(child.tag) not in HIDDEN
         )
+        for name in ("ForwardTo", "ForwardDeadLetteredMessagesTo"):
+            texts[name] = entity_path(texts.get(name))  # sb://host/queue: the host is ours
         found: dict[str, Any] = {
             "kind": kind,
             "path": path,

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..broker.admin.api import CORRELATION_XML
 from ..broker.admin.properties import defaults
 from ..broker.entity_records import QUEUE, SUBSCRIPTION, TOPIC
 from ..broker.rules import RuleSpec
@@ -58,7 +59,8 @@ def label(kind: str, path: str, namespace: Namespace) -> str:
 def filter_text(spec: RuleSpec) -> str:
     if spec.kind == "sql":
         return spec.sql or ""
-    values = {k: v for k, v in spec.correlation.items() if k != "properties"}
+    names = {attribute: xml_name for xml_name, attribute in CORRELATION_XML.items()}
+    values = {names[k]: v for k, v in spec.correlation.items() if k != "properties"}
     values.update(spec.correlation.get("properties") or {})
     return "correlation " + " AND ".join(f"{k} = {v!r}" for k, v in values.items())
 
@@ -72,7 +74,24 @@ async def answer(
     manage: Callable[[str], None],
 ) -> dict[str, Any]:
     """The answer to one of ``ROUTES``; ``manage(path)`` raises unless the caller may manage
-    ``path``."""
+    ``path``. A check that finds the form wrong answers what is wrong (``refused`` and its
+    ``field``): the question was answered; the change itself is refused with a 400."""
+    try:
+        return await _answer(route, namespace, entity, query, body, manage)
+    except FormError as exc:
+        if not body.get("check"):
+            raise
+        return {"refused": str(exc), "field": exc.field}
+
+
+async def _answer(
+    route: str,
+    namespace: Namespace,
+    entity: str,
+    query: dict[str, str],
+    body: dict[str, Any],
+    manage: Callable[[str], None],
+) -> dict[str, Any]:
     admin = EntityAdmin(namespace.app, namespace.token)
     if route == "entity-form":
         manage("")

@@ -41,8 +41,11 @@ def _admin(api: Api) -> Iterator[ServiceBusAdministrationClient]:
 
 
 def _refused(api: Api, route: str, body: dict[str, Any], **params: Any) -> tuple[str, str]:
+    """The check's answer (what is wrong, and where) and the change's refusal agree."""
+    checked = api.ok(route, {**body, "check": True}, **params)
     status, answer = api(route, body, **params)
     assert status == 400, answer
+    assert (checked["field"], checked["refused"]) == (answer["field"], answer["error"])
     return answer["field"], answer["error"]
 
 

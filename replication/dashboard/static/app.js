@@ -51,7 +51,10 @@ async function call(route, params, body) {
   const response = await fetch(url, options);
   const data = await response.json().catch(() => ({}));
   if (response.status === 401) $("token-form").hidden = false;
-  if (!response.ok) throw new Error(data.error || response.status + " " + response.statusText);
+  if (!response.ok) {
+    throw Object.assign(new Error(data.error || response.status + " " + response.statusText),
+      { field: data.field });
+  }
   return data;
 }
 
@@ -254,6 +257,7 @@ function showTab(name) {
   if (name === "messages") peek().catch((e) => showError(e.message));
   if (name === "dead-letters") loadDeadLetters(1).catch((e) => showError(e.message));
   if (name === "sessions") loadSessions().catch((e) => showError(e.message));
+  if (name === "settings") loadSettings().catch((e) => showError(e.message));
 }
 
 function where(extra) {
