@@ -13,13 +13,16 @@ of ``--rounds``:
 2. peek: the first page of 20, and a page of 20 from the middle;
 3. search: a message id that is the last message (the search looks through its limit,
    5,000 messages, and finds nothing past it), and a property over the first 5,000
-   (stops at the first 20 matches).
+   (stops at the first 20 matches);
+4. entities: one queue's settings (the Settings tab), and a create form checked (its name
+   free, its forward target there) as the page asks before its confirmation.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
 import sys
 import tempfile
@@ -48,13 +51,17 @@ def config(entities: int) -> dict[str, Any]:
     }
 
 
-async def timed(dashboard: Dashboard, route: str, rounds: int, **params: Any) -> float:
-    """The median seconds of ``rounds`` GETs of ``route``."""
+async def timed(
+    dashboard: Dashboard, route: str, rounds: int, body: Any = None, **params: Any
+) -> float:
+    """The median seconds of ``rounds`` GETs of ``route`` (POSTs of ``body``, given one)."""
     target = f"/$dashboard/api/{route}?{urlencode(params)}"
+    headers = {"host": "127.0.0.1", "content-type": "application/json"}
+    method, data = ("GET", b"") if body is None else ("POST", json.dumps(body).encode())
     times = []
     for _ in range(rounds):
         started = time.perf_counter()
-        response = await dashboard.handle(Request("GET", target, {"host": "127.0.0.1"}))
+        response = await dashboard.handle(Request(method, target, headers, data))
         times.append(time.perf_counter() - started)
         assert response is not None and response.status == 200, response
     return statistics.median(times)
@@ -91,6 +98,21 @@ async def main(entities: int, messages: int, rounds: int) -> None:
                 ),
                 "search property tenant=contoso (20 matches)": await timed(
                     dashboard, "messages", rounds, **where, property="tenant=contoso"
+                ),
+                "settings of one queue (Settings tab)": await timed(
+                    dashboard, "entity", rounds, **where
+                ),
+                "create checked (name free, forward target)": await timed(
+                    dashboard,
+                    "entity/create",
+                    rounds,
+                    {
+                        "kind": "queue",
+                        "name": "new",
+                        "check": True,
+                        "settings": {"LockDuration": "PT30S", "ForwardTo": f"q{entities - 2:04d}"},
+                    },
+                    namespace="bench",
                 ),
             }
             for name, seconds in figures.items():
