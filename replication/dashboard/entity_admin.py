@@ -135,7 +135,7 @@ class EntityAdmin:
         if _local(root.tag) != "entry":  # a queue or topic that is not: an empty feed
             return None
         description = root.find(f"{ATOM}content/*")
-        if description is None:
+        if description is None or _local(description.tag) not in KIND_OF:  # a rule's path
             return None
         kind = KIND_OF[_local(description.tag)]
         texts = {item.name: "" for item in fields(kind)}  # the API leaves out what is unset

@@ -229,11 +229,13 @@ def check_forwarding(path: str, description: Description, sendable: set[str]) ->
 
 
 def check_changes(kind: str, old: Description, new: Description) -> None:
-    try:
-        check_update(kind, old, new)
-    except PropertyError as exc:
-        name = next(p.name for p in WRITABLE[kind] if p.name in str(exc))
-        raise FormError(name, str(exc)) from None
+    """Refuses a change of a setting Service Bus keeps from creation on (one at a time, so
+    the error names its field)."""
+    for prop in WRITABLE[kind]:
+        try:
+            check_update(kind, {prop.name: old.get(prop.name)}, {prop.name: new.get(prop.name)})
+        except PropertyError as exc:
+            raise FormError(prop.name, str(exc)) from None
 
 
 def changes(old: Description, new: Description) -> list[str]:

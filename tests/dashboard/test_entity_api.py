@@ -75,8 +75,9 @@ def test_every_setting_of_a_queue_topic_and_subscription_is_shown(api: Api) -> N
     (rule,) = subscription["rules"]
     assert (rule["name"], rule["filter"], rule["form"]) == ("eu", "region = 'eu'", {
         "sql": "region = 'eu'"})  # fmt: skip
-    status, answer = api("entity", entity="nothing")
-    assert status == 404 and "no entity 'nothing'" in answer["error"]
+    for path in ("nothing", f"{SUBSCRIPTION}/Rules/eu", "events/Subscriptions/none"):
+        status, answer = api("entity", entity=path)
+        assert status == 404 and f"no entity '{path}'" in answer["error"], answer
 
 
 def test_a_queue_is_created_only_once_confirmed(api: Api) -> None:
