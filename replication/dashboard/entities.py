@@ -14,6 +14,7 @@ from xml.etree.ElementTree import Element
 
 from defusedxml import ElementTree
 
+from ..broker.admin.atom import key_values
 from ..broker.httpapi import Request, Response
 from ..servicebus.runtime_properties import count_details
 
@@ -78,6 +79,13 @@ def entity(entry: Element) -> dict[str, Any]:
     }
 
 
+def literal(value: Any) -> str:
+    """A correlation filter's value as its type reads: ``5`` (a number), ``'5'`` (else)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return repr(str(value))
+
+
 def rule(entry: Element) -> dict[str, Any]:
     """A rule: its name, its filter as text (SQL, or the correlation's fields) and action."""
     description = _description(entry)
@@ -97,13 +105,9 @@ def rule(entry: Element) -> dict[str, Any]:
                 for name, e in parts.items()
                 if e.text and name != "Properties"
             ]
-            for item in parts.get("Properties", ()):
-                values = _fields(item)
-                key, value = values.get("Key"), values.get("Value")
-                pairs.append(
-                    f"{key.text if key is not None else ''} = "
-                    f"'{value.text if value is not None else ''}'"
-                )
+            # typed as the filter compares them: 5 matches an int 5, '5' a string
+            properties = key_values(parts.get("Properties"))
+            pairs += [f"{key} = {literal(value)}" for key, value in properties.items()]
             found["filter"] = " AND ".join(pairs) or "(correlation: any)"
         elif kind == "TrueFilter":
             found["filter"] = "1=1"

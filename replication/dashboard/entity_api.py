@@ -25,6 +25,7 @@ from ..broker.entity_records import QUEUE, SUBSCRIPTION, TOPIC
 from ..broker.rules import RuleSpec
 from ..broker.topic import SUBSCRIPTIONS
 from . import entity_form
+from .entities import literal
 from .entity_admin import EntityAdmin, description
 from .entity_form import FormError
 from .namespace import DashboardError, Namespace
@@ -62,7 +63,7 @@ def filter_text(spec: RuleSpec) -> str:
     names = {attribute: xml_name for xml_name, attribute in CORRELATION_XML.items()}
     values = {names[k]: v for k, v in spec.correlation.items() if k != "properties"}
     values.update(spec.correlation.get("properties") or {})
-    return "correlation " + " AND ".join(f"{k} = {v!r}" for k, v in values.items())
+    return "correlation " + " AND ".join(f"{k} = {literal(v)}" for k, v in values.items())
 
 
 async def answer(

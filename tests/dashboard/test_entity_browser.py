@@ -207,6 +207,7 @@ def test_entities_in_a_browser(browser: Any, tmp_path: Path, processes: Processe
     assert "filter correlation CorrelationId = 'c-1' AND priority = 5" in _dialog_text(browser)
     _confirm(browser)
     _until("the correlation rule", lambda: "vip" in _text(browser, "#rules"))
+    assert "CorrelationId = 'c-1' AND priority = 5" in _text(browser, "#rules")  # an int
     vip = admin.get_rule("events", "eu", "vip")
     assert isinstance(vip.filter, CorrelationRuleFilter)
     assert (vip.filter.correlation_id, vip.filter.properties) == ("c-1", {"priority": 5})
