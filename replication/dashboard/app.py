@@ -14,7 +14,9 @@ and on the broker's own HTTP port (``python -m replication broker --ui``). Paths
   ``{"sequence_numbers": [...] | "all"}``;
 * the explorer (``POST .../{receive|deferred|settle|release|scheduled/cancel|purge|resend}``):
   receive under a lock and settle by receipt (``locks.py``), typed sends (``send_form.py``);
-  ``messages`` with search criteria searches a peek (``search.py``).
+  ``messages`` with search criteria searches a peek (``search.py``);
+* ``.../eventhubs[/events|/send]``: event hubs, their partitions and events
+  (``eventhubs_view.py``).
 
 Names start with ``$`` as Service Bus's own resources do, so no entity path can collide.
 
@@ -44,6 +46,7 @@ from ..broker.auth import parse_sas_token as parse_token
 from ..broker.httpapi import Request, Response
 from ..servicebus.client import EntityNotFound, SourceError
 from . import search, send_form
+from .eventhubs_view import EventHubsView
 from .locks import ACTIONS, ReceiptNotFound, Receipts
 from .namespace import MAX_PEEK, DashboardError, Namespace, describe, resubmit_target
 from .pipelines import PipelineBoard
@@ -83,8 +86,10 @@ class Dashboard:
         *,
         require_token: bool = False,
         interval: float = 1.0,
+        event_hubs: EventHubsView | None = None,
     ) -> None:
         self.namespaces = {n.name: n for n in namespaces}
+        self.event_hubs = event_hubs or EventHubsView({})
         self.board = board
         self.require_token = require_token
         self.interval = interval
@@ -194,6 +199,11 @@ class Dashboard:
             )
         namespace = self._namespace(query)
         entity = query.get("entity", "").strip("/")
+        if route.partition("/")[0] == "eventhubs":
+            body = _body(request) if request.method == "POST" else {}
+            return _json(
+                await self.event_hubs.handle(request, route, namespace, self._authorize, body)
+            )
         if route == "messages" and get:
             self._authorize(request, namespace, entity, LISTEN)
             return _json(await self._peek(namespace, entity, query))
@@ -403,7 +413,11 @@ class Dashboard:
         """Pipelines (with their history when asked) and every namespace's entities."""
         namespaces = []
         for namespace in self.namespaces.values():
-            item: dict[str, Any] = {"name": namespace.name, "host": namespace.host}
+            item: dict[str, Any] = {
+                "name": namespace.name,
+                "host": namespace.host,
+                "event_hubs": namespace.name in self.event_hubs.catalogs,
+            }
             try:
                 item.update(await namespace.entities())
             except Exception as exc:  # one namespace not answering must not hide the rest
