@@ -322,8 +322,10 @@ class Dashboard:
             )
         if route == "deferred":
             self._authorize(request, namespace, entity, LISTEN)
-            management, taken = await namespace.receive_deferred(entity, _numbers(body))
-            receipt = await self.receipts.add(entity, taken, management=management)
+            management, taken, session = await namespace.receive_deferred(
+                entity, _numbers(body), body.get("session") or None
+            )
+            receipt = await self.receipts.add(entity, taken, management=management, session=session)
             return _json(
                 {"receipt": receipt.id, "entity": entity, "messages": [describe(m) for m in taken]}
             )

@@ -423,6 +423,11 @@ async function showSession(id) {
   }
   detail.replaceChildren(el("h3", {}, `session ${id}`),
     el("div", { "data-testid": "session-state" }, "state: ", stateText),
+    el("button", { id: "session-receive", onclick: guarded(() => {
+      $("peek-form").session.value = id; // the Messages tab receives and settles in it
+      showTab("messages");
+      return receive();
+    }) }, "Receive in this session"),
     ...messages.messages.map((m) => messageCard(m, false)));
 }
 
