@@ -62,6 +62,8 @@ def test_receive_and_settle_in_a_session(
     _click(browser, "#session-receive")
     _until("the session's messages, locked", lambda: len(_held(browser)) == 3)
     assert _held(browser) == ["a0", "a1", "a2"]
+    browser.execute_script("document.getElementById('held-actions').scrollIntoView()")
+    _shot(browser, "explorer-10-session-locked")
     assert (
         browser.find_element("css selector", "#peek-form [name=session]").get_attribute("value")
         == "s-a"
@@ -72,7 +74,7 @@ def test_receive_and_settle_in_a_session(
     _card_button(browser, "held", "a0", "complete")
     _confirm(browser)
     _until("completed", lambda: _text(browser, "#op-result").startswith("complete: #"))
-    _shot(browser, "explorer-10-session-settled")
+    _shot(browser, "explorer-11-session-settled")
     _click(browser, "#release")
     _until("released", lambda: _text(browser, "#op-result") == "released 1 (no delivery counted)")
     left = {m.message_id: m for m in in_session("s-a")}
@@ -136,5 +138,5 @@ def test_dead_letters_next_100(browser: Any, tmp_path: Path, processes: Processe
     _until("the second page", lambda: len(shown()) == total - 100)
     assert shown() == [m.message_id for m in dead[100:]] == [f"m{i:03}" for i in range(100, total)]
     assert not browser.find_element("css selector", "#dl-next").is_displayed()
-    _shot(browser, "explorer-11-dead-letters-page-2")
+    _shot(browser, "explorer-12-dead-letters-page-2")
     assert _errors(browser) == []
