@@ -13,7 +13,7 @@ import logging
 from .broker.loopback import is_loopback_bind
 from .broker.server import Broker
 from .dashboard import Dashboard, Namespace
-from .dashboard.eventhubs_view import EventHubsView
+from .dashboard.eventhubs_view import EventHubsView, catalog_of
 from .dashboard.ui_token import fragment, problem, token_for
 
 log = logging.getLogger("replication.broker")
@@ -27,7 +27,7 @@ def serve_dashboard(broker: Broker, ui_token: str | None = None) -> Dashboard:
     in the URL logged."""
     loopback = is_loopback_bind(broker.host)
     namespace = Namespace.of_broker(broker)
-    hubs = EventHubsView({namespace.name: lambda: _hubs(broker)})
+    hubs = EventHubsView({namespace.name: catalog_of(broker)})
     dashboard = Dashboard([namespace], require_token=not loopback, event_hubs=hubs)
     broker.http_app = dashboard.wrap(broker.http_app)
     where = "localhost" if broker.host in ("0.0.0.0", "::", "") else broker.host
@@ -45,8 +45,3 @@ def serve_dashboard(broker: Broker, ui_token: str | None = None) -> Dashboard:
     else:
         log.info("dashboard on https://%s:%d/%s (no plain HTTP port)", where, broker.port, suffix)
     return dashboard
-
-
-def _hubs(broker: Broker) -> dict[str, list[str]]:
-    """The broker's event hubs and their consumer groups (as configured)."""
-    return {hub.name: list(hub.consumer_groups.values()) for hub in broker.event_hubs.hubs.values()}

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..amqp.errors import AMQPError
 from ..broker.auth import LISTEN, SEND
@@ -38,6 +38,9 @@ from ..servicebus.sender import AmqpSender
 from . import send_form
 from .namespace import DashboardError, Namespace, describe
 
+if TYPE_CHECKING:
+    from ..broker.server import Broker
+
 Catalog = Callable[[], Mapping[str, list[str]]]
 """A namespace's event hubs: each hub's name and its consumer groups."""
 MAX_EVENTS = 500
@@ -51,6 +54,13 @@ class Authorize(Protocol):
     def __call__(
         self, request: Request, namespace: Namespace | None, entity: str, right: str
     ) -> None: ...
+
+
+def catalog_of(broker: Broker) -> Catalog:
+    """An embedded broker's catalog: the hubs of its config and their consumer groups."""
+    return lambda: {
+        hub.name: list(hub.consumer_groups.values()) for hub in broker.event_hubs.hubs.values()
+    }
 
 
 def partition(properties: PartitionProperties) -> dict[str, Any]:
@@ -98,6 +108,18 @@ class EventHubsView:
 
     def __init__(self, catalogs: Mapping[str, Catalog]) -> None:
         self.catalogs = dict(catalogs)
+        self._clients: dict[tuple[str, str, str], EventHubClient] = {}
+
+    def client(
+        self, namespace: Namespace, hub: str, group: str = DEFAULT_CONSUMER_GROUP
+    ) -> EventHubClient:
+        """One client per hub and consumer group, so each keeps one ``$management`` link
+        (a new one for the namespace's next connection)."""
+        key = (namespace.name, hub, group)
+        client = self._clients.get(key)
+        if client is None or client.source is not namespace.source:
+            client = self._clients[key] = EventHubClient(namespace.source, hub, group)
+        return client
 
     def hubs(self, namespace: Namespace) -> Mapping[str, list[str]]:
         catalog = self.catalogs.get(namespace.name)
@@ -138,7 +160,7 @@ class EventHubsView:
         found: list[dict[str, Any]] = []
         catalog = self.hubs(namespace)
         for hub in sorted(catalog, key=str.lower):
-            client = EventHubClient(namespace.source, hub)
+            client = self.client(namespace, hub)
             partitions = await client.partitions()
             found.append(
                 {
@@ -163,7 +185,7 @@ class EventHubsView:
         if not 1 <= count <= MAX_EVENTS:
             raise DashboardError(f"count: a whole number from 1 to {MAX_EVENTS}")
         filters = start_filter(query.get("position", "sequence"), query.get("value", "0"))
-        client = EventHubClient(namespace.source, hub, group)
+        client = self.client(namespace, hub, group)
         ids = await client.partition_ids()
         if partition_id not in ids:
             raise DashboardError(
@@ -209,7 +231,7 @@ class EventHubsView:
         made = send_form.message({k: v for k, v in body.items() if k != "partition_id"})
         made.message_id = body.get("message_id") or None  # an event has none unless given
         if partition_id is not None:
-            ids = await EventHubClient(namespace.source, hub).partition_ids()
+            ids = await self.client(namespace, hub).partition_ids()
             if partition_id not in ids:
                 raise DashboardError(f"no partition {partition_id!r} in {hub}", 404)
         path = hub if partition_id is None else f"{hub}/Partitions/{partition_id}"

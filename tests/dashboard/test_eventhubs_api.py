@@ -76,7 +76,7 @@ def test_event_hub_rights_off_loopback(tmp_path: Path, processes: Processes) -> 
     events = []
     for partition in ("0", "1"):
         status, answer = _call(port, "eventhubs/events", reader, {**read, "partition": partition})
-        assert status == 200
+        assert status == 200, answer
         events += answer["events"]
     assert [(e["body"], e["partition_key"]) for e in events] == [("hi", "k")]
     (seen,) = receive(amqp, 1, partition_id=events[0]["partition_id"], starting_position="-1")
