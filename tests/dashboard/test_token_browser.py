@@ -203,6 +203,14 @@ def test_ui_token_opens_the_page_with_a_token(
     assert _errors(browser) == []
 
 
+def test_a_ui_token_the_broker_refuses_is_said(tmp_path: Path, processes: Processes) -> None:
+    """A key the namespace does not have: the log says so, and the page will ask."""
+    value = connection_string(5672, EMULATOR_RULE_NAME, "not-the-key")
+    *_, log = start_broker(processes, tmp_path, "--ui", "--host", "0.0.0.0", "--ui-token", value)
+    assert "--ui-token: this broker refuses it (Invalid SAS token signature" in log
+    assert "the page will ask" in log
+
+
 @pytest.mark.parametrize(
     ("args", "said"),
     [
