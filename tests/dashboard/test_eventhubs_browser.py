@@ -124,6 +124,7 @@ def test_event_hubs_in_a_browser(browser: Any, tmp_path: Path, processes: Proces
     assert "1 event(s) of partition 2" in _text(browser, "#read-note")
     _read(browser, "0", "sequence", "0")
     assert _text(browser, "#events") == "no events there"
+    assert _text(browser, "#read-note").endswith("the partition has had no events")
 
     # an event from the page with a key: the SDK finds it, keyed, where the key hashes
     beta = str(partition_for_key("beta", PARTITIONS))

@@ -104,8 +104,9 @@ async function readEvents() {
   const data = await call("eventhubs/events", params);
   const what = { sequence: "sequence number", offset: "offset", time: "enqueued time" };
   $("read-note").textContent = `${data.events.length} event(s) of partition ${data.partition} ` +
-    `from ${what[params.position]} ${params.value} (${data.consumer_group}); the partition's ` +
-    `last is #${data.last_enqueued_sequence_number}`;
+    `from ${what[params.position]} ${params.value} (${data.consumer_group}); ` +
+    (data.last_enqueued_sequence_number < 0 ? "the partition has had no events" :
+      `the partition's last is #${data.last_enqueued_sequence_number}`);
   $("events").replaceChildren(...(data.events.length ? data.events.map(eventCard) :
     [el("p", { class: "note" }, "no events there")]));
 }
