@@ -1,5 +1,5 @@
 """Benchmark: how a Spark task of the ``eventhubs`` source reads its range, our AMQP reader
-(``spark.eventhub_client.EventHubClient.read``) against ``azure-eventhub``.
+(``servicebus.eventhubs.EventHubClient.read``) against ``azure-eventhub``.
 
     python bench/spark_eventhubs.py [--events 20000] [--size 200] [--runs 3]
                                     [--spark-events 80000]
@@ -58,7 +58,7 @@ def send(connection: str, events: int, size: int) -> None:
 
 
 async def ours(connection: str, events: int) -> int:
-    from replication.spark.eventhub_client import EventHubClient, hub_source
+    from replication.servicebus.eventhubs import EventHubClient, hub_source
 
     source, _ = hub_source(connection)
     try:

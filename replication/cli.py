@@ -25,10 +25,22 @@ def _broker(args: argparse.Namespace, rest: list[str]) -> int:
     from .broker.main import run
 
     if not args.ui:
+        if args.ui_token is not None:
+            print("error: --ui-token needs --ui", file=sys.stderr)
+            return 2
         return run(args)
-    from .compose import serve_dashboard  # the dashboard's imports only when it is asked for
+    import functools
 
-    return run(args, services=[serve_dashboard])
+    from .compose import serve_dashboard  # the dashboard's imports only when it is asked for
+    from .dashboard.ui_token import parse
+
+    if args.ui_token is not None:
+        try:
+            parse(args.ui_token)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    return run(args, services=[functools.partial(serve_dashboard, ui_token=args.ui_token)])
 
 
 def _drill(args: argparse.Namespace, rest: list[str]) -> int:

@@ -198,7 +198,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ui",
         action="store_true",
-        help="serve the dashboard (entities, messages, dead letters) on the HTTP port, at /",
+        help="serve the dashboard (entities, messages, dead letters, event hubs) on the HTTP "
+        "port, at /; bound off loopback (--host), the page asks for a SAS token or mints one "
+        "from a key name and key pasted into it",
+    )
+    parser.add_argument(
+        "--ui-token",
+        metavar="TOKEN",
+        help="with --ui off loopback: open the page with this token, a 'SharedAccessSignature "
+        "sr=...' token or a connection string whose SharedAccessKeyName/SharedAccessKey mint "
+        "one (valid 24 h); the logged URL carries it after '#sas=' (a fragment: never sent to "
+        "the server)",
     )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (INFO)")
 

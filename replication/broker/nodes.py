@@ -81,10 +81,7 @@ class RequestNode(Node):
         if link.is_receiver:
             link.flow(LINK_CREDIT)
             return
-        peer.reply_links[path.lower()] = link
-        target = getattr(link.remote_target, "address", None)
-        if target:
-            peer.reply_targets[str(target)] = link
+        peer.add_reply_link(path, link)
 
     def transfer(self, peer: Peer, link: Link, delivery: Delivery) -> None:
         path = entity_path(getattr(link.target, "address", None)).lower()
@@ -94,7 +91,4 @@ class RequestNode(Node):
             self.management(peer, path[: -len(MANAGEMENT_SUFFIX)], delivery)
 
     def detach(self, peer: Peer, link: Link) -> None:
-        for links in (peer.reply_links, peer.reply_targets):
-            for name, reply in list(links.items()):
-                if reply is link:
-                    del links[name]
+        peer.forget_reply_link(link)

@@ -45,6 +45,20 @@ class Peer:
     """Every link answered (accepted or refused) and not yet detached, in any session: what
     ``MAX_LINKS_PER_CONNECTION`` counts."""
 
+    def add_reply_link(self, node: str, link: Link) -> None:
+        """``link`` receives ``node``'s replies: those whose ``reply-to`` names its target
+        (each client its own link), and those without one (the node's last link)."""
+        self.reply_links[node.lower()] = link
+        target = getattr(link.remote_target, "address", None)
+        if target:
+            self.reply_targets[str(target)] = link
+
+    def forget_reply_link(self, link: Link) -> None:
+        for links in (self.reply_links, self.reply_targets):
+            for name, reply in list(links.items()):
+                if reply is link:
+                    del links[name]
+
     def reply(
         self, node: str, request: Message, properties: dict[str, Any], body: Any = None
     ) -> None:

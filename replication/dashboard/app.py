@@ -16,7 +16,9 @@ and on the broker's own HTTP port (``python -m replication broker --ui``). Paths
   receive under a lock and settle by receipt (``locks.py``), typed sends (``send_form.py``);
   ``messages`` with search criteria searches a peek (``search.py``);
 * entities (``entity_api.py``): ``GET .../entity`` (every setting, the rules), ``POST
-  .../{entity|rule}/{create|update|delete}`` through the management API, checked first.
+  .../{entity|rule}/{create|update|delete}`` through the management API, checked first;
+* ``.../eventhubs[/events|/send]``: event hubs, their partitions and events
+  (``eventhubs_view.py``).
 
 Names start with ``$`` as Service Bus's own resources do, so no entity path can collide.
 
@@ -47,6 +49,7 @@ from ..broker.auth import parse_sas_token as parse_token
 from ..broker.httpapi import Request, Response
 from ..servicebus.client import EntityNotFound, SourceError
 from . import entity_api, search, send_form
+from .eventhubs_view import EventHubsView
 from .locks import ACTIONS, ReceiptNotFound, Receipts
 from .namespace import MAX_PEEK, DashboardError, Namespace, describe, resubmit_target
 from .pipelines import PipelineBoard
@@ -86,8 +89,10 @@ class Dashboard:
         *,
         require_token: bool = False,
         interval: float = 1.0,
+        event_hubs: EventHubsView | None = None,
     ) -> None:
         self.namespaces = {n.name: n for n in namespaces}
+        self.event_hubs = event_hubs or EventHubsView({})
         self.board = board
         self.require_token = require_token
         self.interval = interval
@@ -197,6 +202,11 @@ class Dashboard:
             )
         namespace = self._namespace(query)
         entity = query.get("entity", "").strip("/")
+        if route.partition("/")[0] == "eventhubs":
+            body = _body(request) if request.method == "POST" else {}
+            return _json(
+                await self.event_hubs.handle(request, route, namespace, self._authorize, body)
+            )
         if route == "messages" and get:
             self._authorize(request, namespace, entity, LISTEN)
             return _json(await self._peek(namespace, entity, query))
@@ -322,8 +332,10 @@ class Dashboard:
             )
         if route == "deferred":
             self._authorize(request, namespace, entity, LISTEN)
-            management, taken = await namespace.receive_deferred(entity, _numbers(body))
-            receipt = await self.receipts.add(entity, taken, management=management)
+            management, taken, session = await namespace.receive_deferred(
+                entity, _numbers(body), body.get("session") or None
+            )
+            receipt = await self.receipts.add(entity, taken, management=management, session=session)
             return _json(
                 {"receipt": receipt.id, "entity": entity, "messages": [describe(m) for m in taken]}
             )
@@ -413,7 +425,11 @@ class Dashboard:
         """Pipelines (with their history when asked) and every namespace's entities."""
         namespaces = []
         for namespace in self.namespaces.values():
-            item: dict[str, Any] = {"name": namespace.name, "host": namespace.host}
+            item: dict[str, Any] = {
+                "name": namespace.name,
+                "host": namespace.host,
+                "event_hubs": namespace.name in self.event_hubs.catalogs,
+            }
             try:
                 item.update(await namespace.entities())
             except Exception as exc:  # one namespace not answering must not hide the rest

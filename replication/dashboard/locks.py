@@ -40,6 +40,8 @@ class Receipt:
     messages: dict[int, Message]
     receiver: AmqpReceiver | None = None
     management: Management | None = None
+    session: AmqpReceiver | None = None
+    """Holds the session of deferred messages received in it, until the receipt ends."""
     settled: list[int] = field(default_factory=list)
 
     async def settle(
@@ -75,6 +77,8 @@ class Receipt:
             if self.receiver.is_open and self.messages:
                 self.receiver.release(list(self.messages.values()))
             await self.receiver.close()
+        if self.session is not None:
+            await self.session.close()
         self.messages.clear()
         return count
 
@@ -92,6 +96,7 @@ class Receipts:
         *,
         receiver: AmqpReceiver | None = None,
         management: Management | None = None,
+        session: AmqpReceiver | None = None,
     ) -> Receipt:
         receipt = Receipt(
             str(uuid.uuid4()),
@@ -99,6 +104,7 @@ class Receipts:
             {int(m.sequence_number or 0): m for m in messages},
             receiver=receiver,
             management=management,
+            session=session,
         )
         if not messages:
             await receipt.release()

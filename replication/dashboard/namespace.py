@@ -342,13 +342,23 @@ class Namespace:
         return receiver, taken
 
     async def receive_deferred(
-        self, path: str, numbers: list[int]
-    ) -> tuple[Management, list[Message]]:
+        self, path: str, numbers: list[int], session_id: str | None = None
+    ) -> tuple[Management, list[Message], AmqpReceiver | None]:
         """The deferred messages of ``path`` with these sequence numbers, locked (settled by
-        lock token over ``$management``)."""
+        lock token over ``$management``). Of a session entity, inside ``session_id``, as
+        the SDKs' session receivers do it: the receiver returned holds the session (close
+        it when they are settled; it gives back the one message it prefetched)."""
         path = check_path(path)
         management = await self.management()
-        return management, await management.receive_deferred_messages(path, numbers)
+        if session_id is None:
+            return management, await management.receive_deferred_messages(path, numbers), None
+        session = await self.source.receiver(path, session=True, session_id=session_id, prefetch=1)
+        try:
+            taken = await management.receive_deferred_messages(path, numbers, session=session)
+        except BaseException:
+            await session.close()
+            raise
+        return management, taken, session
 
     async def cancel_scheduled(self, path: str, numbers: list[int]) -> None:
         path = check_path(path)

@@ -333,9 +333,11 @@ class Host:
         if not self.config.ui:
             return None
         from ..dashboard import Dashboard, Namespace, PipelineBoard
+        from ..dashboard.eventhubs_view import EventHubsView, catalog_of
 
         service_bus, hubs = self._connections_by_service()
         namespaces = []
+        catalogs = {}
         for broker in self.brokers:
             names = [
                 name for name, value in sorted(self.settings.items()) if _port(value) == broker.port
@@ -348,7 +350,8 @@ class Host:
                 or names
             )
             namespaces.append(Namespace.of_broker(broker, " / ".join(names) or None))
-        dashboard = Dashboard(namespaces, PipelineBoard(self))
+            catalogs[namespaces[-1].name] = catalog_of(broker)  # its event hubs, if any
+        dashboard = Dashboard(namespaces, PipelineBoard(self), event_hubs=EventHubsView(catalogs))
         dashboard.start()
         return dashboard
 

@@ -1,6 +1,6 @@
 """A request/answer link pair on a ``$management`` node, the one way we ask a namespace
 something (the SDKs' ``_pyamqp/management_link.py``): Service Bus's entity operations
-(``management.Management``) and Event Hubs' property reads (``spark.eventhub_client``).
+(``management.Management``) and Event Hubs' property reads (``servicebus.eventhubs``).
 
 A request goes on the sender link with a fresh ``message-id`` and ``reply-to`` naming the
 receiver link; the answer is the message whose ``correlation-id`` is that id (answers to

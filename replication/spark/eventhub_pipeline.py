@@ -115,7 +115,7 @@ class EventHubPipelineReader(EventHubsStreamReader):
 
 async def run_range(job: PipelineJob, options: EventHubOptions, part: EventRange) -> Counts:
     """Reads ``part`` and runs it through the pipeline on this worker (see the module)."""
-    from .eventhub_client import EventHubClient
+    from ..servicebus.eventhubs import EventHubClient
     from .worker import pool_for, source_for
 
     built = job.built()

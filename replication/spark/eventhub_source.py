@@ -53,7 +53,7 @@ from .rows import EVENT_SCHEMA, to_event_row
 
 if TYPE_CHECKING:
     from ..messages import Message
-    from .eventhub_client import EventHubClient, PartitionProperties
+    from ..servicebus.eventhubs import EventHubClient, PartitionProperties
     from .intake import LoopThread
 
 log = logging.getLogger("replication.spark")
@@ -102,7 +102,7 @@ class HubPlanner:
     def client(self) -> EventHubClient:
         if self._client is None:
             from ..servicebus.client import AmqpSource
-            from .eventhub_client import EventHubClient
+            from ..servicebus.eventhubs import EventHubClient
 
             source = AmqpSource.from_connection_string(self.options.connection_string)
             self._client = EventHubClient(
@@ -148,7 +148,7 @@ async def resolve(
 ) -> int:
     """``position`` in one partition as the sequence number a range starts (``ending``:
     ends, exclusive) at. A position past the partition's end is its end."""
-    from .eventhub_client import offset_selector, time_selector
+    from ..servicebus.eventhubs import offset_selector, time_selector
 
     if position.kind == "earliest":
         return props.earliest
@@ -211,7 +211,7 @@ async def _close(batches: AsyncIterator[list[Message]]) -> None:
 async def _open_range(
     options: EventHubOptions, part: EventRange, batch: int
 ) -> AsyncIterator[list[Message]]:
-    from .eventhub_client import EventHubClient
+    from ..servicebus.eventhubs import EventHubClient
     from .worker import source_for
 
     client = EventHubClient(

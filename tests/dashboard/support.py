@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from tests.broker.conftest import REPO_ROOT, make_config, write_config
 from tests.ports import LISTENING
@@ -16,14 +17,17 @@ from tests.processes import Processes
 HTTP = re.compile(r"HTTP on port (\d+)")
 
 
-def start_broker(processes: Processes, tmp_path: Path, *args: str) -> tuple[int, int, str]:
-    """Starts the broker; returns its AMQP port, plain HTTP port and log so far."""
-    config = write_config(tmp_path / "Config.json", make_config({"work": {}}))
+def start_broker(
+    processes: Processes, tmp_path: Path, *args: str, config: dict[str, Any] | None = None
+) -> tuple[int, int, str]:
+    """Starts the broker (on ``config``, default one queue ``work``); returns its AMQP port,
+    plain HTTP port and log so far."""
+    written = write_config(tmp_path / "Config.json", config or make_config({"work": {}}))
     log = tmp_path / "broker.log"
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
     with log.open("ab") as out:
         process = processes.start(
-            [sys.executable, "-m", "replication", "broker", "--config", str(config),
+            [sys.executable, "-m", "replication", "broker", "--config", str(written),
              "--port", "0", "--http-port", "0", "--data-dir", str(tmp_path / "data"), *args],
             stdout=out, stderr=subprocess.STDOUT, env=env, cwd=tmp_path,
         )  # fmt: skip

@@ -274,6 +274,10 @@ def test_dashboard_in_a_browser(browser: Any, host: tuple[str, dict[str, str], P
     assert _api(url, "messages", namespace="PrimaryServiceBus", entity="telemetry-avro",
                 dead_letter=1)["messages"] == []  # fmt: skip
 
+    # the event hub the audit pipeline fills, on the secondary's broker
+    hub = "#eventhubs tr[data-hub=order-audit-stream]"
+    _until("the event hub", lambda: _text(browser, f"{hub} [data-field=events]") == "20")
+
     assert _errors(browser) == []
 
 

@@ -14,7 +14,7 @@ from azure.eventhub import EventData
 
 from replication.broker.clock import ManualClock
 from replication.servicebus.client import EntityNotFound
-from replication.spark.eventhub_client import DataLoss, EventHubClient, hub_source
+from replication.servicebus.eventhubs import DataLoss, EventHubClient, hub_source
 from replication.spark.eventhub_options import EventHubOptions, Position, parse_position
 from replication.spark.eventhub_ranges import EventRange, advance, from_offset, plan, to_offset
 from replication.spark.options import OptionError

@@ -136,8 +136,8 @@ class EventHubsNode(Node):
             link.accept()
             if link.is_receiver:
                 link.flow(LINK_CREDIT)
-            else:
-                peer.reply_links[MANAGEMENT_NODE.lower()] = link
+            else:  # answers go to the link the request's reply-to names (one per client)
+                peer.add_reply_link(MANAGEMENT_NODE, link)
             return
         hub = self.hubs[path.partition("/")[0].lower()]
         address = parse_address(path)
@@ -378,8 +378,7 @@ class EventHubsNode(Node):
         consumer = self._consumers.get(link)
         if consumer is not None:
             self._forget_consumer(consumer)
-        if peer.reply_links.get(MANAGEMENT_NODE.lower()) is link:
-            del peer.reply_links[MANAGEMENT_NODE.lower()]
+        peer.forget_reply_link(link)
 
     def _forget_consumer(self, consumer: EventConsumer) -> None:
         self._consumers.pop(consumer.link, None)

@@ -26,7 +26,7 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
-function token() { return sessionStorage.getItem("sas-token") || ""; }
+function token() { return sessionStorage.getItem(TOKEN_KEY) || ""; }
 
 function headers(extra) {
   const all = Object.assign({}, extra || {});
@@ -50,11 +50,12 @@ async function call(route, params, body) {
   }
   const response = await fetch(url, options);
   const data = await response.json().catch(() => ({}));
-  if (response.status === 401) $("token-form").hidden = false;
-  if (!response.ok) {
-    throw Object.assign(new Error(data.error || response.status + " " + response.statusText),
-      { field: data.field });
+  const problem = data.error || response.status + " " + response.statusText;
+  if (response.status === 401) {
+    askForToken(problem);
+    throw new Error(`not authorized (401): ${problem}`);
   }
+  if (!response.ok) throw Object.assign(new Error(problem), { field: data.field });
   return data;
 }
 
@@ -423,6 +424,11 @@ async function showSession(id) {
   }
   detail.replaceChildren(el("h3", {}, `session ${id}`),
     el("div", { "data-testid": "session-state" }, "state: ", stateText),
+    el("button", { id: "session-receive", onclick: guarded(() => {
+      $("peek-form").session.value = id; // the Messages tab receives and settles in it
+      showTab("messages");
+      return receive();
+    }) }, "Receive in this session"),
     ...messages.messages.map((m) => messageCard(m, false)));
 }
 
@@ -442,7 +448,10 @@ async function follow() {
   for (;;) {
     try {
       const response = await fetch(API + "events", { headers: headers(), cache: "no-store" });
-      if (response.status === 401) $("token-form").hidden = false;
+      if (response.status === 401) {
+        askForToken();
+        return; // nothing to follow until a token is given (the form reloads the page)
+      }
       if (!response.ok || !response.body) throw new Error(`events: ${response.status}`);
       $("live").textContent = "live";
       $("live").classList.remove("off");
@@ -475,6 +484,7 @@ async function start() {
     const data = await call("overview");
     state.history = data.history || {};
     applyState(Object.assign({}, data, { pipelines: data.pipelines }));
+    document.dispatchEvent(new CustomEvent("dashboard:overview", { detail: data }));
   } catch (e) {
     showError(e.message);
   }
@@ -488,11 +498,6 @@ function guarded(fn) {
   };
 }
 
-$("token-form").addEventListener("submit", (event) => {
-  event.preventDefault();
-  sessionStorage.setItem("sas-token", $("token").value.trim());
-  location.reload();
-});
 $("entity-close").addEventListener("click", () => { $("entity").hidden = true; });
 for (const button of document.querySelectorAll(".tabs button")) {
   button.addEventListener("click", guarded(() => showTab(button.dataset.tab)));

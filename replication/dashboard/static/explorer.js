@@ -161,11 +161,20 @@ async function release() {
 }
 
 async function receiveDeferred() {
+  // of a session entity, inside the session named in the peek form, as the SDKs do
   const numbers = numbersIn($("deferred-numbers").value);
-  const data = await call("deferred", where(), { sequence_numbers: numbers });
+  const session = $("peek-form").session.value;
+  if (!session && (state.entity.settings || {}).RequiresSession) {
+    throw new Error("deferred messages of a session entity are received in their session: " +
+      "type its id in the session field");
+  }
+  const body = { sequence_numbers: numbers };
+  if (session) body.session = session;
+  if (held.receipt) await call("release", where(), { receipt: held.receipt }).catch(() => null);
+  const data = await call("deferred", where(), body);
   showHeld(data);
   $("op-result").textContent = `received deferred ${numbers.map((n) => "#" + n).join(", ")} ` +
-    "under a lock";
+    (session ? `in session ${session} ` : "") + "under a lock";
 }
 
 async function cancelScheduled() {

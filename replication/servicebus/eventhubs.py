@@ -1,7 +1,8 @@
 """An event hub over our own AMQP stack: partition properties and reading a partition range.
 
-What the ``eventhubs`` data source and the pipeline runner need of Event Hubs, on the same
-``AmqpSource`` connections as everything else in a Spark worker (``worker.source_for``), as
+What Spark's ``eventhubs`` data source and pipeline runner and the dashboard's Event Hubs
+view need of Event Hubs, on the same ``AmqpSource`` connections as everything else (in a
+Spark worker ``worker.source_for``; the dashboard's namespace's), as
 ``azure-eventhub`` 5.15.1 does it on the wire (docs/sdk-wire-notes.md "azure-eventhub"):
 
 - ``$management`` reads: a request to the namespace's ``$management`` node with application
@@ -41,8 +42,8 @@ from ..amqp.errors import AMQPError
 from ..amqp.performatives import RCV_FIRST, SND_SETTLED
 from ..amqp.types import Described, symbol
 from ..messages import Message
-from ..servicebus.client import AmqpSource, SourceError, source_error
-from ..servicebus.management_link import EVENT_HUBS_STATUS, ManagementLink
+from .client import AmqpSource, SourceError, source_error
+from .management_link import EVENT_HUBS_STATUS, ManagementLink
 
 log = logging.getLogger("replication.spark")
 
@@ -173,7 +174,7 @@ class EventHubClient:
                 connection.endpoint.address(path),
                 credit=max(1, credit),
                 filter=filters,
-                target=f"spark-eventhubs-{uuid.uuid4()}",
+                target=f"eventhubs-reader-{uuid.uuid4()}",
                 snd_settle_mode=SND_SETTLED,
                 rcv_settle_mode=RCV_FIRST,
                 credit_on_take=True,
