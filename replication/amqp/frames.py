@@ -48,14 +48,22 @@ class ProtocolHeader:
         return b"AMQP" + bytes((self.protocol_id, self.major, self.minor, self.revision))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False)
 class Frame:
-    """A decoded frame; ``body`` is None for an empty (heartbeat) frame."""
+    """A decoded frame; ``body`` is None for an empty (heartbeat) frame. One per frame read,
+    so its ``__init__`` is written out: the one ``dataclass`` writes (a frozen one at that)
+    is plain Python, which mypyc does not compile (issue 42)."""
 
     frame_type: int
     channel: int
     body: Any
     payload: bytes = b""
+
+    def __init__(self, frame_type: int, channel: int, body: Any, payload: bytes = b"") -> None:
+        self.frame_type = frame_type
+        self.channel = channel
+        self.body = body
+        self.payload = payload
 
 
 def encode_frame(

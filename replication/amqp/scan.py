@@ -45,9 +45,11 @@ _BARE_RANK = _RANK[PROPERTIES]
 _MALFORMED = (IndexError, ValueError, DecodeError, struct.error, OverflowError, RecursionError)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Sections:
-    """Where a message's sections are, and the few values read on the way."""
+    """Where a message's sections are, and the few values read on the way. Its ``__init__``
+    is written out: the one ``dataclass`` writes is plain Python, which mypyc does not
+    compile (four times the cost, per message; issue 42)."""
 
     header: list[Any] | None = None
     """The header's five fields, None-padded."""
@@ -64,6 +66,17 @@ class Sections:
     body_is_data: bool = True
     bare_start: int = 0
     bare_end: int = 0
+
+    def __init__(self, bare_start: int = 0, bare_end: int = 0) -> None:
+        self.header = None
+        self.annotations_at = -1
+        self.properties = None
+        self.properties_span = None
+        self.application_properties_at = -1
+        self.data = []
+        self.body_is_data = True
+        self.bare_start = bare_start
+        self.bare_end = bare_end
 
 
 def scan(payload: bytes) -> Sections:

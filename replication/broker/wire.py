@@ -63,9 +63,10 @@ _BROKER_KEYS = frozenset(
 _BARE_SECTIONS = (Properties, ApplicationProperties, Data, AmqpSequence, AmqpValue, Footer)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class IncomingMessage:
-    """One message as sent, split into what the broker interprets and the bytes it keeps."""
+    """One message as sent, split into what the broker interprets and the bytes it keeps;
+    ``__init__`` written out for mypyc (see ``store.StoredMessage``)."""
 
     header: Header | None
     annotations: dict[Any, Any]
@@ -76,6 +77,24 @@ class IncomingMessage:
     properties_span: tuple[int, int] | None = dataclasses.field(default=None, compare=False)
     """Where in ``bare`` the properties section is, when known (so it can be replaced
     without reading the sections again)."""
+
+    def __init__(
+        self,
+        header: Header | None,
+        annotations: dict[Any, Any],
+        properties: Properties | None,
+        application_properties: dict[str, Any] | None,
+        bare: bytes,
+        size: int,
+        properties_span: tuple[int, int] | None = None,
+    ) -> None:
+        self.header = header
+        self.annotations = annotations
+        self.properties = properties
+        self.application_properties = application_properties
+        self.bare = bare
+        self.size = size
+        self.properties_span = properties_span
 
     @property
     def message_id(self) -> str | None:
