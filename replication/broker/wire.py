@@ -203,10 +203,14 @@ def _with_message_id(
     bare: bytes, span: tuple[int, int] | None, message_id: str
 ) -> tuple[bytes, tuple[int, int]] | None:
     """The bare message with a 32-character ``message_id`` written over the null first field
-    of its properties section, when that is a small list (as clients write it); else None."""
+    of its properties section, when that is a small list (as clients write it) or an empty
+    one (as proton writes it); else None."""
     if span is None:
         return None
     start, end = span
+    if bare[start:end] == _EMPTY_PROPERTIES and len(message_id) == 32:
+        section = _ID_ONLY_PROPERTIES + message_id.encode()
+        return bare[:start] + section + bare[end:], (start, start + len(section))
     if end - start < 7 or bare[start : start + 4] != _PROPERTIES_LIST8 or bare[start + 6] != 0x40:
         return None
     size = bare[start + 4] + 2 + len(message_id) - 1  # str8 0xa1 <len> <id> for the null
@@ -225,6 +229,7 @@ def _with_message_id(
 
 
 _PROPERTIES_LIST8 = b"\x00\x53\x73\xc0"
+_EMPTY_PROPERTIES = b"\x00\x53\x73\x45"
 _ID_ONLY_PROPERTIES = b"\x00\x53\x73\xc0\x23\x01\xa1\x20"
 """A properties section (list8 of one field) up to its 32-character message-id string."""
 
