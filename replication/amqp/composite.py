@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 from . import codec, types
 from .errors import DecodeError, EncodeError
@@ -51,8 +51,16 @@ def _dashed(name: str) -> str:
     return name.replace("_", "-")
 
 
-# what a field's decoded value is checked against (``_bad``) and turned into
-_ANY, _BOOLEAN, _INTEGER, _BINARY, _TEXT, _MAP, _LIST, _SYMBOLS, _REQUIRED = range(9)
+# what a field's decoded value is checked against (``_bad``)
+_ANY: Final = 0
+_BOOLEAN: Final = 1
+_INTEGER: Final = 2
+_BINARY: Final = 3
+_TEXT: Final = 4
+_MAP: Final = 5
+_LIST: Final = 6
+_SYMBOLS: Final = 7
+_REQUIRED: Final = 8
 _KINDS = {
     "boolean": _BOOLEAN,
     "ubyte": _INTEGER,

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from ..symbols import DEAD_LETTER_SOURCE
 from . import wire
@@ -32,7 +32,7 @@ MAX_DELIVERY_COUNT_EXCEEDED = "MaxDeliveryCountExceeded"
 TTL_EXPIRED = "TTLExpiredException"
 SESSION_ID_IS_NULL = "Session ID is null"
 MAX_TRANSFER_HOPS_EXCEEDED = "MaxTransferHopCountExceeded"
-MAX_TRANSFER_HOPS = 4
+MAX_TRANSFER_HOPS: Final = 4
 """Service Bus forwards a message through at most four entities, then dead-letters it."""
 DEFAULT_MAX_SIZE_MB = 1024
 

@@ -24,11 +24,11 @@ import sqlite3
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Final, cast
 
-STATE_ACTIVE = 0
-STATE_DEFERRED = 1
-STATE_SCHEDULED = 2
+STATE_ACTIVE: Final = 0
+STATE_DEFERRED: Final = 1
+STATE_SCHEDULED: Final = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS entity (
@@ -86,9 +86,9 @@ CREATE TABLE IF NOT EXISTS managed_entity (
 );
 """
 
-SEQ_BITS = 40
+SEQ_BITS: Final = 40
 """Sequence numbers below 2**40 per entity; the entity number sits above them in the key."""
-_SEQ_MASK = (1 << SEQ_BITS) - 1
+_SEQ_MASK: Final = (1 << SEQ_BITS) - 1
 
 
 # sqlite3 binds int, float and str as they are but sends every other parameter (bytes and None
@@ -107,28 +107,28 @@ def _key(entity: int, seq: int) -> int:
 HOT_BYTES = 16 * 1024 * 1024
 """Message bytes (bare + annotations) the store keeps in memory beside SQLite, newest first
 in, until their row is deleted or changed: a bound, so a deep queue still costs no memory."""
-HOT_ROWS = 50_000
+HOT_ROWS: Final = 50_000
 """And at most this many rows (each costs a tuple besides its bytes)."""
 
-_MESSAGE_SIZE = "length(bare) + ifnull(length(annotations), 0)"
+_MESSAGE_SIZE: Final = "length(bare) + ifnull(length(annotations), 0)"
 """A message's size as quotas and ``SizeInBytes`` count it: what the broker keeps of it."""
 
-_COLUMNS = (
+_COLUMNS: Final = (
     "id & 1099511627775, state, delivery_count, enqueued_ms, expires_ms, scheduled_ms, message_id, "
     "session_id, dead_letter_source, annotations, bare"
 )
 
 
-_CHUNK_SIZES = (64, 32, 16, 8, 4, 2, 1)
+_CHUNK_SIZES: Final = (64, 32, 16, 8, 4, 2, 1)
 """Rows per statement when buffered writes go to SQLite: one statement of many rows costs
 less than ``executemany`` (a sixth less per message, measured); a few fixed sizes keep
 the statements in sqlite3's cache, and 64 x 11 values stays under SQLite's old limit of 999
 parameters."""
-_INSERT_ROWS = {
+_INSERT_ROWS: Final = {
     size: "INSERT INTO message VALUES " + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * size)
     for size in _CHUNK_SIZES
 }
-_DELETE_KEYS = {
+_DELETE_KEYS: Final = {
     size: "DELETE FROM message WHERE id IN (" + ", ".join("?" * size) + ")" for size in _CHUNK_SIZES
 }
 

@@ -12,7 +12,7 @@ import dataclasses
 import struct
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from ..amqp import codec, scan
 from ..amqp.composite import decoder, encoder
@@ -39,18 +39,18 @@ from ..symbols import (
     SCHEDULED_ENQUEUE_TIME,
     SEQUENCE_NUMBER,
 )
-from .guids import GUIDS
+from .guids import GUIDS, guid_bytes
 
-MAX_HEADER_TTL = 0xFFFFFFFF
+MAX_HEADER_TTL: Final = 0xFFFFFFFF
 """The longest time to live the header's uint holds (49.7 days in ms)."""
 
-BATCH_FORMAT = 0x80013700
+BATCH_FORMAT: Final = 0x80013700
 """message-format of a Service Bus batch: each data section holds one encoded message."""
 
 _header_of, _properties_of = decoder(Header), decoder(Properties)
 _write_annotations = encoder(MessageAnnotations)
 
-_BROKER_KEYS = frozenset(
+_BROKER_KEYS: Final = frozenset(
     {
         SEQUENCE_NUMBER,
         ENQUEUED_TIME,
@@ -60,7 +60,7 @@ _BROKER_KEYS = frozenset(
         ENQUEUE_SEQUENCE_NUMBER,
     }
 )
-_BARE_SECTIONS = (Properties, ApplicationProperties, Data, AmqpSequence, AmqpValue, Footer)
+_BARE_SECTIONS: Final = (Properties, ApplicationProperties, Data, AmqpSequence, AmqpValue, Footer)
 
 
 @dataclass(slots=True, init=False)
@@ -228,9 +228,9 @@ def _with_message_id(
     return bare[:start] + section + bare[end:], (start, start + len(section))
 
 
-_PROPERTIES_LIST8 = b"\x00\x53\x73\xc0"
-_EMPTY_PROPERTIES = b"\x00\x53\x73\x45"
-_ID_ONLY_PROPERTIES = b"\x00\x53\x73\xc0\x23\x01\xa1\x20"
+_PROPERTIES_LIST8: Final = b"\x00\x53\x73\xc0"
+_EMPTY_PROPERTIES: Final = b"\x00\x53\x73\x45"
+_ID_ONLY_PROPERTIES: Final = b"\x00\x53\x73\xc0\x23\x01\xa1\x20"
 """A properties section (list8 of one field) up to its 32-character message-id string."""
 
 
@@ -378,7 +378,7 @@ def delivery_payload(
     if lock_token is not None:
         pairs += _LOCK_TOKEN_KEY
         pairs += b"\x98"
-        pairs += lock_token.bytes
+        pairs += guid_bytes(lock_token)
         count += 2
     if state:
         pairs += _MESSAGE_STATE_KEY
@@ -400,15 +400,15 @@ def _symbol(name: str) -> bytes:
     return bytes(out)
 
 
-_HEADER_SECTION = b"\x00\x53\x70\xc0"
-_ANNOTATIONS_SECTION = b"\x00\x53\x72"
-_SEQUENCE_NUMBER_KEY = _symbol(SEQUENCE_NUMBER)
-_ENQUEUED_TIME_KEY = _symbol(ENQUEUED_TIME)
-_ENQUEUE_SEQUENCE_NUMBER_KEY = _symbol(ENQUEUE_SEQUENCE_NUMBER)
-_LOCKED_UNTIL_KEY = _symbol(LOCKED_UNTIL)
-_LOCK_TOKEN_KEY = _symbol(LOCK_TOKEN)
-_MESSAGE_STATE_KEY = _symbol(MESSAGE_STATE)
-_DEAD_LETTER_SOURCE_KEY = _symbol(DEAD_LETTER_SOURCE)
+_HEADER_SECTION: Final = b"\x00\x53\x70\xc0"
+_ANNOTATIONS_SECTION: Final = b"\x00\x53\x72"
+_SEQUENCE_NUMBER_KEY: Final = _symbol(SEQUENCE_NUMBER)
+_ENQUEUED_TIME_KEY: Final = _symbol(ENQUEUED_TIME)
+_ENQUEUE_SEQUENCE_NUMBER_KEY: Final = _symbol(ENQUEUE_SEQUENCE_NUMBER)
+_LOCKED_UNTIL_KEY: Final = _symbol(LOCKED_UNTIL)
+_LOCK_TOKEN_KEY: Final = _symbol(LOCK_TOKEN)
+_MESSAGE_STATE_KEY: Final = _symbol(MESSAGE_STATE)
+_DEAD_LETTER_SOURCE_KEY: Final = _symbol(DEAD_LETTER_SOURCE)
 _pack_int64 = struct.Struct(">Bq").pack
 
 
