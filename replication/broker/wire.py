@@ -355,43 +355,59 @@ def delivery_payload(
     Written straight from the values (every delivery goes through here): the sender's stored
     annotation entries are copied undecoded and the broker's appended after them."""
     ttl = ttl_ms if ttl_ms and ttl_ms <= MAX_HEADER_TTL else None
-    header = b"\x41\x50\x04" + (codec.uint_bytes(ttl) if ttl is not None else b"\x40") + b"\x42"
-    header += codec.uint_bytes(delivery_count)
+    header = b"".join(
+        (
+            b"\x41\x50\x04",
+            codec.uint_bytes(ttl) if ttl is not None else b"\x40",
+            b"\x42",
+            codec.uint_bytes(delivery_count),
+        )
+    )
     count, entries = 0, b""
     if sender_annotations:
         count, entries = _sender_entries(sender_annotations, dead_letter_source)
-    out = bytearray(_HEADER_SECTION)
-    out += bytes((len(header) + 1, 5))
-    out += header
-    pairs = bytearray(entries)
-    pairs += _SEQUENCE_NUMBER_KEY
-    pairs += _long(sequence_number)
-    pairs += _ENQUEUED_TIME_KEY
-    pairs += _pack_int64(0x83, enqueued_ms)
-    pairs += _ENQUEUE_SEQUENCE_NUMBER_KEY
-    pairs += _long(sequence_number)
+    # a list of parts joined once: a bytearray grown part by part cost a third more
+    pairs = [
+        entries,
+        _SEQUENCE_NUMBER_KEY,
+        _long(sequence_number),
+        _ENQUEUED_TIME_KEY,
+        _pack_int64(0x83, enqueued_ms),
+        _ENQUEUE_SEQUENCE_NUMBER_KEY,
+        _long(sequence_number),
+    ]
     count += 6
     if locked_until_ms is not None:
-        pairs += _LOCKED_UNTIL_KEY
-        pairs += _pack_int64(0x83, locked_until_ms)
+        pairs += (_LOCKED_UNTIL_KEY, _pack_int64(0x83, locked_until_ms))
         count += 2
     if lock_token is not None:
-        pairs += _LOCK_TOKEN_KEY
-        pairs += b"\x98"
-        pairs += guid_bytes(lock_token)
+        pairs += (_LOCK_TOKEN_KEY, b"\x98", guid_bytes(lock_token))
         count += 2
     if state:
-        pairs += _MESSAGE_STATE_KEY
-        pairs += _long(state)
+        pairs += (_MESSAGE_STATE_KEY, _long(state))
         count += 2
     if dead_letter_source:
-        pairs += _DEAD_LETTER_SOURCE_KEY
-        codec.encode_into(pairs, dead_letter_source)
+        source = bytearray()
+        codec.encode_into(source, dead_letter_source)
+        pairs += (_DEAD_LETTER_SOURCE_KEY, bytes(source))
         count += 2
-    out += _ANNOTATIONS_SECTION
-    codec.write_compound(out, pairs, count, 0xC1)
-    out += bare
-    return bytes(out)
+    annotations = b"".join(pairs)
+    size = len(annotations)
+    if size < 0xFF and count <= 0xFF:  # as codec.write_compound chooses
+        compound = bytes((0xC1, size + 1, count))
+    else:
+        compound = _pack_map32(0xD1, size + 4, count)
+    return b"".join(
+        (
+            _HEADER_SECTION,
+            bytes((len(header) + 1, 5)),
+            header,
+            _ANNOTATIONS_SECTION,
+            compound,
+            annotations,
+            bare,
+        )
+    )
 
 
 def _symbol(name: str) -> bytes:
@@ -409,7 +425,8 @@ _LOCKED_UNTIL_KEY: Final = _symbol(LOCKED_UNTIL)
 _LOCK_TOKEN_KEY: Final = _symbol(LOCK_TOKEN)
 _MESSAGE_STATE_KEY: Final = _symbol(MESSAGE_STATE)
 _DEAD_LETTER_SOURCE_KEY: Final = _symbol(DEAD_LETTER_SOURCE)
-_pack_int64 = struct.Struct(">Bq").pack
+_pack_int64: Final = struct.Struct(">Bq").pack
+_pack_map32: Final = struct.Struct(">BII").pack
 
 
 def _long(value: int) -> bytes:
