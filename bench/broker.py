@@ -1,45 +1,54 @@
 """Benchmark: the embedded Service Bus broker end to end, from real clients in another process,
 against RabbitMQ's AMQP 1.0 on the same loads in the same run.
 
-    python bench/broker.py [--messages 20000] [--size 256] [--in-flight 1000]
-                           [--rabbitmq | --skip-rabbitmq]
+    python bench/broker.py [--messages 20000] [--size 256] [--in-flight 1000] [--runs 3]
+                           [--rabbitmq | --skip-rabbitmq] [--skip-fsync]
+                           [--latency-messages 2000] [--latency-warm-up 200] [--skip-latency]
+                           [--skip-client] [--skip-sdk]
                            [--fanout-messages 10000] [--skip-fanout]
                            [--sessions 100] [--per-session 200] [--session-receivers 8]
                            [--skip-sessions] [--rss-messages 1000000] [--skip-rss]
                            [--standin | --broker-cmd CMD] [--queue NAME]
 
 Starts the broker as a subprocess (a temporary Config.json and data directory, a free port on
-127.0.0.1) and stops it at the end. After a header line with the versions in play and the
-load average:
+127.0.0.1), and a second one with ``--fsync`` for the headline, and stops them at the end.
+After a header line with the versions in play and the load average:
 
-1. proton e2e: one python-qpid-proton connection, a sender and a receiver link on the queue,
-   ``--messages`` durable messages of ``--size`` bytes sent and received concurrently. The
-   sender keeps at most ``--in-flight`` deliveries unsettled, the receiver grants that much
-   credit and accepts each delivery (peek-lock: the broker deletes a message only then). A
-   message counts once it is received and the broker has accepted its send. Proton's engine
-   (Connection + Transport + Collector) runs from our own non-blocking socket loop here; its
+1. The headline, concurrent e2e (issue 42: goal >= 1.5x RabbitMQ in both modes): one
+   python-qpid-proton connection, a sender and a receiver link on the queue, ``--messages``
+   durable messages of ``--size`` bytes sent and received at once. The sender keeps at most
+   ``--in-flight`` deliveries unsettled, the receiver grants that much credit and accepts
+   each delivery (peek-lock: the broker deletes a message only then). A message counts once
+   it is received and the broker has accepted its send. Proton's engine (Connection +
+   Transport + Collector) runs from our own non-blocking socket loop here; its
    BlockingConnection tops out near 5,500 msg/s, far below the broker, and the per-message
    events go through cproton (see ``_C``) for the same reason. A warm-up of 1,000 messages
-   on a separate connection goes first, untimed.
-2. client e2e: the same, with our own AMQP client (``replication.amqp.client``) as the load:
-   ``--in-flight`` coroutines each sending with ``Sender.send_encoded`` and awaiting the
-   outcome, a ``Receiver`` accepting what arrived in batches of up to ``--in-flight`` (one
-   disposition per run of delivery ids), its credit enough for every message (see
-   ``ClientEndToEnd`` for why). Same warm-up.
-3. The RabbitMQ reference (issue 20: goal >= 1.5x on 1 and 2): before them, a private
-   RabbitMQ node (Debian's ``rabbitmq-server``, 3.10.8 on bookworm, with ``rabbitmq_amqp1_0``;
-   installed with apt-get when missing; started and stopped by ``bench/rabbitmq.py``, its own
-   directories, cookie, epmd and ports) and a durable classic queue declared through the
-   plugin and checked with rabbitmqctl (durable, our message stored persistent). Loads 1 and
-   2 each run on our broker and then at once on RabbitMQ (so a ratio's two figures are
-   seconds apart on a shared box), same code, counts and warm-up, SASL PLAIN guest/guest;
-   the node is stopped before the rest. 1 and 2 print ours, RabbitMQ's and the ratio
-   ours/RabbitMQ. ``--skip-rabbitmq`` leaves it out; ``--rabbitmq`` makes its absence fail
-   the run (by default a line says why it did not run). Durability differs by default: our
-   broker commits with SQLite ``synchronous=NORMAL`` (an accepted message survives a broker
-   crash, not a power cut; ``--broker-cmd`` with ``--fsync`` for the latter), RabbitMQ
-   confirms a persistent message once its message store has written it, fsyncing in
-   batches, or once it was consumed.
+   on a separate connection goes first, untimed. ``--runs`` runs, each of them on our broker
+   in the default mode, with ``--fsync``, then on RabbitMQ, seconds apart; medians printed,
+   each run's figures beside them, and each figure says which durability promise it carries:
+   default, an accepted message survives a broker process kill but not a power cut (SQLite
+   WAL, ``synchronous=NORMAL``); ``--fsync``, it survives a power cut (``synchronous=FULL``:
+   each group commit fsyncs); RabbitMQ confirms a persistent message once its message store
+   wrote it, fsyncing in batches, or once it was consumed. ``--skip-fsync``: default only.
+2. Latency (goal: p50 below RabbitMQ's, p99 within 10% of it): one message at a time on one
+   proton connection: send it durable, wait for ``accepted``, grant the receiver one credit,
+   receive it, accept it (``Latency``); p50 and p99 of ``--latency-messages`` round trips
+   after ``--latency-warm-up``, medians of ``--runs``, in both modes and on RabbitMQ.
+3. client e2e (``--skip-client``): the load of 1, once, with our own AMQP client
+   (``replication.amqp.client``): ``--in-flight`` coroutines each sending with
+   ``Sender.send_encoded`` and awaiting the outcome, a ``Receiver`` accepting what arrived in
+   batches of up to ``--in-flight`` (one disposition per run of delivery ids), its credit
+   enough for every message (see ``ClientEndToEnd`` for why). Same warm-up; then the same on
+   RabbitMQ.
+
+The RabbitMQ reference: before them, a private RabbitMQ node (Debian's ``rabbitmq-server``,
+3.10.8 on bookworm, with ``rabbitmq_amqp1_0``; installed with apt-get when missing; started
+and stopped by ``bench/rabbitmq.py``, its own directories, cookie, epmd and ports) and a
+durable classic queue declared through the plugin and checked with rabbitmqctl (durable, our
+message stored persistent). Same code, counts and warm-up, SASL PLAIN guest/guest; the node
+is stopped before the rest. ``--skip-rabbitmq`` leaves it out; ``--rabbitmq`` makes its
+absence fail the run (by default a line says why it did not run).
+
 4. SDK e2e: azure-servicebus (sync), a sender thread sending batches of 100 and a receiver
    thread (prefetch 100) receiving up to 100 at a time and completing each message.
 5. fan-out: ``--fanout-messages`` durable messages of ``--size`` bytes sent with proton to
