@@ -94,9 +94,9 @@ _SEQ_MASK: Final = (1 << SEQ_BITS) - 1
 # sqlite3 binds int, float and str as they are but sends every other parameter (bytes and None
 # included) through its adapter lookup, which ends in a formatted AttributeError for each one:
 # a third of the cost of writing a message row (measured with callgrind, issue 42). An adapter
-# registered for the type is found first; these two give back the value unchanged (``bytes``
-# returns its argument for exact bytes, ``{}.get`` None for None: both C, no Python frame).
-sqlite3.register_adapter(bytes, bytes)
+# registered for the type is found first; these two give back the value unchanged
+# (``bytes.__bytes__`` returns exact bytes themselves, ``{}.get`` None for None: both C).
+sqlite3.register_adapter(bytes, bytes.__bytes__)
 sqlite3.register_adapter(type(None), cast(Callable[[None], None], {}.get))
 
 
