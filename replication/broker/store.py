@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, cast
 
+from .checkpoint import Checkpointer
+
 STATE_ACTIVE: Final = 0
 STATE_DEFERRED: Final = 1
 STATE_SCHEDULED: Final = 2
@@ -107,6 +109,10 @@ def _key(entity: int, seq: int) -> int:
 HOT_BYTES = 16 * 1024 * 1024
 """Message bytes (bare + annotations) the store keeps in memory beside SQLite, newest first
 in, until their row is deleted or changed: a bound, so a deep queue still costs no memory."""
+CHECKPOINT_BYTES: Final = 4 * 1024 * 1024
+CHECKPOINT_COMMITS: Final = 100
+"""A WAL checkpoint (``checkpoint.py``) is asked for after this many message bytes written or
+commits made since the last one: about SQLite's own 1,000 pages."""
 HOT_ROWS: Final = 50_000
 """And at most this many rows (each costs a tuple besides its bytes)."""
 
@@ -273,6 +279,12 @@ class MessageStore:
         SQLite."""
         self._hot_bytes = 0
         self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA wal_autocheckpoint=0")  # the checkpointer's thread does it
+        self._checkpoints = Checkpointer(self.path)
+        self._since_checkpoint = 0
+        """Commits since the last checkpoint was asked for."""
+        self._written = 0
+        """Message bytes inserted since then."""
         self._db.execute(f"PRAGMA synchronous={synchronous}")
         self._db.execute("PRAGMA cache_size=-16000")  # 16 MB page cache: bounded memory
         self._db.executescript(_SCHEMA)
@@ -292,7 +304,8 @@ class MessageStore:
 
     def close(self) -> None:
         self.commit()
-        self._db.close()
+        self._checkpoints.close()
+        self._db.close()  # the last connection: SQLite checkpoints and removes the log
 
     @property
     def _db(self) -> sqlite3.Connection:
@@ -362,6 +375,7 @@ class MessageStore:
             self._write_buffered()
         self._inserts.append(row)
         size = message.size
+        self._written += size
         if entity in self._sizes:
             self._sizes[entity] += size
         if self._hot_bytes + size <= HOT_BYTES and len(self._hot) < HOT_ROWS:
@@ -459,6 +473,13 @@ class MessageStore:
         self._db.execute("COMMIT")
         self._in_transaction = False
         self.commits += 1
+        self._since_checkpoint += 1
+        if self._since_checkpoint >= CHECKPOINT_COMMITS or self._written >= CHECKPOINT_BYTES:
+            self._since_checkpoint = self._written = 0
+            if self._checkpoints.failed:
+                self._sql.execute("PRAGMA wal_autocheckpoint=1000")  # SQLite's own, again
+            else:
+                self._checkpoints.request()
         return True
 
     # ------------------------------------------------------------------ reads
