@@ -32,24 +32,24 @@ class Checkpointer:
         """A checkpoint failed and the thread ended: the store checkpoints by itself again."""
         self._wanted = threading.Event()
         self._closing = False
-        self._thread: threading.Thread | None = None
+        self._worker: threading.Thread | None = None
 
     def request(self) -> None:
         """A checkpoint soon (requests made while one runs fold into the next)."""
-        if self._thread is None:
-            self._thread = threading.Thread(
+        if self._worker is None:
+            self._worker = threading.Thread(
                 target=self._run, name=f"checkpoint {self.path.name}", daemon=True
             )
-            self._thread.start()
+            self._worker.start()
         self._wanted.set()
 
     def close(self) -> None:
         """Stops the thread after the checkpoint it is running, if any."""
-        thread, self._thread = self._thread, None
-        if thread is not None:
+        worker, self._worker = self._worker, None
+        if worker is not None:  # (not "_thread": mypyc would name it __thread, a C keyword)
             self._closing = True
             self._wanted.set()
-            thread.join()
+            worker.join()
 
     def _run(self) -> None:
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
