@@ -147,8 +147,10 @@ STANDIN_SCRIPT = "/tmp/bt/run_broker.py"
 STANDIN_QUEUE = "queue.1"
 BROKER_CMD = (
     "{python} -m replication broker --config {config} --host {host} --port {port} "
-    "--data-dir {data_dir}"
+    "--data-dir {data_dir} --no-http"
 )
+"""``--no-http``: the loads need no HTTP port, and the headline's two brokers (default and
+``--fsync``) would both want the default one."""
 STANDIN_CMD = "{python} " + STANDIN_SCRIPT + " {data_dir} {port}"
 READY = re.compile(r"broker listening on \S+:(\d+)|^PORT (\d+)")
 TROUBLE = re.compile(r"\b(WARNING|ERROR|CRITICAL|Traceback)\b|Error:|Exception")
