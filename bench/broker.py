@@ -1,45 +1,54 @@
 """Benchmark: the embedded Service Bus broker end to end, from real clients in another process,
 against RabbitMQ's AMQP 1.0 on the same loads in the same run.
 
-    python bench/broker.py [--messages 20000] [--size 256] [--in-flight 1000]
-                           [--rabbitmq | --skip-rabbitmq]
+    python bench/broker.py [--messages 20000] [--size 256] [--in-flight 1000] [--runs 3]
+                           [--rabbitmq | --skip-rabbitmq] [--skip-fsync]
+                           [--latency-messages 2000] [--latency-warm-up 200] [--skip-latency]
+                           [--skip-client] [--skip-sdk]
                            [--fanout-messages 10000] [--skip-fanout]
                            [--sessions 100] [--per-session 200] [--session-receivers 8]
                            [--skip-sessions] [--rss-messages 1000000] [--skip-rss]
                            [--standin | --broker-cmd CMD] [--queue NAME]
 
 Starts the broker as a subprocess (a temporary Config.json and data directory, a free port on
-127.0.0.1) and stops it at the end. After a header line with the versions in play and the
-load average:
+127.0.0.1), and a second one with ``--fsync`` for the headline, and stops them at the end.
+After a header line with the versions in play and the load average:
 
-1. proton e2e: one python-qpid-proton connection, a sender and a receiver link on the queue,
-   ``--messages`` durable messages of ``--size`` bytes sent and received concurrently. The
-   sender keeps at most ``--in-flight`` deliveries unsettled, the receiver grants that much
-   credit and accepts each delivery (peek-lock: the broker deletes a message only then). A
-   message counts once it is received and the broker has accepted its send. Proton's engine
-   (Connection + Transport + Collector) runs from our own non-blocking socket loop here; its
+1. The headline, concurrent e2e (issue 42: goal >= 1.5x RabbitMQ in both modes): one
+   python-qpid-proton connection, a sender and a receiver link on the queue, ``--messages``
+   durable messages of ``--size`` bytes sent and received at once. The sender keeps at most
+   ``--in-flight`` deliveries unsettled, the receiver grants that much credit and accepts
+   each delivery (peek-lock: the broker deletes a message only then). A message counts once
+   it is received and the broker has accepted its send. Proton's engine (Connection +
+   Transport + Collector) runs from our own non-blocking socket loop here; its
    BlockingConnection tops out near 5,500 msg/s, far below the broker, and the per-message
    events go through cproton (see ``_C``) for the same reason. A warm-up of 1,000 messages
-   on a separate connection goes first, untimed.
-2. client e2e: the same, with our own AMQP client (``replication.amqp.client``) as the load:
-   ``--in-flight`` coroutines each sending with ``Sender.send_encoded`` and awaiting the
-   outcome, a ``Receiver`` accepting what arrived in batches of up to ``--in-flight`` (one
-   disposition per run of delivery ids), its credit enough for every message (see
-   ``ClientEndToEnd`` for why). Same warm-up.
-3. The RabbitMQ reference (issue 20: goal >= 1.5x on 1 and 2): before them, a private
-   RabbitMQ node (Debian's ``rabbitmq-server``, 3.10.8 on bookworm, with ``rabbitmq_amqp1_0``;
-   installed with apt-get when missing; started and stopped by ``bench/rabbitmq.py``, its own
-   directories, cookie, epmd and ports) and a durable classic queue declared through the
-   plugin and checked with rabbitmqctl (durable, our message stored persistent). Loads 1 and
-   2 each run on our broker and then at once on RabbitMQ (so a ratio's two figures are
-   seconds apart on a shared box), same code, counts and warm-up, SASL PLAIN guest/guest;
-   the node is stopped before the rest. 1 and 2 print ours, RabbitMQ's and the ratio
-   ours/RabbitMQ. ``--skip-rabbitmq`` leaves it out; ``--rabbitmq`` makes its absence fail
-   the run (by default a line says why it did not run). Durability differs by default: our
-   broker commits with SQLite ``synchronous=NORMAL`` (an accepted message survives a broker
-   crash, not a power cut; ``--broker-cmd`` with ``--fsync`` for the latter), RabbitMQ
-   confirms a persistent message once its message store has written it, fsyncing in
-   batches, or once it was consumed.
+   on a separate connection goes first, untimed. ``--runs`` runs, each of them on our broker
+   in the default mode, with ``--fsync``, then on RabbitMQ, seconds apart; medians printed,
+   each run's figures beside them, and each figure says which durability promise it carries:
+   default, an accepted message survives a broker process kill but not a power cut (SQLite
+   WAL, ``synchronous=NORMAL``); ``--fsync``, it survives a power cut (``synchronous=FULL``:
+   each group commit fsyncs); RabbitMQ confirms a persistent message once its message store
+   wrote it, fsyncing in batches, or once it was consumed. ``--skip-fsync``: default only.
+2. Latency (goal: p50 below RabbitMQ's, p99 within 10% of it): one message at a time on one
+   proton connection: send it durable, wait for ``accepted``, grant the receiver one credit,
+   receive it, accept it (``Latency``); p50 and p99 of ``--latency-messages`` round trips
+   after ``--latency-warm-up``, medians of ``--runs``, in both modes and on RabbitMQ.
+3. client e2e (``--skip-client``): the load of 1, once, with our own AMQP client
+   (``replication.amqp.client``): ``--in-flight`` coroutines each sending with
+   ``Sender.send_encoded`` and awaiting the outcome, a ``Receiver`` accepting what arrived in
+   batches of up to ``--in-flight`` (one disposition per run of delivery ids), its credit
+   enough for every message (see ``ClientEndToEnd`` for why). Same warm-up; then the same on
+   RabbitMQ.
+
+The RabbitMQ reference: before them, a private RabbitMQ node (Debian's ``rabbitmq-server``,
+3.10.8 on bookworm, with ``rabbitmq_amqp1_0``; installed with apt-get when missing; started
+and stopped by ``bench/rabbitmq.py``, its own directories, cookie, epmd and ports) and a
+durable classic queue declared through the plugin and checked with rabbitmqctl (durable, our
+message stored persistent). Same code, counts and warm-up, SASL PLAIN guest/guest; the node
+is stopped before the rest. ``--skip-rabbitmq`` leaves it out; ``--rabbitmq`` makes its
+absence fail the run (by default a line says why it did not run).
+
 4. SDK e2e: azure-servicebus (sync), a sender thread sending batches of 100 and a receiver
    thread (prefetch 100) receiving up to 100 at a time and completing each message.
 5. fan-out: ``--fanout-messages`` durable messages of ``--size`` bytes sent with proton to
@@ -138,8 +147,10 @@ STANDIN_SCRIPT = "/tmp/bt/run_broker.py"
 STANDIN_QUEUE = "queue.1"
 BROKER_CMD = (
     "{python} -m replication broker --config {config} --host {host} --port {port} "
-    "--data-dir {data_dir}"
+    "--data-dir {data_dir} --no-http"
 )
+"""``--no-http``: the loads need no HTTP port, and the headline's two brokers (default and
+``--fsync``) would both want the default one."""
 STANDIN_CMD = "{python} " + STANDIN_SCRIPT + " {data_dir} {port}"
 READY = re.compile(r"broker listening on \S+:(\d+)|^PORT (\d+)")
 TROUBLE = re.compile(r"\b(WARNING|ERROR|CRITICAL|Traceback)\b|Error:|Exception")
@@ -682,6 +693,86 @@ def proton_e2e(peer: Peer, queue: str, count: int, size: int, in_flight: int) ->
     for problem in bench.problems:
         print(f"  ! proton e2e ({peer.label}): {problem}")
     return count / elapsed
+
+
+class Latency:
+    """One message at a time over one proton connection: send it (durable), wait for the
+    broker's ``accepted``, grant the receiver one credit, receive it and accept it; the next
+    send follows at once. A round trip is the time from the send to the message's arrival.
+
+    The credit goes out only after the send was accepted, so the two round trips a test
+    suite's emulator waits on (a send's outcome, then a receive) are both in the figure.
+    """
+
+    def __init__(self, peer: Peer, queue: str, count: int, size: int) -> None:
+        self.count = count
+        self.payload = encode_message(body(size))
+        self.times: list[float] = []
+        self.sent = 0
+        self.started = 0.0
+        self.engine = Engine(peer, self)
+        self.sender = self.engine.sender("bench-latency-sender", queue)
+        self.receiver = self.engine.receiver("bench-latency-receiver", queue, 0)
+        self._snd, self._rcv = self.sender._impl, self.receiver._impl
+
+    def run(self, stall: float) -> list[float]:
+        """Returns the ``count`` round trips in seconds, in order."""
+        engine = self.engine
+        try:
+            engine.run_until(
+                lambda: _remote_active(self.sender) and _remote_active(self.receiver)
+                and self.sender.credit > 0,
+                "latency attach", lambda: 0, START_TIMEOUT,
+            )  # fmt: skip
+            self.send()
+            engine.run_until(
+                lambda: len(self.times) >= self.count, "latency", lambda: len(self.times), stall
+            )
+            return self.times
+        finally:
+            engine.close()
+
+    def send(self) -> None:
+        self.started = time.perf_counter()
+        send(self._snd, self.sent, self.payload)
+        self.sent += 1
+
+    def on_flow(self, link: Any) -> None:
+        pass
+
+    def on_delivery(self, delivery: Any) -> None:
+        if _C.pn_delivery_link(delivery) == self._snd:
+            state = _C.pn_delivery_remote_state(delivery)
+            if state == _C.PN_ACCEPTED:
+                _C.pn_delivery_settle(delivery)
+                _C.pn_link_flow(self._rcv, 1)
+            elif state or _C.pn_delivery_settled(delivery):
+                raise BenchError(f"a send was not accepted: {_outcome(delivery)}")
+            return
+        if not _C.pn_delivery_readable(delivery) or _C.pn_delivery_partial(delivery):
+            return
+        link = self._rcv
+        cproton.pn_link_recv(link, _C.pn_delivery_pending(delivery))
+        _C.pn_link_advance(link)
+        _C.pn_delivery_update(delivery, _C.PN_ACCEPTED)
+        _C.pn_delivery_settle(delivery)
+        self.times.append(time.perf_counter() - self.started)
+        if self.sent < self.count:
+            self.send()
+
+
+def latency(peer: Peer, queue: str, count: int, warm_up: int, size: int) -> tuple[float, float]:
+    """(p50, p99) of ``Latency``'s round trips in seconds, after ``warm_up`` untimed ones on
+    the same connection."""
+    times = Latency(peer, queue, warm_up + count, size).run(stall=STALL)[warm_up:]
+    return percentile(times, 50), percentile(times, 99)
+
+
+def percentile(values: list[float], pct: float) -> float:
+    """The nearest-rank percentile: the smallest value with ``pct`` % at or below it."""
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * pct // 100))  # ceil
+    return ordered[int(rank) - 1]
 
 
 class Loader:
@@ -1292,23 +1383,169 @@ def rabbitmq_reference(args: argparse.Namespace, queue: str) -> Iterator[tuple[P
             print(f"RabbitMQ exited with {code}")
 
 
-def e2e(args: argparse.Namespace, ours: Peer, queue: str, broker_pid: int) -> bool:
-    """The proton and client e2e loads on our broker, each followed at once by the same load
-    on the RabbitMQ reference, so the two figures of a ratio are seconds apart on a shared
-    box; a line per load, with our broker's CPU per message (warm-up included: the figure
-    that moves with the broker's own work, where a rate also moves with the box's load).
-    Returns True when the reference failed, or was required (``--rabbitmq``) and could not
-    run."""
+@dataclass(frozen=True, slots=True)
+class Mode:
+    """One way our broker runs in the headline: its command-line flag and what an accepted
+    message then survives (each figure says which promise it carries)."""
+
+    name: str
+    flag: str
+    promise: str
+
+
+MODES = (
+    Mode("default", "", "survives a broker process kill, not a power cut: SQLite WAL, "
+         "synchronous=NORMAL"),
+    Mode("--fsync", "--fsync", "survives a power cut: SQLite WAL, synchronous=FULL, one fsync "
+         "per group commit"),
+)  # fmt: skip
+RABBITMQ_PROMISE = (
+    "confirms a persistent message once its message store wrote it, fsyncing in batches, or "
+    "once it was consumed"
+)
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def runs_of(values: list[float], fmt: str) -> str:
+    return ", ".join(format(value, fmt) for value in values)
+
+
+def headline(
+    args: argparse.Namespace, ours: dict[str, tuple[Peer, int]], target: tuple[Peer, str] | None,
+    queue: str,
+) -> bool:  # fmt: skip
+    """The concurrent load (``EndToEnd``: sender and receiver on one queue at once) on each
+    of our broker's modes and on RabbitMQ, ``--runs`` times, the loads of a run seconds
+    apart (ours in each mode, then RabbitMQ); then the same for single round trips
+    (``Latency``). Medians of the runs, each run's figures beside them. Returns True when
+    the reference failed."""
+    count, size, in_flight, runs = args.messages, args.size, args.in_flight, args.runs
+    rates: dict[str, list[float]] = {label: [] for label in [*ours, "RabbitMQ"]}
+    cpu: dict[str, float] = dict.fromkeys(ours, 0.0)
+    trips: dict[str, list[tuple[float, float]]] = {label: [] for label in rates}
+    failed = False
+    for _ in range(runs):
+        for label, (peer, pid) in ours.items():
+            before = cpu_seconds([pid])
+            rates[label].append(proton_e2e(peer, queue, count, size, in_flight))
+            cpu[label] += cpu_seconds([pid]) - before
+        if target is not None:
+            try:
+                rates["RabbitMQ"].append(proton_e2e(*target, count, size, in_flight))
+            except Exception as exc:  # no more of the reference; ours go on
+                failed, target = True, None
+                print(f"RabbitMQ reference FAILED (concurrent e2e): {_why(exc)}", flush=True)
+    if not args.skip_latency:
+        for _ in range(runs):
+            for label, (peer, _pid) in ours.items():
+                trips[label].append(
+                    latency(peer, queue, args.latency_messages, args.latency_warm_up, size)
+                )
+            if target is not None:
+                try:
+                    trips["RabbitMQ"].append(
+                        latency(*target, args.latency_messages, args.latency_warm_up, size)
+                    )
+                except Exception as exc:
+                    failed, target = True, None
+                    print(f"RabbitMQ reference FAILED (latency): {_why(exc)}", flush=True)
+    theirs = median(rates["RabbitMQ"]) if rates["RabbitMQ"] else None
+    print(
+        f"headline, concurrent e2e: python-qpid-proton, one connection, a sender and a "
+        f"receiver on one queue at once, {count:,} x {size} B durable, {in_flight:,} in "
+        f"flight, peek-lock + accept; medians of {runs} run(s), each run's figures in "
+        f"brackets", flush=True,
+    )  # fmt: skip
+    for mode in MODES:
+        if mode.name not in ours:
+            continue
+        mine = rates[mode.name]
+        per_msg = cpu[mode.name] * 1e6 / (runs * (count + min(count, WARM_UP)))
+        line = (
+            f"  ours {mode.name}: {median(mine):,.0f} msgs/s [{runs_of(mine, ',.0f')}]; "
+            f"{per_msg:.0f} us broker CPU/msg; {mode.promise}"
+        )
+        if theirs is not None:
+            ratios = [m / t for m, t in zip(mine, rates["RabbitMQ"], strict=False)]
+            line += (
+                f"\n    ratio ours {mode.name} / RabbitMQ: {median(mine) / theirs:.2f}x "
+                f"[{runs_of(ratios, '.2f')}] (goal >= {GOAL:.1f}x)"
+            )
+        print(line, flush=True)
+    if theirs is not None:
+        print(
+            f"  RabbitMQ: {theirs:,.0f} msgs/s [{runs_of(rates['RabbitMQ'], ',.0f')}]; "
+            f"{RABBITMQ_PROMISE}", flush=True,
+        )  # fmt: skip
+    if not args.skip_latency:
+        print(
+            f"latency: one message at a time (send durable, wait for accepted, credit 1, "
+            f"receive, accept), {args.latency_messages:,} round trips after "
+            f"{args.latency_warm_up:,} warm-up, {size} B; p50 / p99 in ms, medians of {runs} "
+            f"run(s)", flush=True,
+        )  # fmt: skip
+        for label, measured in trips.items():
+            if not measured:
+                continue
+            p50s = [p50 * 1e3 for p50, _ in measured]
+            p99s = [p99 * 1e3 for _, p99 in measured]
+            print(
+                f"  {'ours ' + label if label in ours else label}: p50 {median(p50s):.3f} "
+                f"[{runs_of(p50s, '.3f')}], p99 {median(p99s):.3f} [{runs_of(p99s, '.3f')}]",
+                flush=True,
+            )
+        if trips["RabbitMQ"] and "default" in ours:
+            for label in ours:
+                p50 = median([p * 1e3 for p, _ in trips[label]])
+                p99 = median([p * 1e3 for _, p in trips[label]])
+                p50_ref = median([p * 1e3 for p, _ in trips["RabbitMQ"]])
+                p99_ref = median([p * 1e3 for _, p in trips["RabbitMQ"]])
+                print(
+                    f"    ours {label} / RabbitMQ: p50 {p50 / p50_ref:.2f}x (goal < 1), p99 "
+                    f"{p99 / p99_ref:.2f}x (goal <= 1.10)", flush=True,
+                )  # fmt: skip
+    return failed
+
+
+def e2e(args: argparse.Namespace, ours: Peer, queue: str, broker_pid: int,
+        target: tuple[Peer, str] | None) -> bool:  # fmt: skip
+    """Our own client's e2e load on our broker, followed at once by the same load on the
+    RabbitMQ reference; a line with our broker's CPU per message (warm-up included).
+    Returns True when the reference failed."""
     count, size, in_flight = args.messages, args.size, args.in_flight
-    common = f"{count:,} x {size} B durable, {in_flight:,} in flight"
-    loads: dict[str, tuple[Callable[[Peer, str, int, int, int], float], str]] = {
-        "proton": (proton_e2e, f"{common}, peek-lock + accept"),
-        "client": (
-            client_e2e,
-            f"{common}, our replication.amqp client: {min(in_flight, count):,} concurrent "
-            f"send_encoded, receiver credit {count:,}, accepted per batch",
-        ),
-    }
+    detail = (
+        f"{count:,} x {size} B durable, {in_flight:,} in flight, our replication.amqp client: "
+        f"{min(in_flight, count):,} concurrent send_encoded, receiver credit {count:,}, "
+        "accepted per batch"
+    )
+    failed = False
+    cpu = cpu_seconds([broker_pid])
+    rate = client_e2e(ours, queue, count, size, in_flight)
+    cpu = cpu_seconds([broker_pid]) - cpu
+    detail += f"; our broker {cpu * 1e6 / (count + min(count, WARM_UP)):.0f} us CPU/msg"
+    theirs: tuple[str, float] | None = None
+    if target is not None:
+        peer, address = target
+        try:
+            theirs = peer.label, client_e2e(peer, address, count, size, in_flight)
+        except Exception as exc:
+            failed = True
+            print(f"RabbitMQ reference FAILED (client e2e): {_why(exc)}", flush=True)
+    print(e2e_line("client", rate, theirs, detail), flush=True)
+    return failed
+
+
+def against_rabbitmq(
+    args: argparse.Namespace, ours: dict[str, tuple[Peer, int]], queue: str
+) -> bool:
+    """The headline and the client e2e, on our broker and on the RabbitMQ reference (when
+    it runs). Returns True when the reference failed, or was required (``--rabbitmq``) and
+    could not run."""
     failed = False
     with contextlib.ExitStack() as stack:
         target: tuple[Peer, str] | None = None
@@ -1324,20 +1561,11 @@ def e2e(args: argparse.Namespace, ours: Peer, queue: str, broker_pid: int) -> bo
             except Exception as exc:  # report it, measure the rest
                 failed = True
                 print(f"RabbitMQ reference FAILED: {_why(exc)}", flush=True)
-        for load, (measure, detail) in loads.items():
-            cpu = cpu_seconds([broker_pid])
-            rate = measure(ours, queue, count, size, in_flight)
-            cpu = cpu_seconds([broker_pid]) - cpu
-            detail += f"; our broker {cpu * 1e6 / (count + min(count, WARM_UP)):.0f} us CPU/msg"
-            theirs: tuple[str, float] | None = None
-            if target is not None:
-                peer, address = target
-                try:
-                    theirs = peer.label, measure(peer, address, count, size, in_flight)
-                except Exception as exc:  # no more of the reference; ours go on
-                    failed, target = True, None
-                    print(f"RabbitMQ reference FAILED ({load} e2e): {_why(exc)}", flush=True)
-            print(e2e_line(load, rate, theirs, detail), flush=True)
+        if headline(args, ours, target, queue):
+            failed, target = True, None
+        if not args.skip_client:
+            peer, pid = ours["default"]
+            failed |= e2e(args, peer, queue, pid, target)
     return failed
 
 
@@ -1440,6 +1668,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rss-messages", type=int, default=1_000_000, help="1 KiB messages")
     parser.add_argument("--skip-rss", action="store_true", help="skip the memory measurement")
     parser.add_argument(
+        "--runs", type=int, default=3, help="runs of the headline loads (medians printed)"
+    )
+    parser.add_argument(
+        "--skip-fsync", action="store_true", help="headline on the default mode only"
+    )
+    parser.add_argument(
+        "--latency-messages", type=int, default=2_000, help="timed single round trips"
+    )
+    parser.add_argument(
+        "--latency-warm-up", type=int, default=200, help="untimed round trips before those"
+    )
+    parser.add_argument("--skip-latency", action="store_true", help="skip the latency run")
+    parser.add_argument("--skip-client", action="store_true", help="skip our client's e2e")
+    parser.add_argument("--skip-sdk", action="store_true", help="skip the SDK e2e")
+    parser.add_argument(
         "--fanout-messages", type=int, default=10_000, help="messages sent to the topic"
     )
     parser.add_argument("--skip-fanout", action="store_true", help="skip the fan-out run")
@@ -1474,18 +1717,27 @@ def main(argv: list[str] | None = None) -> int:
         command = args.broker_cmd
         label = "python -m replication broker" if command == BROKER_CMD else repr(command)
     queue = args.queue or (STANDIN_QUEUE if args.standin else DEFAULT_QUEUE)
-    broker = BrokerProcess(command, queue, label)
+    brokers = {MODES[0].name: BrokerProcess(command, queue, label)}
+    if not (args.standin or args.skip_fsync):  # the stand-in has no --fsync
+        brokers[MODES[1].name] = BrokerProcess(f"{command} {MODES[1].flag}", queue, label)
+    broker = brokers[MODES[0].name]
     failed = False
     try:
-        broker.start()
+        for each in brokers.values():
+            each.start()
         print(header(broker), flush=True)
         ours = Peer("ours", broker.port)
-        failed = e2e(args, ours, queue, broker.pid)
-        rate = sdk_e2e(broker.port, queue, args.messages, args.size)
-        print(
-            f"SDK e2e: {rate:,.0f} msgs/s ({args.messages:,} x {args.size} B, batches of "
-            f"{SDK_BATCH}, prefetch {SDK_BATCH}, complete each)", flush=True,
-        )  # fmt: skip
+        failed = against_rabbitmq(
+            args, {name: (Peer("ours", b.port), b.pid) for name, b in brokers.items()}, queue
+        )
+        if MODES[1].name in brokers:
+            brokers.pop(MODES[1].name).stop()
+        if not args.skip_sdk:
+            rate = sdk_e2e(broker.port, queue, args.messages, args.size)
+            print(
+                f"SDK e2e: {rate:,.0f} msgs/s ({args.messages:,} x {args.size} B, batches of "
+                f"{SDK_BATCH}, prefetch {SDK_BATCH}, complete each)", flush=True,
+            )  # fmt: skip
         if args.standin and not (args.skip_fanout and args.skip_sessions):
             print("fan-out, sessions: skipped (the stand-in has no topic or session queue)")
         else:
@@ -1502,19 +1754,22 @@ def main(argv: list[str] | None = None) -> int:
                 f"{peak:,.0f} MB, {before:,.0f} MB before); loaded in {elapsed:.1f} s = "
                 f"{args.rss_messages / elapsed:,.0f} msgs/s", flush=True,
             )  # fmt: skip
-    except Exception as exc:  # report, stop the broker, exit 1
+    except Exception as exc:  # report, stop the brokers, exit 1
         failed = True
         print(f"FAILED: {_why(exc)}", file=sys.stderr)
-        if not broker.alive():
-            print(f"broker output:\n{broker.log()}", file=sys.stderr)
+        for each in brokers.values():
+            if each.process is not None and not each.alive():
+                print(f"broker output:\n{each.log()}", file=sys.stderr)
     finally:
-        code = broker.stop()
-    if broker.trouble:
-        print(f"broker reported {len(broker.trouble)} warning/error line(s), first ones:")
-        for line in broker.trouble[:10]:
-            print(f"  {line}")
-    if code not in (0, -signal.SIGTERM, None):
-        print(f"broker exited with {code}")
+        codes = [each.stop() for each in brokers.values()]
+    for each in brokers.values():
+        if each.trouble:
+            print(f"broker reported {len(each.trouble)} warning/error line(s), first ones:")
+            for line in each.trouble[:10]:
+                print(f"  {line}")
+    for code in codes:
+        if code not in (0, -signal.SIGTERM, None):
+            print(f"broker exited with {code}")
     print(f"done, {load_average()}")
     return 1 if failed else 0
 

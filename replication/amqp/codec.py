@@ -14,7 +14,7 @@ import struct
 import uuid
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from .errors import DecodeError, EncodeError
 from .types import (
@@ -40,38 +40,38 @@ from .types import (
 Encoder = Callable[[bytearray, Any], None]
 Decoder = Callable[[bytes, int], tuple[Any, int]]
 
-MAX_ZERO_WIDTH_ARRAY = 255
+MAX_ZERO_WIDTH_ARRAY: Final = 255
 """Arrays of zero-width elements (null, true, uint0, ...) cost no bytes per element, so their
 count is capped: at most 255 values from a 4-byte array8, which bounds what a small input can
 make us allocate (lists and maps need a byte per element and are bounded by their size)."""
 
-_S_B = struct.Struct(">B")
-_S_b = struct.Struct(">b")
-_S_H = struct.Struct(">H")
-_S_h = struct.Struct(">h")
-_S_I = struct.Struct(">I")
-_S_i = struct.Struct(">i")
-_S_Q = struct.Struct(">Q")
-_S_q = struct.Struct(">q")
-_S_f = struct.Struct(">f")
-_S_d = struct.Struct(">d")
-_S_BB = struct.Struct(">BB")
-_S_II = struct.Struct(">II")
-_S_BI = struct.Struct(">BI")
-_S_BQ = struct.Struct(">BQ")
-_S_Bq = struct.Struct(">Bq")
-_S_BBB = struct.Struct(">BBB")
-_S_BII = struct.Struct(">BII")
+_S_B: Final = struct.Struct(">B")
+_S_b: Final = struct.Struct(">b")
+_S_H: Final = struct.Struct(">H")
+_S_h: Final = struct.Struct(">h")
+_S_I: Final = struct.Struct(">I")
+_S_i: Final = struct.Struct(">i")
+_S_Q: Final = struct.Struct(">Q")
+_S_q: Final = struct.Struct(">q")
+_S_f: Final = struct.Struct(">f")
+_S_d: Final = struct.Struct(">d")
+_S_BB: Final = struct.Struct(">BB")
+_S_II: Final = struct.Struct(">II")
+_S_BI: Final = struct.Struct(">BI")
+_S_BQ: Final = struct.Struct(">BQ")
+_S_Bq: Final = struct.Struct(">Bq")
+_S_BBB: Final = struct.Struct(">BBB")
+_S_BII: Final = struct.Struct(">BII")
 
-_pack_I = _S_I.pack
-_pack_BI = _S_BI.pack
-_pack_BQ = _S_BQ.pack
-_pack_Bq = _S_Bq.pack
-_pack_BBB = _S_BBB.pack
-_pack_BII = _S_BII.pack
-_unpack_H = _S_H.unpack_from
-_unpack_I = _S_I.unpack_from
-_unpack_II = _S_II.unpack_from
+_pack_I: Final = _S_I.pack
+_pack_BI: Final = _S_BI.pack
+_pack_BQ: Final = _S_BQ.pack
+_pack_Bq: Final = _S_Bq.pack
+_pack_BBB: Final = _S_BBB.pack
+_pack_BII: Final = _S_BII.pack
+_unpack_H: Final = _S_H.unpack_from
+_unpack_I: Final = _S_I.unpack_from
+_unpack_II: Final = _S_II.unpack_from
 
 # --------------------------------------------------------------------------------------------
 # encoding
@@ -356,7 +356,7 @@ def _widen_compound(tmp: bytearray) -> bytearray:
     return bytearray(_pack_BII(code + 0x10, size + 3, count)) + tmp[3:]
 
 
-_ELEMENT_WRITERS: dict[AMQPType, Encoder] = {
+_ELEMENT_WRITERS: Final[dict[AMQPType, Encoder]] = {
     AMQPType.NULL: _elem_null,
     AMQPType.BOOLEAN: _elem_bool,
     AMQPType.UBYTE: _elem_fixed("B"),
@@ -431,7 +431,7 @@ def _enc_array(out: bytearray, value: Any) -> None:
     write_compound(out, body, len(items), 0xE0)
 
 
-ENCODERS: dict[type, Encoder] = {
+ENCODERS: Final[dict[type, Encoder]] = {
     type(None): _enc_null,
     bool: _enc_bool,
     int: _enc_long,
@@ -491,7 +491,7 @@ def encode(value: Any) -> bytes:
 
 
 # Typed writers for composite fields: the field's AMQP type decides, not the Python type.
-FIELD_ENCODERS: dict[str, Encoder] = {
+FIELD_ENCODERS: Final[dict[str, Encoder]] = {
     "*": encode_into,
     "boolean": _enc_bool,
     "ubyte": _enc_ubyte,
@@ -524,7 +524,7 @@ FIELD_ENCODERS["symbol[]"] = encode_symbols
 # decoding
 
 Composite = Callable[[Any], Any]
-COMPOSITES: dict[Any, Composite] = {}
+COMPOSITES: Final[dict[Any, Composite]] = {}
 """Descriptor (ulong code and symbolic name) -> constructor from the decoded described value."""
 
 
@@ -570,8 +570,8 @@ def _dec_short(data: bytes, pos: int) -> tuple[Any, int]:
     return short(_S_h.unpack_from(data, pos)[0]), pos + 2
 
 
-_SMALL_UINTS = tuple(uint(value) for value in range(256))
-_SMALL_ULONGS = tuple(ulong(value) for value in range(256))
+_SMALL_UINTS: Final = tuple(uint(value) for value in range(256))
+_SMALL_ULONGS: Final = tuple(ulong(value) for value in range(256))
 """The one-byte values, made once: handles, delivery ids, descriptors and counts decode
 to these in every frame (the types are immutable ints)."""
 
@@ -779,7 +779,7 @@ def _dec_map32(data: bytes, pos: int) -> tuple[Any, int]:
     return _to_map(_items(data, start, end, count)), end
 
 
-_FIXED_WIDTH: dict[int, int] = {
+_FIXED_WIDTH: Final[dict[int, int]] = {
     0x40: 0,
     0x41: 0,
     0x42: 0,
@@ -809,7 +809,7 @@ _FIXED_WIDTH: dict[int, int] = {
     0x98: 16,
 }
 
-_ARRAY_TYPE: dict[int, AMQPType] = {
+_ARRAY_TYPE: Final[dict[int, AMQPType]] = {
     0x40: AMQPType.NULL,
     0x41: AMQPType.BOOLEAN,
     0x42: AMQPType.BOOLEAN,
@@ -917,7 +917,7 @@ def _bad_constructor(code: int) -> Decoder:
     return fail
 
 
-DECODERS: list[Decoder] = [_bad_constructor(code) for code in range(256)]
+DECODERS: Final[list[Decoder]] = [_bad_constructor(code) for code in range(256)]
 for _code, _fn in {
     0x00: _dec_described,
     0x40: _dec_null,
@@ -989,8 +989,8 @@ def decode_at(data: bytes, pos: int = 0) -> tuple[Any, int]:
         raise DecodeError(f"malformed AMQP encoding: {exc}") from None
 
 
-_SIZE8 = frozenset({0xA0, 0xA1, 0xA3, 0xC0, 0xC1, 0xE0})
-_SIZE32 = frozenset({0xB0, 0xB1, 0xB3, 0xD0, 0xD1, 0xF0})
+_SIZE8: Final = frozenset({0xA0, 0xA1, 0xA3, 0xC0, 0xC1, 0xE0})
+_SIZE32: Final = frozenset({0xB0, 0xB1, 0xB3, 0xD0, 0xD1, 0xF0})
 
 
 def skip_at(data: bytes, pos: int) -> int:

@@ -9,26 +9,26 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from . import codec, message, outcomes, performatives, terminus  # noqa: F401 - register types
 from .errors import DecodeError, FramingError
 
-AMQP_HEADER = b"AMQP\x00\x01\x00\x00"
-TLS_HEADER = b"AMQP\x02\x01\x00\x00"
-SASL_HEADER = b"AMQP\x03\x01\x00\x00"
+AMQP_HEADER: Final = b"AMQP\x00\x01\x00\x00"
+TLS_HEADER: Final = b"AMQP\x02\x01\x00\x00"
+SASL_HEADER: Final = b"AMQP\x03\x01\x00\x00"
 
-PROTOCOL_AMQP = 0
-PROTOCOL_TLS = 2
-PROTOCOL_SASL = 3
+PROTOCOL_AMQP: Final = 0
+PROTOCOL_TLS: Final = 2
+PROTOCOL_SASL: Final = 3
 
-FRAME_AMQP = 0x00
-FRAME_SASL = 0x01
+FRAME_AMQP: Final = 0x00
+FRAME_SASL: Final = 0x01
 
-MIN_MAX_FRAME_SIZE = 512
+MIN_MAX_FRAME_SIZE: Final = 512
 """Spec 2.7.1: no peer may lower max-frame-size below this."""
 
-_HEADER = struct.Struct(">IBBH")
+_HEADER: Final = struct.Struct(">IBBH")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,14 +48,22 @@ class ProtocolHeader:
         return b"AMQP" + bytes((self.protocol_id, self.major, self.minor, self.revision))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False)
 class Frame:
-    """A decoded frame; ``body`` is None for an empty (heartbeat) frame."""
+    """A decoded frame; ``body`` is None for an empty (heartbeat) frame. One per frame read,
+    so its ``__init__`` is written out: the one ``dataclass`` writes (a frozen one at that)
+    is plain Python, which mypyc does not compile (issue 42)."""
 
     frame_type: int
     channel: int
     body: Any
     payload: bytes = b""
+
+    def __init__(self, frame_type: int, channel: int, body: Any, payload: bytes = b"") -> None:
+        self.frame_type = frame_type
+        self.channel = channel
+        self.body = body
+        self.payload = payload
 
 
 def encode_frame(
@@ -78,8 +86,8 @@ def _transfer_frame(channel: int, performative: bytes | bytearray, payload: byte
     )
 
 
-_SETTLED = {None: b"\x40", True: b"\x41", False: b"\x42"}
-_TRANSFER_TAIL = b"\x42\x40\x40\x42\x42\x42"
+_SETTLED: Final = {None: b"\x40", True: b"\x41", False: b"\x42"}
+_TRANSFER_TAIL: Final = b"\x42\x40\x40\x42\x42\x42"
 """more, rcv-settle-mode, state, resume, aborted, batchable: false, null, null, false x3."""
 
 
@@ -149,7 +157,7 @@ def encode_transfer_frames(
     return frames
 
 
-EMPTY_FRAME = encode_frame(0, None)
+EMPTY_FRAME: Final = encode_frame(0, None)
 """A heartbeat: a frame with no body keeps an idle connection alive (spec 2.4.5)."""
 
 

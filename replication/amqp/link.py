@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from .errors import MessageSizeExceededError, ProtocolError
 from .performatives import (
@@ -27,7 +27,7 @@ from .performatives import (
 if TYPE_CHECKING:
     from .session import Session
 
-SERIAL_MASK = 0xFFFFFFFF
+SERIAL_MASK: Final = 0xFFFFFFFF
 
 
 class LinkState(enum.Enum):

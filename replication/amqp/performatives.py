@@ -3,22 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from .composite import amqp_field, composite
 
-MAX_UINT = 0xFFFFFFFF
+MAX_UINT: Final = 0xFFFFFFFF
 
 # settle modes (spec 2.8.2, 2.8.3)
-SND_UNSETTLED = 0
-SND_SETTLED = 1
-SND_MIXED = 2
-RCV_FIRST = 0
-RCV_SECOND = 1
+SND_UNSETTLED: Final = 0
+SND_SETTLED: Final = 1
+SND_MIXED: Final = 2
+RCV_FIRST: Final = 0
+RCV_SECOND: Final = 1
 
 # link roles (spec 2.8.1): the boolean on attach and disposition
-ROLE_SENDER = False
-ROLE_RECEIVER = True
+ROLE_SENDER: Final = False
+ROLE_RECEIVER: Final = True
 
 
 # Performatives, their termini and errors go out untrimmed (every field, trailing nulls

@@ -15,7 +15,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from .codec import DECODERS, skip_at
 from .errors import DecodeError
@@ -27,9 +27,16 @@ class Unusual(Exception):
     it: the general decoder says that."""
 
 
-HEADER, DELIVERY_ANNOTATIONS, MESSAGE_ANNOTATIONS, PROPERTIES = 0x70, 0x71, 0x72, 0x73
-APPLICATION_PROPERTIES, DATA, AMQP_SEQUENCE, AMQP_VALUE, FOOTER = 0x74, 0x75, 0x76, 0x77, 0x78
-_RANK = {
+HEADER: Final = 0x70
+DELIVERY_ANNOTATIONS: Final = 0x71
+MESSAGE_ANNOTATIONS: Final = 0x72
+PROPERTIES: Final = 0x73
+APPLICATION_PROPERTIES: Final = 0x74
+DATA: Final = 0x75
+AMQP_SEQUENCE: Final = 0x76
+AMQP_VALUE: Final = 0x77
+FOOTER: Final = 0x78
+_RANK: Final = {
     HEADER: 0,
     DELIVERY_ANNOTATIONS: 1,
     MESSAGE_ANNOTATIONS: 2,
@@ -41,13 +48,22 @@ _RANK = {
     FOOTER: 6,
 }
 """The order sections come in (spec 3.2); only body sections may repeat."""
-_BARE_RANK = _RANK[PROPERTIES]
-_MALFORMED = (IndexError, ValueError, DecodeError, struct.error, OverflowError, RecursionError)
+_BARE_RANK: Final = _RANK[PROPERTIES]
+_MALFORMED: Final = (
+    IndexError,
+    ValueError,
+    DecodeError,
+    struct.error,
+    OverflowError,
+    RecursionError,
+)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Sections:
-    """Where a message's sections are, and the few values read on the way."""
+    """Where a message's sections are, and the few values read on the way. Its ``__init__``
+    is written out: the one ``dataclass`` writes is plain Python, which mypyc does not
+    compile (four times the cost, per message; issue 42)."""
 
     header: list[Any] | None = None
     """The header's five fields, None-padded."""
@@ -64,6 +80,17 @@ class Sections:
     body_is_data: bool = True
     bare_start: int = 0
     bare_end: int = 0
+
+    def __init__(self, bare_start: int = 0, bare_end: int = 0) -> None:
+        self.header = None
+        self.annotations_at = -1
+        self.properties = None
+        self.properties_span = None
+        self.application_properties_at = -1
+        self.data = []
+        self.body_is_data = True
+        self.bare_start = bare_start
+        self.bare_end = bare_end
 
 
 def scan(payload: bytes) -> Sections:

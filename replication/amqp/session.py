@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from . import events as ev
 from .errors import ProtocolError
@@ -33,8 +33,8 @@ from .performatives import (
 if TYPE_CHECKING:
     from .connection import Connection
 
-DEFAULT_WINDOW = 65_536
-DEFAULT_MAX_MESSAGE_SIZE = 256 * 1024 * 1024
+DEFAULT_WINDOW: Final = 65_536
+DEFAULT_MAX_MESSAGE_SIZE: Final = 256 * 1024 * 1024
 """Largest delivery a receiver reassembles when its link sets no max-message-size."""
 
 

@@ -13,7 +13,7 @@ import asyncio
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from ..amqp.errors import MessageSizeExceededError
 from ..amqp.link import Delivery, Link, LinkState
@@ -31,6 +31,7 @@ from . import wire
 from .clock import Clock, now_ms
 from .commit import GroupCommit
 from .errors import error
+from .guids import guid_bytes_le
 from .peer import Peer
 from .queue import (
     Lock,
@@ -43,16 +44,16 @@ from .queue import (
 from .registry import Entity, touch
 from .store import StoredMessage
 
-PUMP_BATCH = 100
+PUMP_BATCH: Final = 100
 """Most deliveries one pump hands a consumer's link; the next batch follows once this one is
 written, so a huge credit never pulls a whole queue into memory and a reader that stops
 reading is held back (``driver.paused``) after one batch."""
-PUMP_BYTES = 1024 * 1024
+PUMP_BYTES: Final = 1024 * 1024
 """...and at most about this many message bytes (at least one message), so a batch of
 256 KiB messages does not hold 25 MB at once."""
-DEFAULT_SESSION_WAIT_MS = 60_000
+DEFAULT_SESSION_WAIT_MS: Final = 60_000
 """How long a next-available session receiver waits when it names no timeout."""
-NET_TICKS_AT_EPOCH = 621_355_968_000_000_000
+NET_TICKS_AT_EPOCH: Final = 621_355_968_000_000_000
 
 
 def net_ticks(ms: int) -> int:
@@ -250,7 +251,7 @@ class Dispatcher:
             for index, row in enumerate(rows):
                 lock = queue.lock(row, now, owner=consumer, session=session)
                 try:
-                    delivery = link.send(queue.payload(row, lock), tag=lock.token.bytes_le)
+                    delivery = link.send(queue.payload(row, lock), tag=guid_bytes_le(lock.token))
                 except MessageSizeExceededError:
                     queue.abandon(lock.token, now, count=False)  # not a delivery attempt
                     queue.untake(rows[index + 1 :])
@@ -355,7 +356,7 @@ class Dispatcher:
         self.commits.soon(lambda: delivery.update(reply))
 
 
-OUR_ANNOTATIONS = 1024
+OUR_ANNOTATIONS: Final = 1024
 """More than the broker adds to a stored message on its way out (sequence number, times,
 lock token, state, dead-letter source), so most sizes are known to fit without encoding."""
 

@@ -3,6 +3,8 @@ entity's ``MaxSizeInMegabytes``; and the one way messages come in, checked again
 
 from __future__ import annotations
 
+from typing import Final
+
 from . import wire
 from .clock import Clock, now_ms
 from .errors import QuotaExceededError
@@ -11,9 +13,9 @@ from .registry import Entity, queues_of, touch
 from .store import MessageStore
 from .topic import SessionRequiredError, Topic
 
-LINK_CREDIT = 10_000
+LINK_CREDIT: Final = 10_000
 """Credit for a sending peer; the SDK ignores credit and counts from 10,000 itself."""
-RECEIVE_LIMIT = 4 * 1024 * 1024
+RECEIVE_LIMIT: Final = 4 * 1024 * 1024
 """Deliveries up to this size are read and refused with a rejected disposition when over the
 entity's limit (what the SDK expects: it does not check single messages); larger ones cost the
 peer its link."""

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from ..symbols import DEAD_LETTER_SOURCE
 from . import wire
@@ -32,7 +32,7 @@ MAX_DELIVERY_COUNT_EXCEEDED = "MaxDeliveryCountExceeded"
 TTL_EXPIRED = "TTLExpiredException"
 SESSION_ID_IS_NULL = "Session ID is null"
 MAX_TRANSFER_HOPS_EXCEEDED = "MaxTransferHopCountExceeded"
-MAX_TRANSFER_HOPS = 4
+MAX_TRANSFER_HOPS: Final = 4
 """Service Bus forwards a message through at most four entities, then dead-letters it."""
 DEFAULT_MAX_SIZE_MB = 1024
 
@@ -106,9 +106,10 @@ class SessionLock:
     until_ms: int
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Lock:
-    """A peek-lock on one message, held by one delivery (or a receive-by-sequence-number)."""
+    """A peek-lock on one message, held by one delivery (or a receive-by-sequence-number);
+    ``__init__`` written out for mypyc (see ``StoredMessage``)."""
 
     token: uuid.UUID
     seq: int
@@ -123,6 +124,28 @@ class Lock:
     """A session message: its lock lasts as long as the session's lock."""
     size: int | None = None
     """The locked message's ``StoredMessage.size``, so completing it needs no lookup."""
+
+    def __init__(
+        self,
+        token: uuid.UUID,
+        seq: int,
+        queue: Queue,
+        until_ms: int,
+        delivery_count: int,
+        owner: Any = None,
+        deferred: bool = False,
+        session: str | None = None,
+        size: int | None = None,
+    ) -> None:
+        self.token = token
+        self.seq = seq
+        self.queue = queue
+        self.until_ms = until_ms
+        self.delivery_count = delivery_count
+        self.owner = owner
+        self.deferred = deferred
+        self.session = session
+        self.size = size
 
 
 class LockLostError(Exception):

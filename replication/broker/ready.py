@@ -66,8 +66,13 @@ class ReadySet:
         values = self._lists.get(session)
         if not values:
             return []
-        taken = list(values.islice(0, count))
-        del values[: len(taken)]
+        if count >= len(values):
+            taken = list(values)
+            values.clear()
+        else:  # pop(0) takes the head directly, where a slice delete rebuilds the sublists
+            # (a third of its time in a micro-benchmark; SortedList, plain Python, still costs
+            # a delivery about 9,000 instructions here: issue 42)
+            taken = [values.pop(0) for _ in range(count)]
         self._count -= len(taken)
         if session is not None:
             for seq in taken:

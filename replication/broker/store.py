@@ -21,13 +21,16 @@ sent, the usual case, is read without asking SQLite.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final, cast
 
-STATE_ACTIVE = 0
-STATE_DEFERRED = 1
-STATE_SCHEDULED = 2
+from .checkpoint import Checkpointer
+
+STATE_ACTIVE: Final = 0
+STATE_DEFERRED: Final = 1
+STATE_SCHEDULED: Final = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS entity (
@@ -85,9 +88,18 @@ CREATE TABLE IF NOT EXISTS managed_entity (
 );
 """
 
-SEQ_BITS = 40
+SEQ_BITS: Final = 40
 """Sequence numbers below 2**40 per entity; the entity number sits above them in the key."""
-_SEQ_MASK = (1 << SEQ_BITS) - 1
+_SEQ_MASK: Final = (1 << SEQ_BITS) - 1
+
+
+# sqlite3 binds int, float and str as they are but sends every other parameter (bytes and None
+# included) through its adapter lookup, which ends in a formatted AttributeError for each one:
+# a third of the cost of writing a message row (measured with callgrind, issue 42). An adapter
+# registered for the type is found first; these two give back the value unchanged
+# (``bytes.__bytes__`` returns exact bytes themselves, ``{}.get`` None for None: both C).
+sqlite3.register_adapter(bytes, bytes.__bytes__)
+sqlite3.register_adapter(type(None), cast(Callable[[None], None], {}.get))
 
 
 def _key(entity: int, seq: int) -> int:
@@ -97,28 +109,32 @@ def _key(entity: int, seq: int) -> int:
 HOT_BYTES = 16 * 1024 * 1024
 """Message bytes (bare + annotations) the store keeps in memory beside SQLite, newest first
 in, until their row is deleted or changed: a bound, so a deep queue still costs no memory."""
-HOT_ROWS = 50_000
+CHECKPOINT_BYTES: Final = 4 * 1024 * 1024
+CHECKPOINT_COMMITS: Final = 100
+"""A WAL checkpoint (``checkpoint.py``) is asked for after this many message bytes written or
+commits made since the last one: about SQLite's own 1,000 pages."""
+HOT_ROWS: Final = 50_000
 """And at most this many rows (each costs a tuple besides its bytes)."""
 
-_MESSAGE_SIZE = "length(bare) + ifnull(length(annotations), 0)"
+_MESSAGE_SIZE: Final = "length(bare) + ifnull(length(annotations), 0)"
 """A message's size as quotas and ``SizeInBytes`` count it: what the broker keeps of it."""
 
-_COLUMNS = (
+_COLUMNS: Final = (
     "id & 1099511627775, state, delivery_count, enqueued_ms, expires_ms, scheduled_ms, message_id, "
     "session_id, dead_letter_source, annotations, bare"
 )
 
 
-_CHUNK_SIZES = (64, 32, 16, 8, 4, 2, 1)
+_CHUNK_SIZES: Final = (64, 32, 16, 8, 4, 2, 1)
 """Rows per statement when buffered writes go to SQLite: one statement of many rows costs
 less than ``executemany`` (a sixth less per message, measured); a few fixed sizes keep
 the statements in sqlite3's cache, and 64 x 11 values stays under SQLite's old limit of 999
 parameters."""
-_INSERT_ROWS = {
+_INSERT_ROWS: Final = {
     size: "INSERT INTO message VALUES " + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * size)
     for size in _CHUNK_SIZES
 }
-_DELETE_KEYS = {
+_DELETE_KEYS: Final = {
     size: "DELETE FROM message WHERE id IN (" + ", ".join("?" * size) + ")" for size in _CHUNK_SIZES
 }
 
@@ -173,12 +189,16 @@ Row = tuple[
 """A message row as written: key, then ``StoredMessage``'s fields after ``seq``."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class StoredMessage:
     """A message as the broker keeps it: the sender's bare message plus broker metadata.
 
     ``annotations`` is the sender's encoded message-annotations map (or None); ``bare`` the
     encoded properties, application-properties, body and footer sections, kept byte for byte.
+
+    Its ``__init__`` is written out (``init=False``): the one ``dataclass`` writes is plain
+    Python, which mypyc does not compile, four times the cost of this one per message
+    (callgrind, issue 42); the same goes for the other per-message dataclasses.
     """
 
     seq: int
@@ -192,6 +212,32 @@ class StoredMessage:
     dead_letter_source: str | None
     annotations: bytes | None
     bare: bytes
+
+    def __init__(
+        self,
+        seq: int,
+        state: int,
+        delivery_count: int,
+        enqueued_ms: int,
+        expires_ms: int | None,
+        scheduled_ms: int | None,
+        message_id: str | None,
+        session_id: str | None,
+        dead_letter_source: str | None,
+        annotations: bytes | None,
+        bare: bytes,
+    ) -> None:
+        self.seq = seq
+        self.state = state
+        self.delivery_count = delivery_count
+        self.enqueued_ms = enqueued_ms
+        self.expires_ms = expires_ms
+        self.scheduled_ms = scheduled_ms
+        self.message_id = message_id
+        self.session_id = session_id
+        self.dead_letter_source = dead_letter_source
+        self.annotations = annotations
+        self.bare = bare
 
     def row(self, entity: int) -> Row:
         return (
@@ -233,6 +279,12 @@ class MessageStore:
         SQLite."""
         self._hot_bytes = 0
         self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA wal_autocheckpoint=0")  # the checkpointer's thread does it
+        self._checkpoints = Checkpointer(self.path)
+        self._since_checkpoint = 0
+        """Commits since the last checkpoint was asked for."""
+        self._written = 0
+        """Message bytes inserted since then."""
         self._db.execute(f"PRAGMA synchronous={synchronous}")
         self._db.execute("PRAGMA cache_size=-16000")  # 16 MB page cache: bounded memory
         self._db.executescript(_SCHEMA)
@@ -252,7 +304,8 @@ class MessageStore:
 
     def close(self) -> None:
         self.commit()
-        self._db.close()
+        self._checkpoints.close()
+        self._db.close()  # the last connection: SQLite checkpoints and removes the log
 
     @property
     def _db(self) -> sqlite3.Connection:
@@ -322,6 +375,7 @@ class MessageStore:
             self._write_buffered()
         self._inserts.append(row)
         size = message.size
+        self._written += size
         if entity in self._sizes:
             self._sizes[entity] += size
         if self._hot_bytes + size <= HOT_BYTES and len(self._hot) < HOT_ROWS:
@@ -419,6 +473,13 @@ class MessageStore:
         self._db.execute("COMMIT")
         self._in_transaction = False
         self.commits += 1
+        self._since_checkpoint += 1
+        if self._since_checkpoint >= CHECKPOINT_COMMITS or self._written >= CHECKPOINT_BYTES:
+            self._since_checkpoint = self._written = 0
+            if self._checkpoints.failed:
+                self._sql.execute("PRAGMA wal_autocheckpoint=1000")  # SQLite's own, again
+            else:
+                self._checkpoints.request()
         return True
 
     # ------------------------------------------------------------------ reads

@@ -12,7 +12,7 @@ import dataclasses
 import struct
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from ..amqp import codec, scan
 from ..amqp.composite import decoder, encoder
@@ -39,18 +39,18 @@ from ..symbols import (
     SCHEDULED_ENQUEUE_TIME,
     SEQUENCE_NUMBER,
 )
-from .guids import GUIDS
+from .guids import GUIDS, guid_bytes
 
-MAX_HEADER_TTL = 0xFFFFFFFF
+MAX_HEADER_TTL: Final = 0xFFFFFFFF
 """The longest time to live the header's uint holds (49.7 days in ms)."""
 
-BATCH_FORMAT = 0x80013700
+BATCH_FORMAT: Final = 0x80013700
 """message-format of a Service Bus batch: each data section holds one encoded message."""
 
 _header_of, _properties_of = decoder(Header), decoder(Properties)
 _write_annotations = encoder(MessageAnnotations)
 
-_BROKER_KEYS = frozenset(
+_BROKER_KEYS: Final = frozenset(
     {
         SEQUENCE_NUMBER,
         ENQUEUED_TIME,
@@ -60,12 +60,13 @@ _BROKER_KEYS = frozenset(
         ENQUEUE_SEQUENCE_NUMBER,
     }
 )
-_BARE_SECTIONS = (Properties, ApplicationProperties, Data, AmqpSequence, AmqpValue, Footer)
+_BARE_SECTIONS: Final = (Properties, ApplicationProperties, Data, AmqpSequence, AmqpValue, Footer)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class IncomingMessage:
-    """One message as sent, split into what the broker interprets and the bytes it keeps."""
+    """One message as sent, split into what the broker interprets and the bytes it keeps;
+    ``__init__`` written out for mypyc (see ``store.StoredMessage``)."""
 
     header: Header | None
     annotations: dict[Any, Any]
@@ -76,6 +77,24 @@ class IncomingMessage:
     properties_span: tuple[int, int] | None = dataclasses.field(default=None, compare=False)
     """Where in ``bare`` the properties section is, when known (so it can be replaced
     without reading the sections again)."""
+
+    def __init__(
+        self,
+        header: Header | None,
+        annotations: dict[Any, Any],
+        properties: Properties | None,
+        application_properties: dict[str, Any] | None,
+        bare: bytes,
+        size: int,
+        properties_span: tuple[int, int] | None = None,
+    ) -> None:
+        self.header = header
+        self.annotations = annotations
+        self.properties = properties
+        self.application_properties = application_properties
+        self.bare = bare
+        self.size = size
+        self.properties_span = properties_span
 
     @property
     def message_id(self) -> str | None:
@@ -184,10 +203,14 @@ def _with_message_id(
     bare: bytes, span: tuple[int, int] | None, message_id: str
 ) -> tuple[bytes, tuple[int, int]] | None:
     """The bare message with a 32-character ``message_id`` written over the null first field
-    of its properties section, when that is a small list (as clients write it); else None."""
+    of its properties section, when that is a small list (as clients write it) or an empty
+    one (as proton writes it); else None."""
     if span is None:
         return None
     start, end = span
+    if bare[start:end] == _EMPTY_PROPERTIES and len(message_id) == 32:
+        section = _ID_ONLY_PROPERTIES + message_id.encode()
+        return bare[:start] + section + bare[end:], (start, start + len(section))
     if end - start < 7 or bare[start : start + 4] != _PROPERTIES_LIST8 or bare[start + 6] != 0x40:
         return None
     size = bare[start + 4] + 2 + len(message_id) - 1  # str8 0xa1 <len> <id> for the null
@@ -205,8 +228,9 @@ def _with_message_id(
     return bare[:start] + section + bare[end:], (start, start + len(section))
 
 
-_PROPERTIES_LIST8 = b"\x00\x53\x73\xc0"
-_ID_ONLY_PROPERTIES = b"\x00\x53\x73\xc0\x23\x01\xa1\x20"
+_PROPERTIES_LIST8: Final = b"\x00\x53\x73\xc0"
+_EMPTY_PROPERTIES: Final = b"\x00\x53\x73\x45"
+_ID_ONLY_PROPERTIES: Final = b"\x00\x53\x73\xc0\x23\x01\xa1\x20"
 """A properties section (list8 of one field) up to its 32-character message-id string."""
 
 
@@ -331,43 +355,59 @@ def delivery_payload(
     Written straight from the values (every delivery goes through here): the sender's stored
     annotation entries are copied undecoded and the broker's appended after them."""
     ttl = ttl_ms if ttl_ms and ttl_ms <= MAX_HEADER_TTL else None
-    header = b"\x41\x50\x04" + (codec.uint_bytes(ttl) if ttl is not None else b"\x40") + b"\x42"
-    header += codec.uint_bytes(delivery_count)
+    header = b"".join(
+        (
+            b"\x41\x50\x04",
+            codec.uint_bytes(ttl) if ttl is not None else b"\x40",
+            b"\x42",
+            codec.uint_bytes(delivery_count),
+        )
+    )
     count, entries = 0, b""
     if sender_annotations:
         count, entries = _sender_entries(sender_annotations, dead_letter_source)
-    out = bytearray(_HEADER_SECTION)
-    out += bytes((len(header) + 1, 5))
-    out += header
-    pairs = bytearray(entries)
-    pairs += _SEQUENCE_NUMBER_KEY
-    pairs += _long(sequence_number)
-    pairs += _ENQUEUED_TIME_KEY
-    pairs += _pack_int64(0x83, enqueued_ms)
-    pairs += _ENQUEUE_SEQUENCE_NUMBER_KEY
-    pairs += _long(sequence_number)
+    # a list of parts joined once: a bytearray grown part by part cost a third more
+    pairs = [
+        entries,
+        _SEQUENCE_NUMBER_KEY,
+        _long(sequence_number),
+        _ENQUEUED_TIME_KEY,
+        _pack_int64(0x83, enqueued_ms),
+        _ENQUEUE_SEQUENCE_NUMBER_KEY,
+        _long(sequence_number),
+    ]
     count += 6
     if locked_until_ms is not None:
-        pairs += _LOCKED_UNTIL_KEY
-        pairs += _pack_int64(0x83, locked_until_ms)
+        pairs += (_LOCKED_UNTIL_KEY, _pack_int64(0x83, locked_until_ms))
         count += 2
     if lock_token is not None:
-        pairs += _LOCK_TOKEN_KEY
-        pairs += b"\x98"
-        pairs += lock_token.bytes
+        pairs += (_LOCK_TOKEN_KEY, b"\x98", guid_bytes(lock_token))
         count += 2
     if state:
-        pairs += _MESSAGE_STATE_KEY
-        pairs += _long(state)
+        pairs += (_MESSAGE_STATE_KEY, _long(state))
         count += 2
     if dead_letter_source:
-        pairs += _DEAD_LETTER_SOURCE_KEY
-        codec.encode_into(pairs, dead_letter_source)
+        source = bytearray()
+        codec.encode_into(source, dead_letter_source)
+        pairs += (_DEAD_LETTER_SOURCE_KEY, bytes(source))
         count += 2
-    out += _ANNOTATIONS_SECTION
-    codec.write_compound(out, pairs, count, 0xC1)
-    out += bare
-    return bytes(out)
+    annotations = b"".join(pairs)
+    size = len(annotations)
+    if size < 0xFF and count <= 0xFF:  # as codec.write_compound chooses
+        compound = bytes((0xC1, size + 1, count))
+    else:
+        compound = _pack_map32(0xD1, size + 4, count)
+    return b"".join(
+        (
+            _HEADER_SECTION,
+            bytes((len(header) + 1, 5)),
+            header,
+            _ANNOTATIONS_SECTION,
+            compound,
+            annotations,
+            bare,
+        )
+    )
 
 
 def _symbol(name: str) -> bytes:
@@ -376,16 +416,17 @@ def _symbol(name: str) -> bytes:
     return bytes(out)
 
 
-_HEADER_SECTION = b"\x00\x53\x70\xc0"
-_ANNOTATIONS_SECTION = b"\x00\x53\x72"
-_SEQUENCE_NUMBER_KEY = _symbol(SEQUENCE_NUMBER)
-_ENQUEUED_TIME_KEY = _symbol(ENQUEUED_TIME)
-_ENQUEUE_SEQUENCE_NUMBER_KEY = _symbol(ENQUEUE_SEQUENCE_NUMBER)
-_LOCKED_UNTIL_KEY = _symbol(LOCKED_UNTIL)
-_LOCK_TOKEN_KEY = _symbol(LOCK_TOKEN)
-_MESSAGE_STATE_KEY = _symbol(MESSAGE_STATE)
-_DEAD_LETTER_SOURCE_KEY = _symbol(DEAD_LETTER_SOURCE)
-_pack_int64 = struct.Struct(">Bq").pack
+_HEADER_SECTION: Final = b"\x00\x53\x70\xc0"
+_ANNOTATIONS_SECTION: Final = b"\x00\x53\x72"
+_SEQUENCE_NUMBER_KEY: Final = _symbol(SEQUENCE_NUMBER)
+_ENQUEUED_TIME_KEY: Final = _symbol(ENQUEUED_TIME)
+_ENQUEUE_SEQUENCE_NUMBER_KEY: Final = _symbol(ENQUEUE_SEQUENCE_NUMBER)
+_LOCKED_UNTIL_KEY: Final = _symbol(LOCKED_UNTIL)
+_LOCK_TOKEN_KEY: Final = _symbol(LOCK_TOKEN)
+_MESSAGE_STATE_KEY: Final = _symbol(MESSAGE_STATE)
+_DEAD_LETTER_SOURCE_KEY: Final = _symbol(DEAD_LETTER_SOURCE)
+_pack_int64: Final = struct.Struct(">Bq").pack
+_pack_map32: Final = struct.Struct(">BII").pack
 
 
 def _long(value: int) -> bytes:

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from replication.amqp import codec
-from replication.amqp.message import DeliveryAnnotations, Header, encode_message
+from replication.amqp.message import DeliveryAnnotations, Header, Properties, encode_message
 from replication.amqp.message import Message as AmqpMessage
 from replication.amqp.types import symbol, timestamp
 from replication.broker import wire
@@ -86,3 +86,22 @@ def test_the_brokers_dead_letter_source_replaces_a_stored_one() -> None:
     assert annotations.value[DEAD_LETTER_SOURCE] == "q"
     assert annotations.value["x-pad"] == "p" * 300
     assert len(annotations.value) == 5
+
+
+def test_a_message_id_goes_into_an_empty_properties_list_as_into_any_other() -> None:
+    # proton writes an empty properties list (0x45) when no property is set
+    bare = b"\x00\x53\x73\x45" + b"\x00\x53\x77\xa0\x04body"
+    message = wire.parse_message(b"\x00\x53\x70\xc0\x02\x01\x41" + bare)
+    assert message.properties_span == (0, 4)
+    assert message.message_id is None
+
+    wire.ensure_message_id(message)
+
+    message_id = message.message_id
+    assert message_id is not None and len(message_id) == 32
+    expected, span = wire._with_properties(bare, Properties(message_id=message_id), (0, 4))
+    assert (message.bare, message.properties_span) == (expected, span)
+    assert message.size == len(message.bare) + 7
+    properties, body = codec.decode_all(message.bare)
+    assert properties == Properties(message_id=message_id)
+    assert body.value == b"body"
