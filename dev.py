@@ -177,14 +177,19 @@ def main(argv: list[str]) -> int:
 
 
 def _parallel(args: list[str]) -> list[str]:
-    """pytest-xdist with more workers than cores (at least 4, at most 8): the suite waits more
-    than it works (brokers, hosts, JVMs and browsers starting, kills and restarts), so on 2
-    cores 4 workers finished in 802 s against 1,354 s with 2 (6: 735 s, CPU still half idle);
-    a test file's tests on one worker (they share module fixtures); not when the caller chose."""
-    if any(a.startswith(("-n", "--numprocesses")) or a == "no:xdist" for a in args):
+    """pytest-xdist with more workers than cores: the suite waits far more than it works (the
+    --quick tests used 5% of their wall time on the CPU: SDK receive waits, lock and TTL
+    expiries; the rest waits on brokers, hosts, JVMs and browsers starting, kills and restarts).
+    The whole suite: 6 workers (2: 1,354 s, 4: 802 s, 6: 735 s on 2 cores), each test file on
+    one worker (its tests share module fixtures), handed out in the order tests/conftest.py
+    puts them (JVM files, then other processes, then the rest), not by test count, so the
+    longest start first. --quick: 12 workers, idle ones steal tests of a busy one (no module
+    fixture there costs much to set up twice). Nothing when the caller chose."""
+    if any(a.startswith(("-n", "--numprocesses", "--dist")) or a == "no:xdist" for a in args):
         return []
-    workers = max(4, min(8, os.cpu_count() or 1))
-    return ["-n", str(workers), "--dist", "loadfile"]
+    if "--quick" in args:
+        return ["-n", "12", "--dist", "worksteal"]
+    return ["-n", "6", "--dist", "loadfile", "--no-loadscope-reorder"]
 
 
 if __name__ == "__main__":

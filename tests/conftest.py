@@ -64,18 +64,27 @@ def _starts_processes(path: Path) -> bool:
     return bool(STARTS_PROCESSES.search(path.read_text(encoding="utf-8")))
 
 
+def _weight(item: pytest.Item) -> int:
+    """How long a test keeps its worker, roughly: 2 a JVM (Spark), 1 another process (a broker,
+    a host, a CLI, a browser), 0 neither."""
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if "spark" in fixtures or item.get_closest_marker("cluster") is not None:
+        return 2
+    return int(bool(fixtures & OTHER_PROCESSES) or _starts_processes(item.path))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not config.getoption("--quick"):
-        return
-    kept, left_out = [], []
+    if config.getoption("--quick"):
+        kept, left_out = [], []
+        for item in items:
+            slow = _weight(item) > 0 or item.get_closest_marker("slow") is not None
+            (left_out if slow else kept).append(item)
+        if left_out:
+            config.hook.pytest_deselected(items=left_out)
+            items[:] = kept
+    # The heaviest files first: xdist (--dist loadfile --no-loadscope-reorder, as dev.py runs
+    # it) hands out files in this order, so the long ones start at once instead of last.
+    weights: dict[Path, int] = {}
     for item in items:
-        fixtures = set(getattr(item, "fixturenames", ()))
-        slow = (
-            bool(fixtures & OTHER_PROCESSES)
-            or _starts_processes(item.path)
-            or item.get_closest_marker("slow") is not None
-        )
-        (left_out if slow else kept).append(item)
-    if left_out:
-        config.hook.pytest_deselected(items=left_out)
-        items[:] = kept
+        weights[item.path] = max(weights.get(item.path, 0), _weight(item))
+    items.sort(key=lambda item: -weights[item.path])  # stable: the order within a weight stays
