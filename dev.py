@@ -180,17 +180,16 @@ def _parallel(args: list[str]) -> list[str]:
     """pytest-xdist with more workers than cores: the suite waits far more than it works (the
     --quick tests spend 6% of their wall time on the CPU: SDK receive waits, lock and TTL
     expiries; the others wait on brokers, hosts, JVMs and browsers starting, kills, restarts;
-    python -m pytest --cpu-report FILE shows it per file). The whole suite: 8 workers, each
-    test file on one (its tests share module fixtures), the longest files handed out first
-    (tests/file_seconds.txt, see tests/conftest.py) rather than by test count, so no worker
-    starts a long file when the others are done. --quick: 12 workers, idle ones steal tests
-    of a busy one (2,602 tests in 145 s against 305 s on 4 workers by file). Nothing when the
-    caller chose."""
+    ``python -m pytest --cpu-report FILE`` shows it per file). The whole suite: 6 workers
+    (2: 1,354 s, 4: 802 s, 6: 735 s on 2 cores), each test file on one (its tests share module
+    fixtures). Handing the longest files (the JVMs) out first ran them all at once and they
+    timed out on 2 cores. --quick: 12 workers, idle ones steal tests of a busy one (2,602
+    tests in 145 s, against 305 s on 4 workers by file). Nothing when the caller chose."""
     if any(a.startswith(("-n", "--numprocesses", "--dist")) or a == "no:xdist" for a in args):
         return []
     if "--quick" in args:
         return ["-n", "12", "--dist", "worksteal"]
-    return ["-n", "8", "--dist", "loadfile", "--no-loadscope-reorder"]
+    return ["-n", "6", "--dist", "loadfile"]
 
 
 if __name__ == "__main__":

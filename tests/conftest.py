@@ -64,43 +64,18 @@ def _starts_processes(path: Path) -> bool:
     return bool(STARTS_PROCESSES.search(path.read_text(encoding="utf-8")))
 
 
-FILE_SECONDS = Path(__file__).with_name("file_seconds.txt")
-"""Wall seconds per test file in a whole run on 2 cores (``--cpu-report tests/file_seconds.txt``
-writes it; refresh it when files come or change much): the order files are handed out in."""
-GUESS = {2: 300.0, 1: 60.0, 0: 10.0}
-"""Seconds for a file not in FILE_SECONDS, by its weight."""
-
-
-@cache
-def _recorded_seconds() -> dict[str, float]:
-    lines = FILE_SECONDS.read_text(encoding="utf-8").splitlines() if FILE_SECONDS.exists() else []
-    rows = (line.split(None, 4) for line in lines[2:])  # a header, then "(all)"
-    return {row[4]: float(row[0]) for row in rows if len(row) == 5}
-
-
-def _weight(item: pytest.Item) -> int:
-    """How long a test keeps its worker, roughly: 2 a JVM (Spark), 1 another process (a broker,
-    a host, a CLI, a browser), 0 neither."""
-    fixtures = set(getattr(item, "fixturenames", ()))
-    if "spark" in fixtures or item.get_closest_marker("cluster") is not None:
-        return 2
-    return int(bool(fixtures & OTHER_PROCESSES) or _starts_processes(item.path))
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.getoption("--quick"):
-        kept, left_out = [], []
-        for item in items:
-            slow = _weight(item) > 0 or item.get_closest_marker("slow") is not None
-            (left_out if slow else kept).append(item)
-        if left_out:
-            config.hook.pytest_deselected(items=left_out)
-            items[:] = kept
-    # The longest files first: xdist (--dist loadfile --no-loadscope-reorder, as dev.py runs
-    # it) hands out files in this order, so no worker starts a long one when the rest are done.
-    recorded, seconds = _recorded_seconds(), {}
+    if not config.getoption("--quick"):
+        return
+    kept, left_out = [], []
     for item in items:
-        path = item.nodeid.split("::")[0]
-        if path not in seconds:
-            seconds[path] = recorded.get(path, GUESS[_weight(item)])
-    items.sort(key=lambda item: -seconds[item.nodeid.split("::")[0]])  # stable within a file
+        fixtures = set(getattr(item, "fixturenames", ()))
+        slow = (
+            bool(fixtures & OTHER_PROCESSES)
+            or _starts_processes(item.path)
+            or item.get_closest_marker("slow") is not None
+        )
+        (left_out if slow else kept).append(item)
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = kept
