@@ -13,6 +13,8 @@ from hypothesis import HealthCheck, settings
 
 from tests.processes import Processes
 
+pytest_plugins = ["tests.cpu_report"]  # --cpu-report: wall and CPU seconds per test file
+
 settings.register_profile(
     "ci", max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )

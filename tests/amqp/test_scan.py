@@ -4,7 +4,7 @@ decline) every message our encoder writes with a data body."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 
 from replication.amqp import codec, scan
 from replication.amqp.errors import DecodeError
@@ -22,7 +22,7 @@ def _field_list(value: object, size: int) -> list[object]:
     return list(fields) + [None] * (size - len(fields))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=settings.default.max_examples * 3 // 2)  # 300 on CI, 75 at a desk
 @given(amqp_messages())
 def test_scan_reads_what_the_general_decoder_reads(message: AmqpMessage) -> None:
     payload = encode_message(message)

@@ -549,16 +549,27 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: floa
         time.sleep(interval)
 
 
-def receive_all(broker: BrokerHandle, queue: str, **kwargs: Any) -> list[ServiceBusReceivedMessage]:
-    """Receives and completes whatever ``queue`` holds (until a second passes with nothing);
-    ``kwargs`` go to ``get_queue_receiver`` (session_id, sub_queue, ...)."""
+def take_all(
+    receiver: ServiceBusReceiver, wait: float = 1.0, batch: int = 100
+) -> list[ServiceBusReceivedMessage]:
+    """Receives and completes whatever the receiver's entity holds now. Done once a peek finds
+    nothing left (the broker answers at once: no idle wait), or once a receive gets nothing in
+    ``wait`` s (what is left cannot be received: deferred, scheduled, or locked elsewhere)."""
     out: list[ServiceBusReceivedMessage] = []
-    with broker.client() as client, client.get_queue_receiver(queue, **kwargs) as receiver:
-        while batch := receiver.receive_messages(max_message_count=100, max_wait_time=1):
-            for message in batch:
-                receiver.complete_message(message)
-            out += batch
+    while received := receiver.receive_messages(max_message_count=batch, max_wait_time=wait):
+        for message in received:
+            receiver.complete_message(message)
+        out += received
+        if not receiver.peek_messages(max_message_count=1, sequence_number=1):
+            break
     return out
+
+
+def receive_all(broker: BrokerHandle, queue: str, **kwargs: Any) -> list[ServiceBusReceivedMessage]:
+    """Receives and completes whatever ``queue`` holds (``take_all``); ``kwargs`` go to
+    ``get_queue_receiver`` (session_id, sub_queue, ...)."""
+    with broker.client() as client, client.get_queue_receiver(queue, **kwargs) as receiver:
+        return take_all(receiver)
 
 
 def receive_n(

@@ -16,7 +16,7 @@ from azure.servicebus.exceptions import ServiceBusError
 
 from replication.broker.clock import ManualClock
 
-from .conftest import BrokerHandle, make_config, receive_n
+from .conftest import BrokerHandle, make_config, receive_n, take_all
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -67,13 +67,8 @@ def props_message(name: str, properties: dict[str, object]) -> ServiceBusMessage
 
 def drain(broker: BrokerHandle, sub: str, *, topic: str = "orders", wait: float = 1.0) -> list:
     """Everything a subscription holds now, completed."""
-    out = []
     with broker.client() as client, client.get_subscription_receiver(topic, sub) as receiver:
-        while batch := receiver.receive_messages(max_message_count=50, max_wait_time=wait):
-            for message in batch:
-                receiver.complete_message(message)
-            out += batch
-    return out
+        return take_all(receiver, wait, batch=50)
 
 
 @pytest.mark.slow

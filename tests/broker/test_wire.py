@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replication.amqp import codec
@@ -26,7 +26,7 @@ from replication.symbols import (
 from tests.amqp.strategies import amqp_messages
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=settings.default.max_examples * 3 // 2)  # 300 on CI, 75 at a desk
 @given(amqp_messages(), st.booleans())
 def test_parse_message_equals_the_general_decoder(message: AmqpMessage, sdk_tail: bool) -> None:
     payload = encode_message(message)

@@ -27,7 +27,7 @@ from replication.host.worker import Worker
 from replication.messages import Message
 from replication.tasks.steps import STEPS, StepOptions, step
 from replication.tasks.targets import BACKENDS
-from tests.broker.conftest import BrokerHandle, make_config
+from tests.broker.conftest import BrokerHandle, make_config, take_all
 from tests.clock_steps import ticking
 
 from .support import FAST, pipeline_app, run_app, run_until, settled, stats
@@ -53,13 +53,8 @@ def fill(broker: BrokerHandle, queue: str, count: int, bad_every: int = 25, **fi
 
 def drain(broker: BrokerHandle, queue: str, sub_queue: Any = None) -> list[Any]:
     """Receives and completes everything in ``queue`` (or its dead-letter queue)."""
-    out: list[Any] = []
     with broker.client() as client, client.get_queue_receiver(queue, sub_queue=sub_queue) as r:
-        while batch := r.receive_messages(max_message_count=100, max_wait_time=1):
-            for message in batch:
-                r.complete_message(message)
-            out += batch
-    return out
+        return take_all(r)
 
 
 def ids(messages: list[Any]) -> list[str]:

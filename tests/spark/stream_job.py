@@ -31,7 +31,9 @@ def main(connection: str, queue: str, checkpoint: str, marker: str) -> None:
 
     def batch(frame: Any, batch_id: int) -> None:
         ids = [row.message_id for row in frame.collect()]
-        Path(marker).write_text(json.dumps(ids))
+        written = Path(f"{marker}.part")
+        written.write_text(json.dumps(ids))
+        written.replace(marker)  # whole or not there: the test reads it as soon as it exists
         time.sleep(600)  # killed here: read, not committed
 
     stream = (

@@ -8,7 +8,7 @@ from typing import Any
 
 from azure.servicebus import ServiceBusMessage
 
-from tests.broker.conftest import BrokerHandle
+from tests.broker.conftest import BrokerHandle, take_all
 
 
 def fill(broker: BrokerHandle, queue: str, messages: list[ServiceBusMessage]) -> None:
@@ -45,13 +45,8 @@ def text(value: Any) -> Any:
 
 def received_messages(broker: BrokerHandle, queue: str) -> list[Any]:
     """Takes (and completes) everything at a queue."""
-    got: list[Any] = []
     with broker.client() as client, client.get_queue_receiver(queue) as receiver:
-        while batch := receiver.receive_messages(max_message_count=200, max_wait_time=1):
-            for message in batch:
-                receiver.complete_message(message)
-            got += batch
-    return got
+        return take_all(receiver, batch=200)
 
 
 def properties(message: Any) -> dict[str, Any]:
