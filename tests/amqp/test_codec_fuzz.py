@@ -156,6 +156,9 @@ def _nest(prefix: bytes, depth: int, leaf: bytes = b"\x40") -> bytes:
 
 
 DEEP = "values nested too deeply"
+HANG_GUARD = 120
+"""Seconds before pytest-timeout ends a test that never returns; the bounds the tests assert
+are CPU seconds of this process (``time.process_time``), which other load does not inflate."""
 TOO_MANY = "4294967295 elements cannot fit in"
 BOMBS = {  # name: (bytes, what the DecodeError says)
     "list32 4G size and count": (bytes.fromhex("d0 ffffffff ffffffff"), "compound of 4294967295"),
@@ -190,17 +193,17 @@ def _elements(value: Any) -> int:
     return 1
 
 
-@pytest.mark.timeout(10)
+@pytest.mark.timeout(HANG_GUARD)
 @pytest.mark.parametrize(("bomb", "message"), list(BOMBS.values()), ids=list(BOMBS))
 def test_declared_size_bombs(bomb: bytes, message: str) -> None:
     for entry in DECODERS:
-        started = time.perf_counter()
+        started = time.process_time()
         with pytest.raises(DecodeError, match="^" + re.escape(message)):
             entry(bomb)
-        assert time.perf_counter() - started < 2.0, entry.__name__
+        assert time.process_time() - started < 2.0, entry.__name__
 
 
-@pytest.mark.timeout(10)
+@pytest.mark.timeout(HANG_GUARD)
 @pytest.mark.parametrize(
     "element", [b"\x40", b"\x41", b"\x43", b"\x44", b"\x45"], ids=lambda e: e.hex()
 )
@@ -212,20 +215,20 @@ def test_zero_width_arrays_do_not_amplify(element: bytes) -> None:
     count = 400
     body = count.to_bytes(4, "big") + inner * count
     bomb = b"\xd0" + len(body).to_bytes(4, "big") + body
-    started = time.perf_counter()
+    started = time.process_time()
     try:
         value = decode(bomb)
     except DecodeError:
         return
-    assert time.perf_counter() - started < 5.0
+    assert time.process_time() - started < 5.0
     assert _elements(value) <= 64 * len(bomb), f"{_elements(value)} values from {len(bomb)} bytes"
 
 
-@pytest.mark.timeout(10)
+@pytest.mark.timeout(HANG_GUARD)
 def test_large_valid_input_is_linear() -> None:
-    # half a megabyte of small values decodes well inside the timeout (nothing quadratic)
+    # half a megabyte of small values decodes in well under 5 CPU seconds (nothing quadratic)
     wire = encode([[i, str(i), {"k": [None]}] for i in range(40_000)])
-    started = time.perf_counter()
+    started = time.process_time()
     back = decode(wire)
     assert len(back) == 40_000
-    assert time.perf_counter() - started < 5.0
+    assert time.process_time() - started < 5.0
