@@ -271,8 +271,14 @@ def _endpoints(pipeline: Pipeline | None) -> list[tuple[str, Endpoint]]:
 
 def _runtime_targets(runner: Any) -> list[Any]:
     """The targets of the pipeline a trigger's function runs (``tasks.targets.Target``),
-    once its first batch built them (``functions.PipelineRuntime``)."""
-    info = generated(getattr(getattr(runner, "trigger", None), "function", None))
-    if info is None or not info.runtime:
+    once its first batch built them (``functions.PipelineRuntime``); of a function in the
+    worker process, its failover targets as relayed (``host.relay.runtime_targets``)."""
+    trigger = getattr(runner, "trigger", None)
+    info = generated(getattr(trigger, "function", None))
+    if info is None:
         return []
+    if not info.runtime:  # it runs in the worker process: as the worker last told
+        from ..host.relay import runtime_targets
+
+        return runtime_targets(str(getattr(trigger, "name", "")))
     return list(info.runtime[0].targets.values())

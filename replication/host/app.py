@@ -41,8 +41,11 @@ from ..generated import generated, pipeline_name
 from .discovery import ServiceBusTrigger, load_app, service_bus_triggers
 from .embedded import plan_brokers, start_brokers
 from .eventhubs import EventHubOptions, EventHubTriggerRunner, event_hub_triggers
+from .invocation import Invoker
+from .process import WorkerProcess
 from .pumped import PumpRunner
 from .settings import load_settings
+from .settlement import SettlementService
 from .timer import TimerRunner, timer_triggers
 from .trigger import HostOptions, TriggerRunner
 from .worker import Worker
@@ -80,6 +83,10 @@ class HostConfig:
     clock: Clock = SYSTEM
     """What the triggers, pumps, timers, functions and embedded brokers wait on and stamp
     with (tests pass a ``ManualClock``)."""
+    worker_process: bool = True
+    """The functions run in a worker process of their own (``process.py``), as in Azure;
+    False, or a clock other than the system's (it cannot cross a process boundary): on a
+    worker thread of the host's process (``worker.py``)."""
 
 
 class Host:
@@ -102,6 +109,8 @@ class Host:
         self.pipeline_set: list[Pipeline] = []
         """The pipelines file's pipelines (the dashboard shows their targets)."""
         self.dashboard: Dashboard | None = None
+        self.worker: Invoker | None = None
+        """Where the functions run (``HostConfig.worker_process``), once running."""
         self.stop = asyncio.Event()
         self.started = time.monotonic()
         self.healthy = False
@@ -140,7 +149,7 @@ class Host:
             log.warning(
                 "function_app.py has no Service Bus, Event Hubs or timer triggers: nothing to run"
             )
-        worker = Worker()
+        worker = self.worker = self._worker(clock)
         self.runners = [
             TriggerRunner(
                 t,
@@ -177,15 +186,20 @@ class Host:
             )
         server = self._serve_metrics()
         self._install_signals()
-        self.healthy = True
-        jobs = [asyncio.create_task(runner.run(self.stop)) for runner in self.runners]
-        jobs += [asyncio.create_task(timer.run(self.stop)) for timer in self.timers]
+        jobs: list[asyncio.Task[None]] = []
         try:
+            if isinstance(worker, WorkerProcess) and (self.triggers or hub_triggers or timers):
+                await worker.start()  # the app imported there before anything is received
+            self.healthy = True
+            jobs += [asyncio.create_task(runner.run(self.stop)) for runner in self.runners]
+            jobs += [asyncio.create_task(timer.run(self.stop)) for timer in self.timers]
             await self._watch()
         finally:
             self.stop.set()
             log.info("stopping: in-flight batches finish and settle")
-            _, late = await asyncio.wait(jobs, timeout=self.config.stop_grace)
+            late: set[asyncio.Task[None]] = set()
+            if jobs:
+                _, late = await asyncio.wait(jobs, timeout=self.config.stop_grace)
             if late:  # e.g. held for a target that is down: released, no delivery spent
                 log.warning(
                     "%d trigger(s) still busy after %g s: their messages are released",
@@ -214,6 +228,13 @@ class Host:
                 server.shutdown()
             self.healthy = False
         return 0
+
+    def _worker(self, clock: Clock) -> Invoker:
+        """The worker the functions run in (``HostConfig.worker_process``)."""
+        if not self.config.worker_process or clock is not SYSTEM:
+            return Worker()
+        settlement = SettlementService.shared().worker_arguments()
+        return WorkerProcess(self.config.directory / "function_app.py", settlement)
 
     async def _watch(self) -> None:
         display = _Progress(self) if self.config.progress else None
