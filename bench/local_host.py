@@ -18,15 +18,22 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 async def host_seconds(
-    pipeline: str, settings: dict[str, str], count: int, batch: int, *, in_process: bool = False
+    pipeline: str,
+    settings: dict[str, str],
+    count: int,
+    batch: int,
+    *,
+    in_process: bool = False,
+    workers: int = 1,
 ) -> float:
     """Seconds for the local host to complete ``count`` messages of the one Service Bus
     triggered pipeline in the YAML text ``pipeline`` (``settings``: its connections),
     prefetching two batches of ``batch``; the worker process is up before the clock starts
-    (``in_process``: the function on a worker thread of this process instead)."""
+    (``workers``: ``FUNCTIONS_WORKER_PROCESS_COUNT``; ``in_process``: the function on a
+    worker thread of this process instead)."""
     from replication.host.discovery import load_app, service_bus_triggers
     from replication.host.invocation import Invoker
-    from replication.host.process import WorkerProcess
+    from replication.host.process import WorkerPool
     from replication.host.settlement import SettlementService
     from replication.host.trigger import HostOptions, TriggerRunner
     from replication.host.worker import Worker
@@ -42,7 +49,8 @@ async def host_seconds(
         if in_process:
             worker = Worker()
         else:
-            worker = WorkerProcess(app_path, SettlementService.shared().worker_arguments())
+            settlement = SettlementService.shared().worker_arguments()
+            worker = WorkerPool(app_path, settlement, workers)
             await worker.start()
         host_json = json.loads((ROOT / "host.json").read_text())
         options = replace(HostOptions.from_host_json(host_json), prefetch_count=2 * batch,

@@ -42,7 +42,7 @@ from .discovery import ServiceBusTrigger, load_app, service_bus_triggers
 from .embedded import plan_brokers, start_brokers
 from .eventhubs import EventHubOptions, EventHubTriggerRunner, event_hub_triggers
 from .invocation import Invoker
-from .process import WorkerProcess
+from .process import WorkerPool
 from .pumped import PumpRunner
 from .settings import load_settings
 from .settlement import SettlementService
@@ -188,7 +188,7 @@ class Host:
         self._install_signals()
         jobs: list[asyncio.Task[None]] = []
         try:
-            if isinstance(worker, WorkerProcess) and (self.triggers or hub_triggers or timers):
+            if isinstance(worker, WorkerPool) and (self.triggers or hub_triggers or timers):
                 await worker.start()  # the app imported there before anything is received
             self.healthy = True
             jobs += [asyncio.create_task(runner.run(self.stop)) for runner in self.runners]
@@ -234,7 +234,8 @@ class Host:
         if not self.config.worker_process or clock is not SYSTEM:
             return Worker()
         settlement = SettlementService.shared().worker_arguments()
-        return WorkerProcess(self.config.directory / "function_app.py", settlement)
+        app = self.config.directory / "function_app.py"
+        return WorkerPool.from_settings(app, settlement, self.settings)
 
     async def _watch(self) -> None:
         display = _Progress(self) if self.config.progress else None

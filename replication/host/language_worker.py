@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..gc_tuning import collect_garbage_for_throughput
 from .channel import read_frame, write_frame
 from .invocation import Invocation
 from .relay import Relay
@@ -50,6 +51,7 @@ def functions(app_path: Path) -> dict[str, Any]:
 
 async def serve(app_path: Path, channel: socket.socket, settlement: list[str]) -> None:
     triggers = functions(app_path)
+    collect_garbage_for_throughput()  # the app is imported: what moves messages is young
     worker = Worker(settlement=settlement)
     relay = Relay({name: trigger.function for name, trigger in triggers.items()})
     reader, writer = await asyncio.open_connection(sock=channel)

@@ -33,6 +33,7 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,8 @@ log = logging.getLogger("replication.host")
 START_TIMEOUT = 120.0
 """Seconds a worker may take to import the app and say it is ready."""
 STOP_TIMEOUT = 10.0
+COUNT_SETTING = "FUNCTIONS_WORKER_PROCESS_COUNT"
+MAX_PROCESSES = 10
 
 
 class WorkerCrashed(Exception):
@@ -82,6 +85,10 @@ class WorkerProcess:
         self._ids = itertools.count()
         self._starting: asyncio.Lock | None = None
         self._stopped = False
+
+    def in_flight(self) -> int:
+        """Invocations sent and not answered yet."""
+        return 0 if self._channel is None else len(self._channel.pending)
 
     @property
     def pid(self) -> int | None:
@@ -182,6 +189,41 @@ class WorkerProcess:
         except subprocess.TimeoutExpired:
             channel.process.kill()
             channel.process.wait()
+
+
+class WorkerPool:
+    """``FUNCTIONS_WORKER_PROCESS_COUNT`` worker processes for one app, as the Functions host
+    keeps them (1 by default, at most 10): each invocation goes to the one with the fewest
+    in flight, so a CPU-bound app uses more than one core."""
+
+    def __init__(self, app_path: Path, settlement: list[str], count: int = 1) -> None:
+        if not 1 <= count <= MAX_PROCESSES:
+            raise ValueError(f"{COUNT_SETTING} must be 1 to {MAX_PROCESSES}, not {count}")
+        self.workers = [WorkerProcess(app_path, settlement) for _ in range(count)]
+        self._turn = itertools.count()
+
+    @classmethod
+    def from_settings(
+        cls, app_path: Path, settlement: list[str], settings: Mapping[str, str]
+    ) -> WorkerPool:
+        return cls(app_path, settlement, int(settings.get(COUNT_SETTING) or 1))
+
+    @property
+    def restarts(self) -> int:
+        return sum(w.restarts for w in self.workers)
+
+    async def start(self) -> None:
+        await asyncio.gather(*(w.start() for w in self.workers))
+
+    async def invoke(self, trigger: Any, invocation: Invocation) -> None:
+        turn = next(self._turn)
+        count = len(self.workers)
+        order = [self.workers[(turn + i) % count] for i in range(count)]
+        await min(order, key=WorkerProcess.in_flight).invoke(trigger, invocation)
+
+    def stop(self) -> None:
+        for worker in self.workers:
+            worker.stop()
 
 
 def _environment() -> dict[str, str]:

@@ -15,7 +15,7 @@ import pytest
 from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
 
 from replication.host.app import Host, HostConfig
-from replication.host.process import WorkerProcess
+from replication.host.process import WorkerPool
 from tests.broker.conftest import BrokerHandle, make_config
 
 pytestmark = pytest.mark.timeout(120)
@@ -81,7 +81,7 @@ async def test_a_worker_killed_by_its_function_is_restarted_and_its_message_rele
     host.config.stop_when = lambda h: h.runners[0].stats.completed >= 3
     assert await host.run() == 0
     worker, stats = host.worker, host.runners[0].stats  # type: ignore[union-attr]
-    assert isinstance(worker, WorkerProcess) and worker.restarts == 1
+    assert isinstance(worker, WorkerPool) and worker.restarts == 1
     assert (stats.completed, stats.released, stats.abandoned, stats.failed_calls) == (3, 1, 0, 1)
     deliveries = seen(tmp_path)
     assert sorted(name for name, _, _ in deliveries) == ["a", "b", "crash", "crash"]
@@ -104,7 +104,7 @@ async def test_a_message_that_kills_every_worker_runs_out_of_deliveries(
     )
     assert await host.run() == 0
     worker, stats = host.worker, host.runners[0].stats  # type: ignore[union-attr]
-    assert isinstance(worker, WorkerProcess) and worker.restarts == 3
+    assert isinstance(worker, WorkerPool) and worker.restarts == 3
     assert (stats.completed, stats.released, stats.abandoned) == (1, 1, 2)
     poison = [count for name, count, _ in seen(tmp_path) if name == "poison"]
     assert poison == [poison[0], poison[0], poison[0] + 1]  # released, then abandoned twice
