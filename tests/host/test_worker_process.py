@@ -6,6 +6,7 @@ until ``MaxDeliveryCount`` dead-letters it, and the host keeps serving the other
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from pathlib import Path
@@ -111,3 +112,48 @@ async def test_a_message_that_kills_every_worker_runs_out_of_deliveries(
     (dead,) = dead_letters(broker)
     assert dead.message_id == "poison" and dead.dead_letter_reason == "MaxDeliveryCountExceeded"
     assert broker.count("work") == 0
+
+
+HUBBED = """\
+pipelines:
+  - name: hubbed
+    source: {connection: PrimaryServiceBus, eventhub: readings}
+    target: {connection: SecondaryServiceBus, queue: work}
+"""
+
+
+async def test_an_event_hub_function_runs_in_the_worker_and_its_counts_reach_the_host(
+    tmp_path: Path,
+) -> None:
+    """The events cross to the worker (``EventHubEvent`` batches), the copies go out from
+    there, and the host's ``/metrics`` counts come from the worker's relay."""
+    from azure.eventhub import EventData
+    from azure.eventhub.aio import EventHubProducerClient
+
+    from replication import metrics
+    from replication.host.peek import peek
+
+    from .test_host import project as pipelines_project
+
+    directory, settings = pipelines_project(tmp_path, HUBBED)
+    host = Host(HostConfig(directory=directory, metrics_port=None, progress=False))
+    host.config.stop_when = lambda h: metrics.counts("hubbed")["forwarded"] >= 5
+    run = asyncio.create_task(host.run())
+    while not host.healthy:
+        assert not run.done(), run.result()
+        await asyncio.sleep(0.05)
+    producer = EventHubProducerClient.from_connection_string(
+        settings["PrimaryServiceBus"], eventhub_name="readings"
+    )
+    async with producer:
+        batch = await producer.create_batch()
+        for n in range(5):
+            batch.add(EventData(f"r{n}"))
+        await producer.send_batch(batch)
+    assert await asyncio.wait_for(run, 120) == 0
+    assert isinstance(host.worker, WorkerPool) and host.worker.restarts == 0
+    assert metrics.counts("hubbed")["forwarded"] == 5
+    (runner,) = host.runners
+    assert runner.stats.failed_calls == 0
+    peeked = await peek(directory, settings, "SecondaryServiceBus", "work", 10)
+    assert sorted(p["body"] for p in peeked) == [f"r{n}" for n in range(5)]
