@@ -31,6 +31,7 @@ async def host_seconds(
     prefetching two batches of ``batch``; the worker process is up before the clock starts
     (``workers``: ``FUNCTIONS_WORKER_PROCESS_COUNT``; ``in_process``: the function on a
     worker thread of this process instead)."""
+    from replication.gc_tuning import collect_garbage_for_throughput
     from replication.host.discovery import load_app, service_bus_triggers
     from replication.host.invocation import Invoker
     from replication.host.process import WorkerPool
@@ -52,6 +53,7 @@ async def host_seconds(
             settlement = SettlementService.shared().worker_arguments()
             worker = WorkerPool(app_path, settlement, workers)
             await worker.start()
+        collect_garbage_for_throughput()  # as ``start`` does once the host is set up
         host_json = json.loads((ROOT / "host.json").read_text())
         options = replace(HostOptions.from_host_json(host_json), prefetch_count=2 * batch,
                           max_message_batch_size=batch)  # fmt: skip

@@ -64,6 +64,7 @@ class _Channel:
     """One worker's end of the channel and the invocations it has."""
 
     process: subprocess.Popen[bytes]
+    sock: socket.socket
     writer: asyncio.StreamWriter
     pending: dict[int, asyncio.Future[None]] = field(default_factory=dict)
     reading: asyncio.Task[None] | None = None
@@ -125,7 +126,7 @@ class WorkerProcess:
             raise WorkerCrashed(f"the worker process exited ({code}) before it was ready") from None
         assert kind == "ready", kind
         self.functions = list(functions)
-        channel = self._channel = _Channel(process, writer)
+        channel = self._channel = _Channel(process, ours, writer)
         channel.reading = asyncio.create_task(self._read(reader, channel))
         log.info("worker process %d ready (%d functions)", process.pid, len(functions))
 
@@ -175,15 +176,18 @@ class WorkerProcess:
                 done.set_exception(crashed)
 
     def stop(self) -> None:
-        """Closes the channel (the worker ends when it sees that) and waits for it."""
+        """Closes the channel (the worker ends when it sees that) and waits for it. The
+        socket is shut down here, not by the transport's close: that would wait for a turn
+        of the loop this wait holds up."""
         self._stopped = True
         channel, self._channel = self._channel, None
         if channel is None:
             return
         if channel.reading is not None:
             channel.reading.cancel()
-        with contextlib.suppress(Exception):
-            channel.writer.close()
+        with contextlib.suppress(OSError):
+            channel.sock.shutdown(socket.SHUT_RDWR)
+        channel.writer.close()
         try:
             channel.process.wait(STOP_TIMEOUT)
         except subprocess.TimeoutExpired:
