@@ -16,8 +16,9 @@ annotations of our broker, which also carry ``x-opt-lock-token``.)
 The settlement argument (``ServiceBusMessageActions``) is the extension's own client: it
 reads ``--host``, ``--port`` and ``--functions-grpc-max-message-length`` from the worker's
 command line, the address of the host's gRPC server, and calls the ``Settlement`` service
-there. Our functions run in this process, so the worker's command line is ``sys.argv``
-with those arguments while the client is made.
+there. The worker process (``language_worker.py``) gets them on its command line from the
+host; a worker thread of the host's process (``worker.py``) has ``sys.argv`` carry them
+while the client is made.
 """
 
 from __future__ import annotations

@@ -17,9 +17,12 @@ Session triggers take the next available session per worker, at most
 ``maxConcurrentSessions`` sessions at a time, and keep a session until it has been idle
 (``sessionIdleTimeout``), the function released it, or one of its messages was abandoned
 (its successors must not overtake it: the session is given back and whoever takes it next
-starts at that message). Functions run on the worker's loop (``worker.py``). Stopping lets
-every batch in flight finish and settle; one that is cancelled instead (the host gave up
-waiting) has its unsettled messages released, which costs them no delivery.
+starts at that message). The batch goes to the worker as one invocation (``invocation.py``:
+binding data the worker decodes), in a worker process (``process.py``) or on a worker
+thread (``worker.py``). Stopping lets every batch in flight finish and settle; one that is
+cancelled instead (the host gave up waiting) has its unsettled messages released, which
+costs them no delivery; so does one whose worker process died under it, unless its
+messages were in such a batch before (``CrashedBefore``: then they are abandoned).
 
 Receiving is the receive loop the task pump runs too (``tasks.receiving.ReceiveLoop``:
 workers, sessions, lock renewal, retries, stop); what is the trigger's own is its hooks
