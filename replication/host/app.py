@@ -44,6 +44,7 @@ from .eventhubs import EventHubOptions, EventHubTriggerRunner, event_hub_trigger
 from .invocation import Invoker
 from .process import WorkerPool
 from .pumped import PumpRunner
+from .relay import runtime_targets
 from .settings import load_settings
 from .settlement import SettlementService
 from .timer import TimerRunner, timer_triggers
@@ -251,6 +252,18 @@ class Host:
         finally:
             if display is not None:
                 display.close()
+
+    def runtime_targets(self, runner: Any) -> list[Any]:
+        """The targets of the pipeline a trigger's function runs (``tasks.targets.Target``),
+        once its first batch built them (``functions.PipelineRuntime``); of a function in a
+        worker process, its failover targets as the worker last told (``relay.py``)."""
+        trigger = getattr(runner, "trigger", None)
+        info = generated(getattr(trigger, "function", None))
+        if trigger is None or info is None:
+            return []
+        if info.runtime:
+            return list(info.runtime[0].targets.values())
+        return runtime_targets(trigger.name)
 
     def pipelines(self) -> list[str]:
         """The pipelines (or other functions) running, by the names the metrics use."""

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..telemetry.export import METRICS_EXPORTER
 from .channel import read_frame, write_frame
 from .invocation import Invocation
 from .relay import apply
@@ -232,9 +233,15 @@ class WorkerPool:
 
 def _environment() -> dict[str, str]:
     """This process's environment (the app settings are in it), with the ``replication``
-    package this host runs first on the worker's path: the worker runs the same code."""
+    package this host runs first on the worker's path (the worker runs the same code), and
+    no metrics exporter: the worker's counts reach the exporters once, through the host
+    (``relay.py``); its traces and logs it exports itself."""
     import replication
 
     root = str(Path(replication.__file__).resolve().parent.parent)
     path = os.environ.get("PYTHONPATH")
-    return {**os.environ, "PYTHONPATH": root if not path else f"{root}{os.pathsep}{path}"}
+    return {
+        **os.environ,
+        "PYTHONPATH": root if not path else f"{root}{os.pathsep}{path}",
+        METRICS_EXPORTER: "none",
+    }
