@@ -25,7 +25,9 @@ Starts the embedded broker as a subprocess (queues ``src``, ``dst``, ``plain``),
    ``maxConcurrentCalls`` batches in flight): our AMQP receive, the binding data decoded by
    the SDK-type bindings extension, the function on the worker loop; a dead-letter or
    abandon would go through ``ServiceBusMessageActions`` (gRPC), the completes are the
-   host's (auto-complete, ranged).
+   host's (auto-complete, ranged). The function runs in a worker process, as ``start``
+   runs it (``--host-workers N``: ``FUNCTIONS_WORKER_PROCESS_COUNT``; ``--host-in-process``:
+   on a worker thread of the host's process instead, for comparison).
 
 ``--telemetry-cost N`` runs only 2, N times with the app's instrumentation live (an
 OpenTelemetry SDK provider exporting metrics every 5 s and every batch span, to exporters that
@@ -209,9 +211,12 @@ async def replicate_as_asked(connection_string: str, args: argparse.Namespace) -
     )
 
 
-async def host(connection_string: str, count: int, batch: int) -> float:
+async def host(
+    connection_string: str, count: int, batch: int, workers: int = 1, in_process: bool = False
+) -> float:
     """Seconds for the local host's trigger runner to move ``count`` messages hsrc -> hdst
-    through the generated function (per-message settlement over gRPC)."""
+    through the generated function (per-message settlement over gRPC) in ``workers`` worker
+    processes (or, ``in_process``, on a worker thread of this process)."""
     text = f"""\
 pipelines:
   - name: bench-host
@@ -219,7 +224,9 @@ pipelines:
     target: {{connection: Bus, queue: hdst}}
     batch_size: {batch}
 """
-    return await host_seconds(text, {"Bus": connection_string}, count, batch)
+    return await host_seconds(
+        text, {"Bus": connection_string}, count, batch, workers=workers, in_process=in_process
+    )
 
 
 async def profile_broker(args: argparse.Namespace) -> None:
@@ -338,7 +345,10 @@ async def run(args: argparse.Namespace) -> None:
             host_elapsed = None
             if not args.skip_host:
                 await send_all(connection_string, "hsrc", items, args.batch)  # load, untimed
-                host_elapsed = await host(connection_string, args.messages, args.batch)
+                host_elapsed = await host(
+                    connection_string, args.messages, args.batch, args.host_workers,
+                    args.host_in_process,
+                )  # fmt: skip
         finally:
             process.terminate()
             process.wait(20)
@@ -370,9 +380,14 @@ async def run(args: argparse.Namespace) -> None:
     if host_elapsed is None:
         return
     host_rate = args.messages / host_elapsed
+    where = (
+        "on a worker thread of the host's process"
+        if args.host_in_process
+        else f"{args.host_workers} worker process(es)"
+    )
     print(
-        f"host (generated function in the local host, host.json's concurrency, completes by "
-        f"the host):"
+        f"host (generated function in the local host, {where}, host.json's concurrency, "
+        f"completes by the host):"
         f" {host_rate:,.0f} msgs/s; ratio host / reference: {host_rate / plain_rate:.2f}"
     )
 
@@ -384,6 +399,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--workers", type=int, default=1, help="pumps (receivers) on src")
     parser.add_argument("--skip-host", action="store_true", help="leave out 3 (the host)")
+    parser.add_argument(
+        "--host-workers", type=int, default=1,
+        help="3's FUNCTIONS_WORKER_PROCESS_COUNT (the Functions host's default: 1)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--host-in-process", action="store_true",
+        help="3 with the function on a worker thread of the host's process",
+    )  # fmt: skip
     parser.add_argument(
         "--backend", choices=("amqp", "sdk"), default="amqp",
         help="the pump's receive side: our AMQP stack (default, faster) or the SDK",

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import metrics
 from ..failover.runtime import endpoint_host
-from ..generated import generated, pipeline_name
+from ..generated import pipeline_name
 from ..telemetry.lag import HOP
 
 if TYPE_CHECKING:
@@ -38,6 +38,10 @@ class PipelineHost(Protocol):
     @property
     def settings(self) -> Mapping[str, str]: ...
     def pipelines(self) -> list[str]: ...
+    def runtime_targets(self, runner: Any) -> list[Any]:
+        """The targets of the pipeline a runner's function runs (``tasks.targets.Target``:
+        ``entity``, ``connection_string``, ``failover``), once its first batch built them."""
+        ...
 
 
 HISTORY = 600.0
@@ -86,7 +90,8 @@ class PipelineBoard:
             source = getattr(runner, "failover", None)  # a transactional pipeline's pump: none
             if source is not None:
                 found.append(source)
-            found += [t.failover for t in _runtime_targets(runner) if t.failover is not None]
+            targets = self.host.runtime_targets(runner)
+            found += [t.failover for t in targets if t.failover is not None]
         return found
 
     def _switched(self, failover: Failover) -> Callable[[str, str], None]:
@@ -130,7 +135,10 @@ class PipelineBoard:
         """The pipeline file's targets; where the pipeline runs, each failover target with
         the namespace its sends go to now."""
         running = [
-            t for r in self.host.runners if _pipeline(r) == name for t in _runtime_targets(r)
+            t
+            for r in self.host.runners
+            if _pipeline(r) == name
+            for t in self.host.runtime_targets(r)
         ]
         found = []
         settings = self.host.settings
@@ -267,12 +275,3 @@ def _endpoints(pipeline: Pipeline | None) -> list[tuple[str, Endpoint]]:
     endpoints += [(f"route {route.when}", route.target) for route in pipeline.routes or ()]
     endpoints.append(("error target", pipeline.error_target))
     return [(role, endpoint) for role, endpoint in endpoints if endpoint is not None]
-
-
-def _runtime_targets(runner: Any) -> list[Any]:
-    """The targets of the pipeline a trigger's function runs (``tasks.targets.Target``),
-    once its first batch built them (``functions.PipelineRuntime``)."""
-    info = generated(getattr(getattr(runner, "trigger", None), "function", None))
-    if info is None or not info.runtime:
-        return []
-    return list(info.runtime[0].targets.values())

@@ -41,8 +41,12 @@ from ..generated import generated, pipeline_name
 from .discovery import ServiceBusTrigger, load_app, service_bus_triggers
 from .embedded import plan_brokers, start_brokers
 from .eventhubs import EventHubOptions, EventHubTriggerRunner, event_hub_triggers
+from .invocation import Invoker
+from .process import WorkerPool
 from .pumped import PumpRunner
+from .relay import runtime_targets
 from .settings import load_settings
+from .settlement import SettlementService
 from .timer import TimerRunner, timer_triggers
 from .trigger import HostOptions, TriggerRunner
 from .worker import Worker
@@ -80,6 +84,10 @@ class HostConfig:
     clock: Clock = SYSTEM
     """What the triggers, pumps, timers, functions and embedded brokers wait on and stamp
     with (tests pass a ``ManualClock``)."""
+    worker_process: bool = True
+    """The functions run in a worker process of their own (``process.py``), as in Azure;
+    False, or a clock other than the system's (it cannot cross a process boundary): on a
+    worker thread of the host's process (``worker.py``)."""
 
 
 class Host:
@@ -102,6 +110,8 @@ class Host:
         self.pipeline_set: list[Pipeline] = []
         """The pipelines file's pipelines (the dashboard shows their targets)."""
         self.dashboard: Dashboard | None = None
+        self.worker: Invoker | None = None
+        """Where the functions run (``HostConfig.worker_process``), once running."""
         self.stop = asyncio.Event()
         self.started = time.monotonic()
         self.healthy = False
@@ -140,7 +150,7 @@ class Host:
             log.warning(
                 "function_app.py has no Service Bus, Event Hubs or timer triggers: nothing to run"
             )
-        worker = Worker()
+        worker = self.worker = self._worker(clock)
         self.runners = [
             TriggerRunner(
                 t,
@@ -177,15 +187,20 @@ class Host:
             )
         server = self._serve_metrics()
         self._install_signals()
-        self.healthy = True
-        jobs = [asyncio.create_task(runner.run(self.stop)) for runner in self.runners]
-        jobs += [asyncio.create_task(timer.run(self.stop)) for timer in self.timers]
+        jobs: list[asyncio.Task[None]] = []
         try:
+            if isinstance(worker, WorkerPool) and (self.triggers or hub_triggers or timers):
+                await worker.start()  # the app imported there before anything is received
+            self.healthy = True
+            jobs += [asyncio.create_task(runner.run(self.stop)) for runner in self.runners]
+            jobs += [asyncio.create_task(timer.run(self.stop)) for timer in self.timers]
             await self._watch()
         finally:
             self.stop.set()
             log.info("stopping: in-flight batches finish and settle")
-            _, late = await asyncio.wait(jobs, timeout=self.config.stop_grace)
+            late: set[asyncio.Task[None]] = set()
+            if jobs:
+                _, late = await asyncio.wait(jobs, timeout=self.config.stop_grace)
             if late:  # e.g. held for a target that is down: released, no delivery spent
                 log.warning(
                     "%d trigger(s) still busy after %g s: their messages are released",
@@ -215,6 +230,14 @@ class Host:
             self.healthy = False
         return 0
 
+    def _worker(self, clock: Clock) -> Invoker:
+        """The worker the functions run in (``HostConfig.worker_process``)."""
+        if not self.config.worker_process or clock is not SYSTEM:
+            return Worker()
+        settlement = SettlementService.shared().worker_arguments()
+        app = self.config.directory / "function_app.py"
+        return WorkerPool.from_settings(app, settlement, self.settings)
+
     async def _watch(self) -> None:
         display = _Progress(self) if self.config.progress else None
         try:
@@ -229,6 +252,18 @@ class Host:
         finally:
             if display is not None:
                 display.close()
+
+    def runtime_targets(self, runner: Any) -> list[Any]:
+        """The targets of the pipeline a trigger's function runs (``tasks.targets.Target``),
+        once its first batch built them (``functions.PipelineRuntime``); of a function in a
+        worker process, its failover targets as the worker last told (``relay.py``)."""
+        trigger = getattr(runner, "trigger", None)
+        info = generated(getattr(trigger, "function", None))
+        if trigger is None or info is None:
+            return []
+        if info.runtime:
+            return list(info.runtime[0].targets.values())
+        return runtime_targets(trigger.name)
 
     def pipelines(self) -> list[str]:
         """The pipelines (or other functions) running, by the names the metrics use."""

@@ -16,8 +16,9 @@ annotations of our broker, which also carry ``x-opt-lock-token``.)
 The settlement argument (``ServiceBusMessageActions``) is the extension's own client: it
 reads ``--host``, ``--port`` and ``--functions-grpc-max-message-length`` from the worker's
 command line, the address of the host's gRPC server, and calls the ``Settlement`` service
-there. Our functions run in this process, so the worker's command line is ``sys.argv``
-with those arguments while the client is made.
+there. The worker process (``language_worker.py``) gets them on its command line from the
+host; a worker thread of the host's process (``worker.py``) has ``sys.argv`` carry them
+while the client is made.
 """
 
 from __future__ import annotations
@@ -61,12 +62,21 @@ class CollectionModelBindingData:
     model_binding_data: list[ModelBindingData]
 
 
+def _annotations_head() -> bytes:
+    """The delivery-annotations section holding a lock token, but the token's 16 bytes (it
+    ends the encoding, so a message's section is this and its token: no encoding each)."""
+    blank = uuid.UUID(int=0)
+    encoded = encode_message(AmqpMessage(body=[], delivery_annotations={LOCK_TOKEN: blank}))
+    assert encoded.endswith(blank.bytes), encoded.hex()
+    return encoded[: -len(blank.bytes)]
+
+
+ANNOTATIONS_HEAD = _annotations_head()
+
+
 def binding_content(payload: bytes, lock_token: uuid.UUID) -> bytes:
     """The content for one received message (``payload``: its transfer bytes)."""
-    annotations = encode_message(
-        AmqpMessage(body=[], delivery_annotations={LOCK_TOKEN: lock_token})
-    )
-    return lock_token.bytes_le + annotations + payload
+    return b"".join((lock_token.bytes_le, ANNOTATIONS_HEAD, lock_token.bytes, payload))
 
 
 def binding_datum(contents: list[bytes], many: bool) -> Datum:

@@ -39,8 +39,8 @@ from ..adapters.eventhubs import to_event_hub_events
 from ..generated import pipeline_of
 from ..servicebus.connection_string import ConnectionString
 from .discovery import _annotations, triggered_by
+from .invocation import Invocation, Invoker
 from .settings import resolve
-from .worker import Worker
 
 log = logging.getLogger("replication.host")
 
@@ -204,7 +204,7 @@ class EventHubTriggerRunner:
     connection_string: str
     store: Any
     """The ``azure.eventhub.aio.CheckpointStore``."""
-    worker: Worker
+    worker: Invoker
     options: EventHubOptions = field(default_factory=EventHubOptions)
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     failover: Any = None
@@ -333,7 +333,9 @@ class EventHubTriggerRunner:
         while True:
             self.stats.batches += 1
             try:
-                await self.worker.invoke(trigger.function, {trigger.arg_name: argument})
+                await self.worker.invoke(
+                    trigger, Invocation(trigger.name, {trigger.arg_name: argument})
+                )
             except Exception as exc:
                 self.stats.failed_calls += 1
                 attempt += 1

@@ -5,7 +5,8 @@ The Functions host serves ``settlement.proto`` (shipped with
 ``message_actions.complete(message)`` becomes ``Complete(locktoken)`` there, and the host
 settles the message on the receiver that holds it. Ours does the same for the local host:
 one server per process (the extension's client is a process-wide singleton), on a port from
-the OS, serving every trigger of every host in the process. A trigger registers the
+the OS, serving every trigger of every host in the process, for the functions in its worker
+processes (``process.py``) as for those on a worker thread. A trigger registers the
 messages it hands a function (``hold``) and the session it holds (``hold_session``); the
 calls reach them on the trigger's own event loop, and go through the receiver of either
 backend (``AmqpReceiver``, or ``SdkReceiver`` for ``backend: sdk``: lock renewal and

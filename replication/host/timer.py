@@ -28,8 +28,8 @@ from azure.functions.timer import TimerRequest
 from ..clock import SYSTEM, Clock, wait_event
 from ..ncrontab import Schedule, ScheduleError, parse_schedule
 from .discovery import DiscoveryError, triggered_by
+from .invocation import Invocation, Invoker
 from .settings import resolve
-from .worker import Worker
 
 log = logging.getLogger("replication.host")
 
@@ -80,7 +80,7 @@ class TimerRunner:
     """Invokes one timer function on its schedule until ``stop`` (``run``)."""
 
     trigger: TimerTrigger
-    worker: Worker
+    worker: Invoker
     clock: Clock = SYSTEM
     stats: TimerStats = field(default_factory=TimerStats)
     last: float | None = None
@@ -111,7 +111,9 @@ class TimerRunner:
         self.stats.invocations += 1
         self.stats.past_due += past_due
         try:
-            await self.worker.invoke(self.trigger.function, {self.trigger.arg_name: request})
+            await self.worker.invoke(
+                self.trigger, Invocation(self.trigger.name, {self.trigger.arg_name: request})
+            )
         except asyncio.CancelledError:
             raise
         except Exception:

@@ -17,9 +17,12 @@ Session triggers take the next available session per worker, at most
 ``maxConcurrentSessions`` sessions at a time, and keep a session until it has been idle
 (``sessionIdleTimeout``), the function released it, or one of its messages was abandoned
 (its successors must not overtake it: the session is given back and whoever takes it next
-starts at that message). Functions run on the worker's loop (``worker.py``). Stopping lets
-every batch in flight finish and settle; one that is cancelled instead (the host gave up
-waiting) has its unsettled messages released, which costs them no delivery.
+starts at that message). The batch goes to the worker as one invocation (``invocation.py``:
+binding data the worker decodes), in a worker process (``process.py``) or on a worker
+thread (``worker.py``). Stopping lets every batch in flight finish and settle; one that is
+cancelled instead (the host gave up waiting) has its unsettled messages released, which
+costs them no delivery; so does one whose worker process died under it, unless its
+messages were in such a batch before (``CrashedBefore``: then they are abandoned).
 
 Receiving is the receive loop the task pump runs too (``tasks.receiving.ReceiveLoop``:
 workers, sessions, lock renewal, retries, stop); what is the trigger's own is its hooks
@@ -51,7 +54,6 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..adapters.functions import to_functions_message
 from ..clock import SYSTEM, Clock, wait_event
 from ..generated import pipeline_of
 from ..messages import Message
@@ -64,6 +66,8 @@ from ..tasks.receiving import ReceiveLoop
 from ..tasks.targets import BACKENDS, FAILOVER_CLIENT_OPTIONS
 from . import bindings
 from .discovery import ServiceBusTrigger
+from .invocation import Invocation, Invoker
+from .process import WorkerCrashed
 from .settlement import Held, HeldSession, SettlementService
 from .worker import Worker
 
@@ -73,6 +77,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("replication.host")
 
 Backend = Literal["amqp", "sdk"]
+Outcome = Literal["ok", "failed", "crashed"]
 RETRY_PAUSE = 1.0
 BROKEN_PAUSE = 10.0
 """Seconds before a trigger whose source cannot work (wrong key, no entity) tries again."""
@@ -152,7 +157,30 @@ class TriggerStats:
     abandoned: int = 0
     dead_lettered: int = 0
     deferred: int = 0
+    released: int = 0
+    """Given back without a delivery counted: their worker process died under them."""
     failed_calls: int = 0
+
+
+@dataclass(slots=True)
+class CrashedBefore:
+    """The messages (by sequence number) that were in a batch whose worker died: released
+    the first time, abandoned if they are again, so one that kills every worker it reaches
+    still runs out of deliveries (``MaxDeliveryCount``) instead of coming back for ever."""
+
+    limit: int = 10_000
+    seen: dict[Any, None] = field(default_factory=dict)
+
+    def again(self, messages: list[Message]) -> list[Message]:
+        """Those of ``messages`` seen in a crash before; remembers them all."""
+        keys = [m.sequence_number if m.sequence_number is not None else m.message_id
+                for m in messages]  # fmt: skip
+        before = [m for m, key in zip(messages, keys, strict=True) if key in self.seen]
+        for key in keys:
+            self.seen[key] = None
+        while len(self.seen) > self.limit:
+            del self.seen[next(iter(self.seen))]
+        return before
 
 
 class TriggerRunner:
@@ -165,8 +193,7 @@ class TriggerRunner:
         options: HostOptions,
         on_batch: Callable[[ServiceBusTrigger, int, bool], None] | None = None,
         failover: Failover | None = None,
-        worker: Worker | None = None,
-        settlement: SettlementService | None = None,
+        worker: Invoker | None = None,
         clock: Clock = SYSTEM,
     ) -> None:
         self.trigger = trigger
@@ -175,13 +202,12 @@ class TriggerRunner:
         self.options = options
         self.on_batch = on_batch
         self.failover = failover
-        self.worker = worker or Worker()
-        self.settlement = settlement or SettlementService.shared()
-        self.sdk_types = bindings.is_sdk_type(trigger.annotation)
+        self.worker: Invoker = worker or Worker()
+        self.settlement = SettlementService.shared()
         self.stats = TriggerStats()
+        self._crashed = CrashedBefore()
         self.clock = clock
         """What retry pauses and lock renewals wait on (tests pass a ``ManualClock``)."""
-        self._actions: Any = None
 
     async def run(self, stop: asyncio.Event) -> None:
         """Receives until ``stop``; with ``failover``, wherever it resolves (on a switch the
@@ -241,56 +267,51 @@ class TriggerRunner:
             held.append((token, item))
             self.settlement.hold(token, item)  # type: ignore[arg-type]  # peek-locked: it has one
         try:
-            ok = await self._call(receiver, batch, [t for t, _ in held])
+            outcome = await self._call(receiver, batch, [t for t, _ in held])
         except asyncio.CancelledError:  # the host stopped waiting: no delivery spent
             receiver.release([h.message for _, h in held if h.outcome is None])
             raise
         finally:
             for token, _ in held:
                 self.settlement.let_go(token)
-        self._settle_rest(receiver, [h for _, h in held], ok, session)
-        return ok
+        self._settle_rest(receiver, [h for _, h in held], outcome, session)
+        return outcome == "ok"
 
     async def _call(
         self, receiver: SourceReceiver, batch: list[Message], tokens: list[Any]
-    ) -> bool:
-        messages: Any  # one message or a list, as the binding's cardinality says
+    ) -> Outcome:
+        """The invocation in the worker: ``ok``, ``failed`` (the function raised) or
+        ``crashed`` (its worker process died under it)."""
+        if isinstance(receiver, SdkReceiver):  # the SDK's messages, detached (the module)
+            invocation = Invocation(
+                self.trigger.name, received=[copy.copy(m.source) for m in batch]
+            )
+        else:
+            contents = [
+                bindings.binding_content(m.source.delivery.payload, t)
+                for m, t in zip(batch, tokens, strict=True)
+            ]
+            invocation = Invocation(self.trigger.name, contents=contents)
         try:
-            if isinstance(receiver, SdkReceiver):  # the SDK's messages, detached (the module)
-                received = [copy.copy(m.source) for m in batch]
-                messages = received if self.trigger.many else received[0]
-            else:
-                contents = [
-                    bindings.binding_content(m.source.delivery.payload, t)
-                    for m, t in zip(batch, tokens, strict=True)
-                ]
-                messages = bindings.decode(contents, self.trigger.many, self.trigger.annotation)
-            if not self.sdk_types:
-                many = self.trigger.many
-                messages = (
-                    [to_functions_message(m) for m in messages]
-                    if many
-                    else (to_functions_message(messages))
-                )
-            arguments = {self.trigger.arg_name: messages}
-            if self.trigger.settlement_arg is not None:
-                arguments[self.trigger.settlement_arg] = self._settlement_client()
-            await self.worker.invoke(self.trigger.function, arguments)
-            return True
+            await self.worker.invoke(self.trigger, invocation)
+            return "ok"
+        except WorkerCrashed as exc:
+            self.stats.failed_calls += 1
+            log.error("%s: %s on %d message(s)", self.trigger.name, exc, len(batch))
+            return "crashed"
         except Exception as exc:
             self.stats.failed_calls += 1
             log.warning(
                 "%s: function failed on %d message(s): %s", self.trigger.name, len(batch), exc
             )
-            return False
-
-    def _settlement_client(self) -> Any:
-        if self._actions is None:
-            self._actions = bindings.settlement_client(self.settlement.worker_arguments())
-        return self._actions
+            return "failed"
 
     def _settle_rest(
-        self, receiver: SourceReceiver, held: list[Held], ok: bool, session: HeldSession | None
+        self,
+        receiver: SourceReceiver,
+        held: list[Held],
+        outcome: Outcome,
+        session: HeldSession | None,
     ) -> None:
         stats = self.stats
         for item in held:
@@ -305,7 +326,14 @@ class TriggerRunner:
         rest = [item.message for item in held if item.outcome is None]
         if not rest:
             return
-        if not ok:
+        if outcome == "crashed":
+            again = self._crashed.again(rest)
+            if again:  # it crashed a worker before: this time it costs a delivery
+                stats.abandoned += receiver.abandon(again)
+            rest = [m for m in rest if all(m is not a for a in again)]
+            stats.released += len(rest)
+            receiver.release(rest)  # the worker died under them: no delivery counted
+        elif outcome == "failed":
             stats.abandoned += receiver.abandon(rest)
         elif self.options.auto_complete_messages:
             stats.completed += receiver.complete(rest)

@@ -8,7 +8,9 @@
 - Neither: the API's no-op providers; ``/metrics`` still shows the counts (it reads the
   instruments, see ``prometheus.py``).
 
-Both may be set. Metrics are exported every ``OTEL_METRIC_EXPORT_INTERVAL`` ms (60,000 by
+Both may be set; ``OTEL_METRICS_EXPORTER=none`` (the standard variable) leaves metrics out
+of either (the local host's worker process: its counts go out through the host,
+``host/relay.py``). Metrics are exported every ``OTEL_METRIC_EXPORT_INTERVAL`` ms (60,000 by
 default, as the SDK reads it). The lag histogram rides along each metric export
 (``producer.WithLag``). Providers are global in OpenTelemetry, so the first ``configure`` of
 a process decides; later calls return what it made.
@@ -42,6 +44,7 @@ log = logging.getLogger("replication.telemetry")
 AZURE_MONITOR = "APPLICATIONINSIGHTS_CONNECTION_STRING"
 OTLP = "OTEL_EXPORTER_OTLP_ENDPOINT"
 OTLP_SIGNALS = ("TRACES", "METRICS", "LOGS")
+METRICS_EXPORTER = "OTEL_METRICS_EXPORTER"
 
 
 @dataclass
@@ -136,6 +139,9 @@ def _exporters(env: Mapping[str, str]) -> list[tuple[str, dict[str, Any]]]:
             made.append(("OTLP", _otlp(signals)))
         except ValueError as exc:
             log.error("the OTLP exporter settings are not usable (%s): no telemetry to OTLP", exc)
+    if env.get(METRICS_EXPORTER, "").strip().lower() == "none":
+        for _, exporters in made:
+            exporters.pop("metrics", None)
     return made
 
 

@@ -1,0 +1,159 @@
+"""The local host's worker process (``host/process.py``), run by ``Host`` on a
+``function_app.py`` against a real broker, with the SDK sending and checking: a function
+that kills its worker gets a new one, its message comes back without a delivery counted
+(released), one that kills every worker it reaches is abandoned from its second crash on
+until ``MaxDeliveryCount`` dead-letters it, and the host keeps serving the others."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
+
+from replication.host.app import Host, HostConfig
+from replication.host.process import WorkerPool
+from tests.broker.conftest import BrokerHandle, make_config
+
+pytestmark = pytest.mark.timeout(120)
+
+APP = '''\
+import json
+import os
+from pathlib import Path
+
+import azure.functions as func
+import azurefunctions.extensions.bindings.servicebus as servicebus
+
+app = func.FunctionApp()
+HERE = Path(__file__).parent
+
+
+@app.service_bus_queue_trigger(arg_name="message", queue_name="work",
+                               connection="SERVICEBUS_CONNECTION")
+def crashes(message: servicebus.ServiceBusReceivedMessage) -> None:
+    """Writes down each delivery; "crash..." kills its worker once, "poison..." always."""
+    name = str(message.message_id)
+    with open(HERE / "seen.jsonl", "a") as seen:
+        seen.write(json.dumps([name, message.delivery_count, os.getpid()]) + "\\n")
+    if name.startswith("poison"):
+        os._exit(9)
+    if name.startswith("crash") and not (HERE / name).exists():
+        (HERE / name).touch()
+        os._exit(7)
+'''
+
+
+def project(folder: Path, broker: BrokerHandle) -> Host:
+    (folder / "function_app.py").write_text(APP)
+    settings = {"SERVICEBUS_CONNECTION": broker.connection_string}
+    (folder / "local.settings.json").write_text(json.dumps({"Values": settings}))
+    return Host(HostConfig(directory=folder, metrics_port=None, progress=False))
+
+
+def seen(folder: Path) -> list[tuple[str, int, int]]:
+    lines = (folder / "seen.jsonl").read_text().splitlines()
+    return [tuple(json.loads(line)) for line in lines]  # type: ignore[misc]
+
+
+def send(broker: BrokerHandle, *names: str) -> None:
+    with broker.client() as client, client.get_queue_sender("work") as sender:
+        sender.send_messages([ServiceBusMessage(n, message_id=n) for n in names])
+
+
+def dead_letters(broker: BrokerHandle) -> list[Any]:
+    with (
+        broker.client() as client,
+        client.get_queue_receiver("work", sub_queue=ServiceBusSubQueue.DEAD_LETTER) as receiver,
+    ):
+        return list(receiver.receive_messages(max_message_count=10, max_wait_time=1))
+
+
+async def test_a_worker_killed_by_its_function_is_restarted_and_its_message_released(
+    broker_factory: Any, tmp_path: Path
+) -> None:
+    broker: BrokerHandle = broker_factory(make_config({"work": {"MaxDeliveryCount": 10}}))
+    send(broker, "a", "crash", "b")
+    host = project(tmp_path, broker)
+    host.config.stop_when = lambda h: h.runners[0].stats.completed >= 3
+    assert await host.run() == 0
+    worker, stats = host.worker, host.runners[0].stats  # type: ignore[union-attr]
+    assert isinstance(worker, WorkerPool) and worker.restarts == 1
+    assert (stats.completed, stats.released, stats.abandoned, stats.failed_calls) == (3, 1, 0, 1)
+    deliveries = seen(tmp_path)
+    assert sorted(name for name, _, _ in deliveries) == ["a", "b", "crash", "crash"]
+    first = next(d for d in deliveries if d[0] == "a")[1]
+    crashes = [d for d in deliveries if d[0] == "crash"]
+    assert [count for _, count, _ in crashes] == [first, first]  # no delivery counted
+    assert crashes[0][2] != crashes[1][2] != os.getpid()  # a new worker, not the host
+    assert broker.count("work") == 0
+    assert dead_letters(broker) == []
+
+
+async def test_a_message_that_kills_every_worker_runs_out_of_deliveries(
+    broker_factory: Any, tmp_path: Path
+) -> None:
+    broker: BrokerHandle = broker_factory(make_config({"work": {"MaxDeliveryCount": 2}}))
+    send(broker, "poison", "ok")
+    host = project(tmp_path, broker)
+    host.config.stop_when = lambda h: (
+        h.runners[0].stats.completed >= 1 and h.runners[0].stats.abandoned >= 2
+    )
+    assert await host.run() == 0
+    worker, stats = host.worker, host.runners[0].stats  # type: ignore[union-attr]
+    assert isinstance(worker, WorkerPool) and worker.restarts == 3
+    assert (stats.completed, stats.released, stats.abandoned) == (1, 1, 2)
+    poison = [count for name, count, _ in seen(tmp_path) if name == "poison"]
+    assert poison == [poison[0], poison[0], poison[0] + 1]  # released, then abandoned twice
+    (dead,) = dead_letters(broker)
+    assert dead.message_id == "poison" and dead.dead_letter_reason == "MaxDeliveryCountExceeded"
+    assert broker.count("work") == 0
+
+
+HUBBED = """\
+pipelines:
+  - name: hubbed
+    source: {connection: PrimaryServiceBus, eventhub: readings}
+    target: {connection: SecondaryServiceBus, queue: work}
+"""
+
+
+async def test_an_event_hub_function_runs_in_the_worker_and_its_counts_reach_the_host(
+    tmp_path: Path,
+) -> None:
+    """The events cross to the worker (``EventHubEvent`` batches), the copies go out from
+    there, and the host's ``/metrics`` counts come from the worker's relay."""
+    from azure.eventhub import EventData
+    from azure.eventhub.aio import EventHubProducerClient
+
+    from replication import metrics
+    from replication.host.peek import peek
+
+    from .test_host import project as pipelines_project
+
+    directory, settings = pipelines_project(tmp_path, HUBBED)
+    host = Host(HostConfig(directory=directory, metrics_port=None, progress=False))
+    host.config.stop_when = lambda h: metrics.counts("hubbed")["forwarded"] >= 5
+    run = asyncio.create_task(host.run())
+    while not host.healthy:
+        assert not run.done(), run.result()
+        await asyncio.sleep(0.05)
+    producer = EventHubProducerClient.from_connection_string(
+        settings["PrimaryServiceBus"], eventhub_name="readings"
+    )
+    async with producer:
+        batch = await producer.create_batch()
+        for n in range(5):
+            batch.add(EventData(f"r{n}"))
+        await producer.send_batch(batch)
+    assert await asyncio.wait_for(run, 120) == 0
+    assert isinstance(host.worker, WorkerPool) and host.worker.restarts == 0
+    assert metrics.counts("hubbed")["forwarded"] == 5
+    (runner,) = host.runners
+    assert runner.stats.failed_calls == 0
+    peeked = await peek(directory, settings, "SecondaryServiceBus", "work", 10)
+    assert sorted(p["body"] for p in peeked) == [f"r{n}" for n in range(5)]
