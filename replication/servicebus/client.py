@@ -41,6 +41,8 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from mypy_extensions import mypyc_attr
+
 from ..adapters.amqp import decode_arrived
 from ..adapters.values import text
 from ..amqp.client import Client, ReceivedMessage, Receiver, Sender
@@ -101,6 +103,7 @@ NOT_RETRYABLE = frozenset(
 # ---------------------------------------------------------------------- errors
 
 
+@mypyc_attr(native_class=False)  # subclassed by interpreted modules (spark, transactions)
 class SourceError(Exception):
     """The source failed; ``condition`` is the AMQP error condition when the peer gave one."""
 
@@ -197,6 +200,7 @@ def source_error(exc: BaseException, what: str) -> SourceError:
 # ---------------------------------------------------------------------- connection + CBS
 
 
+@mypyc_attr(native_class=False)  # weakly referenced (locks.management_for, transactions)
 class AmqpConnection:
     """One AMQP connection to a namespace: CBS authorisation per entity, tokens renewed."""
 
@@ -235,10 +239,10 @@ class AmqpConnection:
                 CBS_NODE, credit=10, target=CBS_NODE, timeout=timeout
             )
             connection._cbs_sender = await client.sender(CBS_NODE, timeout=timeout)
-        except BaseException as exc:
+        except BaseException as failure:
             await connection.close()
-            if isinstance(exc, AMQPError | OSError):
-                raise source_error(exc, "cannot attach to $cbs") from exc
+            if isinstance(failure, AMQPError | OSError):
+                raise source_error(failure, "cannot attach to $cbs") from failure
             raise
         return connection
 
@@ -384,9 +388,9 @@ class AmqpConnection:
                 decode=decode_arrived,
                 timeout=attach_timeout,
             )
-        except TimeoutError as exc:  # the attach was never answered: the link is stuck
+        except TimeoutError as unanswered:  # the attach was never answered: the link is stuck
             await self.close()  # half-open; start over on a new connection
-            raise SourceError(f"no answer to the attach of {path}") from exc
+            raise SourceError(f"no answer to the attach of {path}") from unanswered
         except (AMQPError, OSError) as exc:
             raise source_error(exc, f"cannot receive from {path}") from exc
         return AmqpReceiver(self, path, link)

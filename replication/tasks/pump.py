@@ -61,7 +61,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
@@ -443,10 +443,9 @@ class _PumpHooks:
     via: ViaSenders | None
     turns: SendTurns = field(default_factory=SendTurns)
 
-    @contextlib.asynccontextmanager
-    async def opened(self, receiver: SourceReceiver) -> AsyncIterator[None]:
+    def opened(self, receiver: SourceReceiver) -> contextlib.AbstractAsyncContextManager[None]:
         self.loop.received_fine()
-        yield
+        return contextlib.nullcontext()
 
     async def handle(self, receiver: SourceReceiver, batch: list[Message]) -> bool:
         loop = self.loop
