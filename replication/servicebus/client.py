@@ -117,6 +117,7 @@ class SourceError(Exception):
         return self.condition not in NOT_RETRYABLE
 
 
+@mypyc_attr(native_class=False)
 class AuthenticationError(SourceError):
     """CBS refused the token (wrong key or key name, expired signature, no Listen right)."""
 
@@ -124,10 +125,12 @@ class AuthenticationError(SourceError):
         super().__init__(description, condition)
 
 
+@mypyc_attr(native_class=False)
 class NoSessionAvailable(SourceError):
     """No session of the entity could be locked within the wait (``com.microsoft:timeout``)."""
 
 
+@mypyc_attr(native_class=False)
 class MessageLockLost(SourceError):
     """The message's lock expired or was released (``com.microsoft:message-lock-lost``): it
     cannot be settled or renewed any more; it will be delivered again."""
@@ -135,6 +138,7 @@ class MessageLockLost(SourceError):
     retryable = False
 
 
+@mypyc_attr(native_class=False)
 class SessionLockLost(SourceError):
     """The session's lock expired or is held by another receiver
     (``com.microsoft:session-lock-lost``): take the session again to go on."""
@@ -142,6 +146,7 @@ class SessionLockLost(SourceError):
     retryable = False
 
 
+@mypyc_attr(native_class=False)
 class MessageNotFound(SourceError):
     """No such message: a sequence number that is not deferred (or not scheduled) in the
     entity, or a lock token it does not know (``com.microsoft:message-not-found``)."""
@@ -149,6 +154,7 @@ class MessageNotFound(SourceError):
     retryable = False
 
 
+@mypyc_attr(native_class=False)
 class EntityNotFound(SourceError):
     """No such queue, topic, subscription or rule (``amqp:not-found``,
     ``com.microsoft:entity-not-found``)."""
@@ -156,6 +162,7 @@ class EntityNotFound(SourceError):
     retryable = False
 
 
+@mypyc_attr(native_class=False)
 class EntityAlreadyExists(SourceError):
     """It exists already, e.g. a rule of that name (``com.microsoft:entity-already-exists``)."""
 
