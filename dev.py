@@ -34,36 +34,12 @@ MANIFEST = PACKAGE / ".native-build.json"  # read by replication/native.py
 GROUP = "replication.hotpath"  # mypyc's shared library: replication/hotpath__mypyc.*.so
 SETUP = """
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from setuptools import setup
-from setuptools._distutils.ccompiler import CCompiler
 from mypyc.build import mypycify
-
-JOBS = {jobs}
-
-def compile_side_by_side(self, sources, output_dir=None, macros=None, include_dirs=None,
-                         debug=False, extra_preargs=None, extra_postargs=None, depends=None):
-    # CCompiler.compile, one C compiler per core: the group's C files (one per module)
-    macros, objects, extra, pp_opts, build = self._setup_compile(
-        output_dir, macros, include_dirs, sources, depends, extra_postargs)
-    cc_args = self._get_cc_args(pp_opts, debug, extra_preargs)
-    def one(obj):
-        src, ext = build[obj]
-        self._compile(obj, src, ext, cc_args, extra, pp_opts)
-    with ThreadPoolExecutor(JOBS) as pool:
-        list(pool.map(one, objects))
-    return objects
-
-CCompiler.compile = compile_side_by_side
-extensions = mypycify(
-    sys.argv[1:], group_name={group!r}, target_dir="build/native", multi_file=True
-)
-for extension in extensions:  # mypyc writes the group's headers under the group's package
-    extension.include_dirs.append("build/native/" + {group!r}.rpartition(".")[0])
 setup(
     name="replication-native",
-    ext_modules=extensions,
-    script_args=["build_ext", "--inplace", "--parallel", str(JOBS)],
+    ext_modules=mypycify(sys.argv[1:], group_name={group!r}, target_dir="build/native"),
+    script_args=["build_ext", "--inplace", "--parallel", "{jobs}"],
 )
 """
 

@@ -241,16 +241,19 @@ class AmqpConnection:
         except (AMQPError, OSError) as exc:  # TimeoutError is an OSError
             raise source_error(exc, f"cannot connect to {endpoint.host}:{endpoint.port}") from exc
         connection = cls(endpoint, client, timeout=timeout)
+        failure: BaseException | None = None
         try:
             connection._cbs_receiver = await client.receiver(
                 CBS_NODE, credit=10, target=CBS_NODE, timeout=timeout
             )
             connection._cbs_sender = await client.sender(CBS_NODE, timeout=timeout)
-        except BaseException as failure:
+        except BaseException as error:  # closed below: no await inside a compiled handler
+            failure = error
+        if failure is not None:
             await connection.close()
             if isinstance(failure, AMQPError | OSError):
                 raise source_error(failure, "cannot attach to $cbs") from failure
-            raise
+            raise failure
         return connection
 
     @property

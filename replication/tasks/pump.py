@@ -399,6 +399,7 @@ class _Loop:
         given back whole."""
         self.stats.received += len(batch)
         txn = await declare(via.namespace)
+        failure: BaseException | None = None
         try:
             sender = via.within(txn)
             settlements = await process_batch(self.task, batch, sender, clock=self.clock)
@@ -425,9 +426,11 @@ class _Loop:
                 Settlement(m, Decision.ABANDON, "TransactionFailed", str(exc), error=exc)
                 for m in batch
             ]
-        except BaseException:
+        except BaseException as error:  # rolled back below: no await inside a handler,
+            failure = error  # where compiled code loses the exception (a crash, issue 42)
+        if failure is not None:
             await _rolled_back(txn)
-            raise
+            raise failure
         self.stats.completed += counts.completed
         self.stats.filtered += counts.filtered
         self.stats.to_error_target += counts.to_error_target
