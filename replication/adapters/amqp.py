@@ -45,21 +45,24 @@ _INT32 = range(-(2**31), 2**31)
 
 
 def _time(ms: Any) -> datetime | None:
-    global _last_time
     if not ms or not isinstance(ms, int):
         return None
-    last_ms, last = _last_time
-    if ms == last_ms:  # a batch's messages were mostly enqueued in the same millisecond
-        return last
+    moment = _times.get(ms)
+    if moment is not None:  # a batch's messages were mostly enqueued, and locked, together
+        return moment
     if ms == _CE_ZERO_MS:
         return datetime.min.replace(tzinfo=UTC)
     moment = datetime.fromtimestamp(ms / 1000.0, UTC)  # as the SDK does (float seconds)
-    _last_time = (ms, moment)
+    if len(_times) >= _TIMES_KEPT:
+        _times.clear()
+    _times[ms] = moment
     return moment
 
 
-_last_time: tuple[int, datetime] = (0, datetime.min.replace(tzinfo=UTC))
-"""The last time ``_time`` made (a datetime is immutable: sharing it is safe)."""
+_times: dict[int, datetime] = {}
+"""The times ``_time`` made lately, by ms (a datetime is immutable: sharing it is safe). By
+value, not just the last one: a message's enqueued time and lock expiry take turns."""
+_TIMES_KEPT = 256
 
 
 def _duration(ms: Any) -> timedelta | None:

@@ -41,6 +41,8 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from mypy_extensions import mypyc_attr
+
 from ..adapters.amqp import decode_arrived
 from ..adapters.values import text
 from ..amqp.client import Client, ReceivedMessage, Receiver, Sender
@@ -101,6 +103,7 @@ NOT_RETRYABLE = frozenset(
 # ---------------------------------------------------------------------- errors
 
 
+@mypyc_attr(native_class=False)  # subclassed by interpreted modules (spark, transactions)
 class SourceError(Exception):
     """The source failed; ``condition`` is the AMQP error condition when the peer gave one."""
 
@@ -114,6 +117,7 @@ class SourceError(Exception):
         return self.condition not in NOT_RETRYABLE
 
 
+@mypyc_attr(native_class=False)
 class AuthenticationError(SourceError):
     """CBS refused the token (wrong key or key name, expired signature, no Listen right)."""
 
@@ -121,10 +125,12 @@ class AuthenticationError(SourceError):
         super().__init__(description, condition)
 
 
+@mypyc_attr(native_class=False)
 class NoSessionAvailable(SourceError):
     """No session of the entity could be locked within the wait (``com.microsoft:timeout``)."""
 
 
+@mypyc_attr(native_class=False)
 class MessageLockLost(SourceError):
     """The message's lock expired or was released (``com.microsoft:message-lock-lost``): it
     cannot be settled or renewed any more; it will be delivered again."""
@@ -132,6 +138,7 @@ class MessageLockLost(SourceError):
     retryable = False
 
 
+@mypyc_attr(native_class=False)
 class SessionLockLost(SourceError):
     """The session's lock expired or is held by another receiver
     (``com.microsoft:session-lock-lost``): take the session again to go on."""
@@ -139,6 +146,7 @@ class SessionLockLost(SourceError):
     retryable = False
 
 
+@mypyc_attr(native_class=False)
 class MessageNotFound(SourceError):
     """No such message: a sequence number that is not deferred (or not scheduled) in the
     entity, or a lock token it does not know (``com.microsoft:message-not-found``)."""
@@ -146,6 +154,7 @@ class MessageNotFound(SourceError):
     retryable = False
 
 
+@mypyc_attr(native_class=False)
 class EntityNotFound(SourceError):
     """No such queue, topic, subscription or rule (``amqp:not-found``,
     ``com.microsoft:entity-not-found``)."""
@@ -153,6 +162,7 @@ class EntityNotFound(SourceError):
     retryable = False
 
 
+@mypyc_attr(native_class=False)
 class EntityAlreadyExists(SourceError):
     """It exists already, e.g. a rule of that name (``com.microsoft:entity-already-exists``)."""
 
@@ -197,6 +207,7 @@ def source_error(exc: BaseException, what: str) -> SourceError:
 # ---------------------------------------------------------------------- connection + CBS
 
 
+@mypyc_attr(native_class=False)  # weakly referenced (locks.management_for, transactions)
 class AmqpConnection:
     """One AMQP connection to a namespace: CBS authorisation per entity, tokens renewed."""
 
@@ -230,16 +241,19 @@ class AmqpConnection:
         except (AMQPError, OSError) as exc:  # TimeoutError is an OSError
             raise source_error(exc, f"cannot connect to {endpoint.host}:{endpoint.port}") from exc
         connection = cls(endpoint, client, timeout=timeout)
+        failure: BaseException | None = None
         try:
             connection._cbs_receiver = await client.receiver(
                 CBS_NODE, credit=10, target=CBS_NODE, timeout=timeout
             )
             connection._cbs_sender = await client.sender(CBS_NODE, timeout=timeout)
-        except BaseException as exc:
+        except BaseException as error:  # closed below: no await inside a compiled handler
+            failure = error
+        if failure is not None:
             await connection.close()
-            if isinstance(exc, AMQPError | OSError):
-                raise source_error(exc, "cannot attach to $cbs") from exc
-            raise
+            if isinstance(failure, AMQPError | OSError):
+                raise source_error(failure, "cannot attach to $cbs") from failure
+            raise failure
         return connection
 
     @property
@@ -384,9 +398,9 @@ class AmqpConnection:
                 decode=decode_arrived,
                 timeout=attach_timeout,
             )
-        except TimeoutError as exc:  # the attach was never answered: the link is stuck
+        except TimeoutError as unanswered:  # the attach was never answered: the link is stuck
             await self.close()  # half-open; start over on a new connection
-            raise SourceError(f"no answer to the attach of {path}") from exc
+            raise SourceError(f"no answer to the attach of {path}") from unanswered
         except (AMQPError, OSError) as exc:
             raise source_error(exc, f"cannot receive from {path}") from exc
         return AmqpReceiver(self, path, link)

@@ -27,6 +27,8 @@ import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from mypy_extensions import mypyc_attr
+
 from ..adapters.amqp import encode
 from ..amqp.client import Sender
 from ..amqp.errors import AMQPError
@@ -44,6 +46,7 @@ DEFAULT_MAX_MESSAGE_SIZE = 256 * 1024
 """What a link that names no limit is taken to allow (Service Bus Standard)."""
 
 
+@mypyc_attr(native_class=False)
 class SendError(SourceError):
     """The entity did not take the message(s); ``condition`` says why when it said."""
 

@@ -61,7 +61,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
@@ -399,6 +399,7 @@ class _Loop:
         given back whole."""
         self.stats.received += len(batch)
         txn = await declare(via.namespace)
+        failure: BaseException | None = None
         try:
             sender = via.within(txn)
             settlements = await process_batch(self.task, batch, sender, clock=self.clock)
@@ -425,9 +426,11 @@ class _Loop:
                 Settlement(m, Decision.ABANDON, "TransactionFailed", str(exc), error=exc)
                 for m in batch
             ]
-        except BaseException:
+        except BaseException as error:  # rolled back below: no await inside a handler,
+            failure = error  # where compiled code loses the exception (a crash, issue 42)
+        if failure is not None:
             await _rolled_back(txn)
-            raise
+            raise failure
         self.stats.completed += counts.completed
         self.stats.filtered += counts.filtered
         self.stats.to_error_target += counts.to_error_target
@@ -443,10 +446,9 @@ class _PumpHooks:
     via: ViaSenders | None
     turns: SendTurns = field(default_factory=SendTurns)
 
-    @contextlib.asynccontextmanager
-    async def opened(self, receiver: SourceReceiver) -> AsyncIterator[None]:
+    def opened(self, receiver: SourceReceiver) -> contextlib.AbstractAsyncContextManager[None]:
         self.loop.received_fine()
-        yield
+        return contextlib.nullcontext()
 
     async def handle(self, receiver: SourceReceiver, batch: list[Message]) -> bool:
         loop = self.loop

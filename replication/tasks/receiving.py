@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -122,16 +121,14 @@ class ReceiveLoop:
             )
         return await self.namespace.receiver(self.path, prefetch=self.prefetch)
 
-    @contextlib.asynccontextmanager
-    async def _keeper(self, receiver: SourceReceiver) -> AsyncIterator[LockKeeper]:
-        keeper = LockKeeper(
+    def _keeper(self, receiver: SourceReceiver) -> LockKeeper:
+        """The receiver's lock keeper, running while ``async with`` holds it."""
+        return LockKeeper(
             receiver,
             max_duration=self.max_lock_renewal,
             clock=self.clock.time,
             sleep=self.clock.sleep,
         )
-        async with keeper:
-            yield keeper
 
     async def drain(self, receiver: SourceReceiver, keeper: LockKeeper) -> None:
         """Batches from one receiver until the loop stops, its session runs dry, or the

@@ -342,8 +342,8 @@ async def _send_with_retries(
         if breaker is not None:
             try:
                 await breaker.turn()
-            except ConnectionError as exc:  # TargetUnavailable: stopped while unreachable
-                return exc
+            except ConnectionError as stopped:  # TargetUnavailable: stopped while unreachable
+                return stopped
         attempt += 1
         try:
             await send_batch(sender, batch, queued)

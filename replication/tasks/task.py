@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import Enum
 
 from ..clock import SYSTEM, Clock
@@ -105,7 +105,7 @@ class ReplicationTask:
                 props = dict(output.application_properties)
                 props[PATH] = ";".join([*path, self.source_namespace])
                 output = output.copy(application_properties=props)
-            outputs.append(stamp(output, now or datetime.now(UTC)))
+            outputs.append(stamp(output, now))  # stamp reads the clock only when it must
         outcome.outputs = outputs
         return outcome
 
