@@ -218,12 +218,18 @@ def write_config(path: Path, queue: str) -> None:
         {
             "Name": f"s{index}",
             "Properties": dict(properties),
-            "Rules": [{"Name": "r", "Properties": {
-                "FilterType": "Sql", "SqlFilter": {"SqlExpression": fanout_filter(index)},
-            }}],
+            "Rules": [
+                {
+                    "Name": "r",
+                    "Properties": {
+                        "FilterType": "Sql",
+                        "SqlFilter": {"SqlExpression": fanout_filter(index)},
+                    },
+                }
+            ],
         }
         for index in range(FANOUT_SUBSCRIPTIONS)
-    ]  # fmt: skip
+    ]
     config = {
         "UserConfig": {
             "Namespaces": [
@@ -261,10 +267,13 @@ class BrokerProcess:
         """0 until the broker says which port the OS gave it (``READY``)."""
         self.argv = shlex.split(
             command.format(
-                python=shlex.quote(sys.executable), config=shlex.quote(str(self.config)),
-                host=HOST, port=self.port, data_dir=shlex.quote(str(self.data_dir)),
+                python=shlex.quote(sys.executable),
+                config=shlex.quote(str(self.config)),
+                host=HOST,
+                port=self.port,
+                data_dir=shlex.quote(str(self.data_dir)),
             )
-        )  # fmt: skip
+        )
         self.process: subprocess.Popen[str] | None = None
         self.tail: deque[str] = deque(maxlen=40)
         self.trouble: list[str] = []
@@ -274,9 +283,15 @@ class BrokerProcess:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
         self.process = subprocess.Popen(
-            self.argv, cwd=ROOT, env=env, text=True, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-        )  # fmt: skip
+            self.argv,
+            cwd=ROOT,
+            env=env,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
         for stream in (self.process.stdout, self.process.stderr):
             threading.Thread(target=self._drain, args=(stream,), daemon=True).start()
         deadline = time.monotonic() + START_TIMEOUT
@@ -570,17 +585,24 @@ class EndToEnd:
         engine = self.engine
         try:
             engine.run_until(
-                lambda: _remote_active(self.sender) and _remote_active(self.receiver)
-                and self.sender.credit > 0,
-                "proton attach", lambda: 0, START_TIMEOUT,
-            )  # fmt: skip
+                lambda: (
+                    _remote_active(self.sender)
+                    and _remote_active(self.receiver)
+                    and self.sender.credit > 0
+                ),
+                "proton attach",
+                lambda: 0,
+                START_TIMEOUT,
+            )
             start = time.perf_counter()
             self.started = True
             self.fill()
             engine.run_until(
                 lambda: self.received >= self.count and self.accepted >= self.count,
-                "proton e2e", self.progress, stall,
-            )  # fmt: skip
+                "proton e2e",
+                self.progress,
+                stall,
+            )
             elapsed = time.perf_counter() - start
             if self.received > self.count:
                 self.problems.append(f"received {self.received} messages, sent {self.count}")
@@ -655,15 +677,21 @@ def fanout(peer: Peer, count: int, size: int, in_flight: int) -> None:
         f"delivered ({count:,} x {size} B durable to 1 topic, {FANOUT_SUBSCRIPTIONS} SQL-"
         f"filtered subscriptions, {bench.total / max(count, 1):.2f} copies/msg, {in_flight:,} in "
         f"flight, peek-lock + accept; first send to last copy; sends all accepted after "
-        f"{sending:.2f} s of {elapsed:.2f} s)", flush=True,
-    )  # fmt: skip
+        f"{sending:.2f} s of {elapsed:.2f} s)",
+        flush=True,
+    )
 
 
 def sessions(peer: Peer, args: argparse.Namespace, queue: str) -> None:
     bench = Sessions(
-        peer, queue, args.sessions, args.per_session, args.size, args.in_flight,
+        peer,
+        queue,
+        args.sessions,
+        args.per_session,
+        args.size,
+        args.in_flight,
         args.session_receivers,
-    )  # fmt: skip
+    )
     sending, receiving = bench.run()
     if bench.problems:
         raise BenchError(
@@ -674,15 +702,17 @@ def sessions(peer: Peer, args: argparse.Namespace, queue: str) -> None:
     print(
         f"sessions send: {count / sending:,.0f} msgs/s ({args.sessions:,} sessions x "
         f"{args.per_session:,} x {args.size} B durable, interleaved, {args.in_flight:,} in "
-        f"flight)", flush=True,
-    )  # fmt: skip
+        f"flight)",
+        flush=True,
+    )
     timeouts = f", {bench.timeouts} attach timeouts" if bench.timeouts else ""
     print(
         f"sessions receive: {count / receiving:,.0f} msgs/s (all {args.sessions:,} sessions, "
         f"{args.session_receivers} next-available session receivers at a time on one "
         f"connection, credit {bench.credit}, peek-lock + accept, FIFO per session checked"
-        f"{timeouts})", flush=True,
-    )  # fmt: skip
+        f"{timeouts})",
+        flush=True,
+    )
 
 
 def proton_e2e(peer: Peer, queue: str, count: int, size: int, in_flight: int) -> float:
@@ -720,10 +750,15 @@ class Latency:
         engine = self.engine
         try:
             engine.run_until(
-                lambda: _remote_active(self.sender) and _remote_active(self.receiver)
-                and self.sender.credit > 0,
-                "latency attach", lambda: 0, START_TIMEOUT,
-            )  # fmt: skip
+                lambda: (
+                    _remote_active(self.sender)
+                    and _remote_active(self.receiver)
+                    and self.sender.credit > 0
+                ),
+                "latency attach",
+                lambda: 0,
+                START_TIMEOUT,
+            )
             self.send()
             engine.run_until(
                 lambda: len(self.times) >= self.count, "latency", lambda: len(self.times), stall
@@ -797,8 +832,10 @@ class Loader:
         try:
             engine.run_until(
                 lambda: _remote_active(self.sender) and self.sender.credit > 0,
-                "loader attach", lambda: 0, START_TIMEOUT,
-            )  # fmt: skip
+                "loader attach",
+                lambda: 0,
+                START_TIMEOUT,
+            )
             start = time.perf_counter()
             self.fill()
             engine.run_until(lambda: self.confirmed, "loading", lambda: f"{self.sent} sent", stall)
@@ -879,15 +916,19 @@ class FanOut:
         try:
             engine.run_until(
                 lambda: all(map(_remote_active, links)) and self.sender.credit > 0,
-                "fan-out attach", lambda: 0, START_TIMEOUT,
-            )  # fmt: skip
+                "fan-out attach",
+                lambda: 0,
+                START_TIMEOUT,
+            )
             self.start = start = time.perf_counter()
             self.started = True
             self.fill()
             engine.run_until(
                 lambda: self.received >= self.total and self.accepted >= self.count,
-                "fan-out", self.progress, stall,
-            )  # fmt: skip
+                "fan-out",
+                self.progress,
+                stall,
+            )
             return time.perf_counter() - start, self.sends_done - start
         finally:
             engine.close()
@@ -966,9 +1007,15 @@ class Sessions:
     """
 
     def __init__(
-        self, peer: Peer, queue: str, sessions: int, per_session: int, size: int,
-        in_flight: int, parallel: int,
-    ) -> None:  # fmt: skip
+        self,
+        peer: Peer,
+        queue: str,
+        sessions: int,
+        per_session: int,
+        size: int,
+        in_flight: int,
+        parallel: int,
+    ) -> None:
         self.queue = queue
         self.sessions, self.per_session = sessions, per_session
         self.count = sessions * per_session
@@ -987,7 +1034,7 @@ class Sessions:
             b"%s%06d%s" % (head, seq, tail)
             for seq in range(per_session)
             for head, tail in templates
-        ]  # fmt: skip
+        ]
         self.sent = self.accepted = self.received = 0
         self.next_seq = [0] * sessions
         self.locked: set[int] = set()  # sessions a receiver got, ever
@@ -1007,8 +1054,10 @@ class Sessions:
         try:
             engine.run_until(
                 lambda: _remote_active(self.sender) and self.sender.credit > 0,
-                "session sender attach", lambda: 0, START_TIMEOUT,
-            )  # fmt: skip
+                "session sender attach",
+                lambda: 0,
+                START_TIMEOUT,
+            )
             start = time.perf_counter()
             self.sending = True
             self.fill()
@@ -1190,10 +1239,12 @@ class ClientEndToEnd:
         """Returns the seconds from the first send to the last message done."""
         peer = self.peer
         client = await Client.connect(
-            peer.host, peer.port, hostname=peer.hostname,
+            peer.host,
+            peer.port,
+            hostname=peer.hostname,
             sasl=SaslClient(PLAIN, username=peer.user, password=peer.password),
             container_id=f"bench-client-{os.getpid()}",
-        )  # fmt: skip
+        )
         try:
             sender = await client.sender(self.queue, name="bench-client-sender")
             receiver = await client.receiver(
@@ -1302,8 +1353,10 @@ class RabbitQueue:
         try:
             engine.run_until(
                 lambda: _remote_active(self.sender) and self.sender.credit > 0,
-                "RabbitMQ queue declare", lambda: 0, START_TIMEOUT,
-            )  # fmt: skip
+                "RabbitMQ queue declare",
+                lambda: 0,
+                START_TIMEOUT,
+            )
             send(self._snd, 0, self.payload)
             engine.run_until(lambda: self.outcome is not None, "RabbitMQ send", lambda: 0, STALL)
             if self.outcome != _C.PN_ACCEPTED:
@@ -1358,8 +1411,9 @@ def rabbitmq_reference(args: argparse.Namespace, queue: str) -> Iterator[tuple[P
         print(
             f"reference: RabbitMQ {node.version} (Erlang {node.erlang}, rabbitmq_amqp1_0), "
             f"private node {node.node} on {peer.host}:{peer.port}, durable classic queue "
-            f"{address} (checked: durable, message persistent), SASL PLAIN guest", flush=True,
-        )  # fmt: skip
+            f"{address} (checked: durable, message persistent), SASL PLAIN guest",
+            flush=True,
+        )
         yield peer, address
         try:
             left = node.queue(queue).get("messages")
@@ -1394,11 +1448,17 @@ class Mode:
 
 
 MODES = (
-    Mode("default", "", "survives a broker process kill, not a power cut: SQLite WAL, "
-         "synchronous=NORMAL"),
-    Mode("--fsync", "--fsync", "survives a power cut: SQLite WAL, synchronous=FULL, one fsync "
-         "per group commit"),
-)  # fmt: skip
+    Mode(
+        "default",
+        "",
+        "survives a broker process kill, not a power cut: SQLite WAL, synchronous=NORMAL",
+    ),
+    Mode(
+        "--fsync",
+        "--fsync",
+        "survives a power cut: SQLite WAL, synchronous=FULL, one fsync per group commit",
+    ),
+)
 RABBITMQ_PROMISE = (
     "confirms a persistent message once its message store wrote it, fsyncing in batches, or "
     "once it was consumed"
@@ -1416,9 +1476,11 @@ def runs_of(values: list[float], fmt: str) -> str:
 
 
 def headline(
-    args: argparse.Namespace, ours: dict[str, tuple[Peer, int]], target: tuple[Peer, str] | None,
+    args: argparse.Namespace,
+    ours: dict[str, tuple[Peer, int]],
+    target: tuple[Peer, str] | None,
     queue: str,
-) -> bool:  # fmt: skip
+) -> bool:
     """The concurrent load (``EndToEnd``: sender and receiver on one queue at once) on each
     of our broker's modes and on RabbitMQ, ``--runs`` times, the loads of a run seconds
     apart (ours in each mode, then RabbitMQ); then the same for single round trips
@@ -1459,8 +1521,9 @@ def headline(
         f"headline, concurrent e2e: python-qpid-proton, one connection, a sender and a "
         f"receiver on one queue at once, {count:,} x {size} B durable, {in_flight:,} in "
         f"flight, peek-lock + accept; medians of {runs} run(s), each run's figures in "
-        f"brackets", flush=True,
-    )  # fmt: skip
+        f"brackets",
+        flush=True,
+    )
     for mode in MODES:
         if mode.name not in ours:
             continue
@@ -1480,15 +1543,17 @@ def headline(
     if theirs is not None:
         print(
             f"  RabbitMQ: {theirs:,.0f} msgs/s [{runs_of(rates['RabbitMQ'], ',.0f')}]; "
-            f"{RABBITMQ_PROMISE}", flush=True,
-        )  # fmt: skip
+            f"{RABBITMQ_PROMISE}",
+            flush=True,
+        )
     if not args.skip_latency:
         print(
             f"latency: one message at a time (send durable, wait for accepted, credit 1, "
             f"receive, accept), {args.latency_messages:,} round trips after "
             f"{args.latency_warm_up:,} warm-up, {size} B; p50 / p99 in ms, medians of {runs} "
-            f"run(s)", flush=True,
-        )  # fmt: skip
+            f"run(s)",
+            flush=True,
+        )
         for label, measured in trips.items():
             if not measured:
                 continue
@@ -1507,13 +1572,19 @@ def headline(
                 p99_ref = median([p * 1e3 for _, p in trips["RabbitMQ"]])
                 print(
                     f"    ours {label} / RabbitMQ: p50 {p50 / p50_ref:.2f}x (goal < 1), p99 "
-                    f"{p99 / p99_ref:.2f}x (goal <= 1.10)", flush=True,
-                )  # fmt: skip
+                    f"{p99 / p99_ref:.2f}x (goal <= 1.10)",
+                    flush=True,
+                )
     return failed
 
 
-def e2e(args: argparse.Namespace, ours: Peer, queue: str, broker_pid: int,
-        target: tuple[Peer, str] | None) -> bool:  # fmt: skip
+def e2e(
+    args: argparse.Namespace,
+    ours: Peer,
+    queue: str,
+    broker_pid: int,
+    target: tuple[Peer, str] | None,
+) -> bool:
     """Our own client's e2e load on our broker, followed at once by the same load on the
     RabbitMQ reference; a line with our broker's CPU per message (warm-up included).
     Returns True when the reference failed."""
@@ -1695,14 +1766,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--queue", help=f"queue name (default {DEFAULT_QUEUE})")
     reference = parser.add_mutually_exclusive_group()
     reference.add_argument(
-        "--rabbitmq", dest="rabbitmq", action="store_const", const=True,
+        "--rabbitmq",
+        dest="rabbitmq",
+        action="store_const",
+        const=True,
         help="require the RabbitMQ reference (a failure to install or start it fails the run; "
         "default: run it when it can be installed, else say why and go on)",
-    )  # fmt: skip
+    )
     reference.add_argument(
-        "--skip-rabbitmq", dest="rabbitmq", action="store_const", const=False,
+        "--skip-rabbitmq",
+        dest="rabbitmq",
+        action="store_const",
+        const=False,
         help="do not run the RabbitMQ reference",
-    )  # fmt: skip
+    )
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--broker-cmd", default=BROKER_CMD, help="broker command line template")
     which.add_argument("--standin", action="store_true", help=f"run {STANDIN_SCRIPT} instead")
@@ -1736,8 +1813,9 @@ def main(argv: list[str] | None = None) -> int:
             rate = sdk_e2e(broker.port, queue, args.messages, args.size)
             print(
                 f"SDK e2e: {rate:,.0f} msgs/s ({args.messages:,} x {args.size} B, batches of "
-                f"{SDK_BATCH}, prefetch {SDK_BATCH}, complete each)", flush=True,
-            )  # fmt: skip
+                f"{SDK_BATCH}, prefetch {SDK_BATCH}, complete each)",
+                flush=True,
+            )
         if args.standin and not (args.skip_fanout and args.skip_sessions):
             print("fan-out, sessions: skipped (the stand-in has no topic or session queue)")
         else:
@@ -1752,8 +1830,9 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"RSS: {rss:,.0f} MB with {args.rss_messages:,} x 1 KiB queued (peak "
                 f"{peak:,.0f} MB, {before:,.0f} MB before); loaded in {elapsed:.1f} s = "
-                f"{args.rss_messages / elapsed:,.0f} msgs/s", flush=True,
-            )  # fmt: skip
+                f"{args.rss_messages / elapsed:,.0f} msgs/s",
+                flush=True,
+            )
     except Exception as exc:  # report, stop the brokers, exit 1
         failed = True
         print(f"FAILED: {_why(exc)}", file=sys.stderr)

@@ -55,8 +55,11 @@ async def host_seconds(
             await worker.start()
         collect_garbage_for_throughput()  # as ``start`` does once the host is set up
         host_json = json.loads((ROOT / "host.json").read_text())
-        options = replace(HostOptions.from_host_json(host_json), prefetch_count=2 * batch,
-                          max_message_batch_size=batch)  # fmt: skip
+        options = replace(
+            HostOptions.from_host_json(host_json),
+            prefetch_count=2 * batch,
+            max_message_batch_size=batch,
+        )
         runner = TriggerRunner(
             trigger, settings[trigger.connection], options.for_trigger(trigger), worker=worker
         )

@@ -91,9 +91,10 @@ READY = re.compile(r"broker listening on \S+:(\d+)")
 def from_received_like(item: ServiceBusMessage) -> Message:
     """The same message as the task library holds it (what the replicator sends)."""
     return Message(
-        body=b"".join(item.body), message_id=item.message_id,
+        body=b"".join(item.body),
+        message_id=item.message_id,
         application_properties=dict(item.application_properties or {}),
-    )  # fmt: skip
+    )
 
 
 def free_port() -> int:
@@ -103,27 +104,52 @@ def free_port() -> int:
 
 
 def start_broker(
-    workdir: Path, port: int | None = None, profile: Path | None = None,
+    workdir: Path,
+    port: int | None = None,
+    profile: Path | None = None,
     max_size_mb: int | None = None,
-) -> tuple[subprocess.Popen[str], str]:  # fmt: skip
+) -> tuple[subprocess.Popen[str], str]:
     """The broker on ``workdir``'s store (``port``: the same one again after a restart),
     under cProfile writing to ``profile`` when given; ``max_size_mb``: the queues'
     ``MaxSizeInMegabytes`` (default 1,024, as Service Bus; premium allows up to 81,920)."""
     properties = {} if max_size_mb is None else {"MaxSizeInMegabytes": max_size_mb}
-    config = {"UserConfig": {"Namespaces": [{"Name": "sbemulatorns", "Queues": [
-        {"Name": name, "Properties": properties}
-        for name in ("src", "dst", "plain", "hsrc", "hdst")
-    ]}], "Logging": {"Type": "Console"}}}  # fmt: skip
+    config = {
+        "UserConfig": {
+            "Namespaces": [
+                {
+                    "Name": "sbemulatorns",
+                    "Queues": [
+                        {"Name": name, "Properties": properties}
+                        for name in ("src", "dst", "plain", "hsrc", "hdst")
+                    ],
+                }
+            ],
+            "Logging": {"Type": "Console"},
+        }
+    }
     (workdir / "Config.json").write_text(json.dumps(config))
     port = port or free_port()
     profiler = ["-m", "cProfile", "-o", str(profile)] if profile is not None else []
     process = subprocess.Popen(
-        [sys.executable, *profiler, "-m", "replication", "broker",
-         "--config", str(workdir / "Config.json"),
-         "--port", str(port), "--data-dir", str(workdir / "data")],
-        cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+        [
+            sys.executable,
+            *profiler,
+            "-m",
+            "replication",
+            "broker",
+            "--config",
+            str(workdir / "Config.json"),
+            "--port",
+            str(port),
+            "--data-dir",
+            str(workdir / "data"),
+        ],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
         env=dict(os.environ, PYTHONPATH=str(ROOT)),
-    )  # fmt: skip
+    )
     assert process.stderr is not None
     for line in process.stderr:
         if READY.search(line):
@@ -145,8 +171,9 @@ def messages(count: int, size: int) -> list[ServiceBusMessage]:
     ]
 
 
-async def send_all(connection_string: str, queue: str, items: list[ServiceBusMessage],
-                   batch: int) -> float:  # fmt: skip
+async def send_all(
+    connection_string: str, queue: str, items: list[ServiceBusMessage], batch: int
+) -> float:
     """Seconds to send ``items`` in batches of ``batch``, one after another."""
     async with (
         ServiceBusClient.from_connection_string(connection_string) as client,
@@ -173,9 +200,13 @@ async def send_ours(connection_string: str, queue: str, items: list[Message], ba
 
 
 async def replicate(
-    connection_string: str, count: int, batch: int, workers: int, backend: str,
+    connection_string: str,
+    count: int,
+    batch: int,
+    workers: int,
+    backend: str,
     send_backend: str,
-) -> float:  # fmt: skip
+) -> float:
     """Seconds for the task pump to move ``count`` messages from src to dst."""
     stop = asyncio.Event()
     stats = PumpStats()
@@ -246,8 +277,7 @@ async def profile_broker(args: argparse.Namespace) -> None:
         process, connection_string = start_broker(workdir)
         port = int(connection_string.split("localhost:")[1].split(";")[0])
         try:
-            await send_all(connection_string, "src", messages(args.messages, args.size),
-                           args.batch)  # fmt: skip
+            await send_all(connection_string, "src", messages(args.messages, args.size), args.batch)
         finally:
             process.terminate()
             process.wait(20)
@@ -281,11 +311,22 @@ async def callgrind(args: argparse.Namespace) -> None:
                 await send_all(connection_string, "src", messages(count, args.size), args.batch)
                 out = Path(tmp) / f"callgrind.{count}"
                 child = [
-                    "valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-                    sys.executable, __file__, "--replicate-child", connection_string,
-                    "--messages", str(count), "--batch", str(args.batch),
-                    "--backend", args.backend, "--send-backend", args.send_backend,
-                ]  # fmt: skip
+                    "valgrind",
+                    "--tool=callgrind",
+                    f"--callgrind-out-file={out}",
+                    sys.executable,
+                    __file__,
+                    "--replicate-child",
+                    connection_string,
+                    "--messages",
+                    str(count),
+                    "--batch",
+                    str(args.batch),
+                    "--backend",
+                    args.backend,
+                    "--send-backend",
+                    args.send_backend,
+                ]
                 env = dict(os.environ, PYTHONHASHSEED="0")
                 subprocess.run(child, check=True, env=env, stderr=subprocess.DEVNULL)
             finally:
@@ -400,9 +441,12 @@ async def run(args: argparse.Namespace) -> None:
             if not args.skip_host:
                 await send_all(connection_string, "hsrc", items, args.batch)  # load, untimed
                 host_elapsed = await host(
-                    connection_string, args.messages, args.batch, args.host_workers,
+                    connection_string,
+                    args.messages,
+                    args.batch,
+                    args.host_workers,
                     args.host_in_process,
-                )  # fmt: skip
+                )
         finally:
             process.terminate()
             process.wait(20)
@@ -454,21 +498,28 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=1, help="pumps (receivers) on src")
     parser.add_argument("--skip-host", action="store_true", help="leave out 3 (the host)")
     parser.add_argument(
-        "--host-workers", type=int, default=1,
+        "--host-workers",
+        type=int,
+        default=1,
         help="3's FUNCTIONS_WORKER_PROCESS_COUNT (the Functions host's default: 1)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--host-in-process", action="store_true",
+        "--host-in-process",
+        action="store_true",
         help="3 with the function on a worker thread of the host's process",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--backend", choices=("amqp", "sdk"), default="amqp",
+        "--backend",
+        choices=("amqp", "sdk"),
+        default="amqp",
         help="the pump's receive side: our AMQP stack (default, faster) or the SDK",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--send-backend", choices=("amqp", "sdk"), default="amqp",
+        "--send-backend",
+        choices=("amqp", "sdk"),
+        default="amqp",
         help="the pump's send side: our AMQP stack (default) or the SDK",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--telemetry-cost",
         type=int,
@@ -477,14 +528,17 @@ def main(argv: list[str] | None = None) -> None:
         help="only the replication, N times with the instrumentation and N without",
     )
     parser.add_argument(
-        "--profile-broker", type=Path, metavar="FILE",
+        "--profile-broker",
+        type=Path,
+        metavar="FILE",
         help="only the replication, with the broker under cProfile (stats written to FILE); "
         "prints its top entries",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--callgrind", action="store_true",
+        "--callgrind",
+        action="store_true",
         help="only the replication, under callgrind: the replicator's instructions per message",
-    )  # fmt: skip
+    )
     parser.add_argument("--replicate-child", metavar="CONNECTION_STRING", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.replicate_child:

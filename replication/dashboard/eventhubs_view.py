@@ -224,8 +224,11 @@ class EventHubsView:
         partition_id = None if partition_id in (None, "") else str(partition_id)
         if key is not None and partition_id is not None:
             raise DashboardError("a partition key or a partition id, not both")
-        unknown = sorted(set(body) - {"body", "application_properties", *EVENT_FIELDS} -
-                         {"partition_key", "partition_id"})  # fmt: skip
+        unknown = sorted(
+            set(body)
+            - {"body", "application_properties", *EVENT_FIELDS}
+            - {"partition_key", "partition_id"}
+        )
         if unknown:
             raise DashboardError(f"an event has no {', '.join(unknown)}")
         made = send_form.message({k: v for k, v in body.items() if k != "partition_id"})

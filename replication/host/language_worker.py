@@ -93,9 +93,13 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="worker %(process)d: %(message)s")
     settlement = [
-        "--host", args.host, "--port", args.port,
-        "--functions-grpc-max-message-length", args.functions_grpc_max_message_length,
-    ]  # fmt: skip
+        "--host",
+        args.host,
+        "--port",
+        args.port,
+        "--functions-grpc-max-message-length",
+        args.functions_grpc_max_message_length,
+    ]
     channel = socket.socket(fileno=args.channel)
     asyncio.run(serve(args.app, channel, settlement))
 

@@ -111,9 +111,15 @@ class WorkerProcess:
     async def _spawn(self) -> None:
         ours, theirs = socket.socketpair()
         command = [
-            sys.executable, "-m", "replication.host.language_worker",
-            "--app", str(self.app_path), "--channel", str(theirs.fileno()), *self.settlement,
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "replication.host.language_worker",
+            "--app",
+            str(self.app_path),
+            "--channel",
+            str(theirs.fileno()),
+            *self.settlement,
+        ]
         try:
             process = subprocess.Popen(command, pass_fds=(theirs.fileno(),), env=_environment())
         finally:

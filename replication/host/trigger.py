@@ -173,8 +173,9 @@ class CrashedBefore:
 
     def again(self, messages: list[Message]) -> list[Message]:
         """Those of ``messages`` seen in a crash before; remembers them all."""
-        keys = [m.sequence_number if m.sequence_number is not None else m.message_id
-                for m in messages]  # fmt: skip
+        keys = [
+            m.sequence_number if m.sequence_number is not None else m.message_id for m in messages
+        ]
         before = [m for m, key in zip(messages, keys, strict=True) if key in self.seen]
         for key in keys:
             self.seen[key] = None

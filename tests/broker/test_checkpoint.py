@@ -18,10 +18,18 @@ from replication.broker.store import (
 
 def _row(seq: int) -> StoredMessage:
     return StoredMessage(
-        seq=seq, state=STATE_ACTIVE, delivery_count=0, enqueued_ms=1_000, expires_ms=None,
-        scheduled_ms=None, message_id=f"m{seq}", session_id=None, dead_letter_source=None,
-        annotations=None, bare=b"body %d" % seq,
-    )  # fmt: skip
+        seq=seq,
+        state=STATE_ACTIVE,
+        delivery_count=0,
+        enqueued_ms=1_000,
+        expires_ms=None,
+        scheduled_ms=None,
+        message_id=f"m{seq}",
+        session_id=None,
+        dead_letter_source=None,
+        annotations=None,
+        bare=b"body %d" % seq,
+    )
 
 
 def test_the_database_file_gets_the_commits_from_the_checkpoint_thread(tmp_path: Path) -> None:

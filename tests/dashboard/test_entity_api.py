@@ -57,10 +57,18 @@ def test_every_setting_of_a_queue_topic_and_subscription_is_shown(api: Api) -> N
     assert settings["RequiresDuplicateDetection"] == "true"
     assert settings["DuplicateDetectionHistoryTimeWindow"] == "PT1M"
     for name in (
-        "DefaultMessageTimeToLive", "Status", "MaxSizeInMegabytes", "RequiresSession",
-        "DeadLetteringOnMessageExpiration", "ForwardTo", "ForwardDeadLetteredMessagesTo",
-        "AutoDeleteOnIdle", "EnableBatchedOperations", "EnablePartitioning", "UserMetadata",
-    ):  # fmt: skip
+        "DefaultMessageTimeToLive",
+        "Status",
+        "MaxSizeInMegabytes",
+        "RequiresSession",
+        "DeadLetteringOnMessageExpiration",
+        "ForwardTo",
+        "ForwardDeadLetteredMessagesTo",
+        "AutoDeleteOnIdle",
+        "EnableBatchedOperations",
+        "EnablePartitioning",
+        "UserMetadata",
+    ):
         assert name in settings, name
     form = {f["name"]: f for f in queue["fields"]}
     assert form["RequiresSession"]["immutable"] and not form["LockDuration"]["immutable"]
@@ -68,13 +76,18 @@ def test_every_setting_of_a_queue_topic_and_subscription_is_shown(api: Api) -> N
     topic = api.ok("entity", entity="events")
     assert topic["settings"]["SubscriptionCount"] == "2"
     assert {f["name"]: f for f in topic["fields"]}["Status"]["choices"] == [
-        "Active", "Disabled", "SendDisabled",
-    ]  # fmt: skip
+        "Active",
+        "Disabled",
+        "SendDisabled",
+    ]
     subscription = api.ok("entity", entity=SUBSCRIPTION)
     assert subscription["settings"]["DeadLetteringOnFilterEvaluationExceptions"] == "true"
     (rule,) = subscription["rules"]
-    assert (rule["name"], rule["filter"], rule["form"]) == ("eu", "region = 'eu'", {
-        "sql": "region = 'eu'"})  # fmt: skip
+    assert (rule["name"], rule["filter"], rule["form"]) == (
+        "eu",
+        "region = 'eu'",
+        {"sql": "region = 'eu'"},
+    )
     for path in ("nothing", f"{SUBSCRIPTION}/Rules/eu", "events/Subscriptions/none"):
         status, answer = api("entity", entity=path)
         assert status == 404 and f"no entity '{path}'" in answer["error"], answer
@@ -82,10 +95,17 @@ def test_every_setting_of_a_queue_topic_and_subscription_is_shown(api: Api) -> N
 
 def test_a_queue_is_created_only_once_confirmed(api: Api) -> None:
     body = {
-        "kind": "queue", "name": "orders", "check": True,
-        "settings": {"LockDuration": "30", "MaxDeliveryCount": 3, "ForwardTo": "",
-                     "DeadLetteringOnMessageExpiration": True, "UserMetadata": "team a"},
-    }  # fmt: skip
+        "kind": "queue",
+        "name": "orders",
+        "check": True,
+        "settings": {
+            "LockDuration": "30",
+            "MaxDeliveryCount": 3,
+            "ForwardTo": "",
+            "DeadLetteringOnMessageExpiration": True,
+            "UserMetadata": "team a",
+        },
+    }
     plan = api.ok("entity/create", body, entity="")["plan"]
     assert plan == (
         "Create queue 'orders' in ns with LockDuration = PT30S; "
@@ -103,12 +123,29 @@ def test_a_queue_is_created_only_once_confirmed(api: Api) -> None:
 
 
 def test_topics_and_subscriptions_are_created_with_their_settings(api: Api) -> None:
-    api.ok("entity/create", {"kind": "topic", "name": "audit", "settings": {
-        "DefaultMessageTimeToLive": "P1D", "RequiresDuplicateDetection": True,
-        "DuplicateDetectionHistoryTimeWindow": "PT5M"}}, entity="")  # fmt: skip
-    api.ok("entity/create", {"kind": "subscription", "topic": "audit", "name": "all", "settings": {
-        "ForwardTo": "work", "AutoDeleteOnIdle": "PT1H", "RequiresSession": True}},
-        entity="")  # fmt: skip
+    api.ok(
+        "entity/create",
+        {
+            "kind": "topic",
+            "name": "audit",
+            "settings": {
+                "DefaultMessageTimeToLive": "P1D",
+                "RequiresDuplicateDetection": True,
+                "DuplicateDetectionHistoryTimeWindow": "PT5M",
+            },
+        },
+        entity="",
+    )
+    api.ok(
+        "entity/create",
+        {
+            "kind": "subscription",
+            "topic": "audit",
+            "name": "all",
+            "settings": {"ForwardTo": "work", "AutoDeleteOnIdle": "PT1H", "RequiresSession": True},
+        },
+        entity="",
+    )
     with _admin(api) as admin:
         topic = admin.get_topic("audit")
         assert topic.default_message_time_to_live == timedelta(days=1)
@@ -134,38 +171,74 @@ def test_topics_and_subscriptions_are_created_with_their_settings(api: Api) -> N
         ({"kind": "queue", "name": "work"}, "name", "queue 'work' in ns exists"),
         ({"kind": "topic", "name": "work"}, "name", "queue 'work' in ns exists"),
         ({"kind": "table", "name": "t"}, "kind", "kind: one of queue, topic, subscription"),
-        ({"settings": {"LockDuration": "PT2S"}}, "LockDuration",
-         "LockDuration: must be between PT5S and PT5M, got PT2S"),
-        ({"settings": {"LockDuration": "301"}}, "LockDuration",
-         "LockDuration: must be between PT5S and PT5M, got PT5M1S"),
+        (
+            {"settings": {"LockDuration": "PT2S"}},
+            "LockDuration",
+            "LockDuration: must be between PT5S and PT5M, got PT2S",
+        ),
+        (
+            {"settings": {"LockDuration": "301"}},
+            "LockDuration",
+            "LockDuration: must be between PT5S and PT5M, got PT5M1S",
+        ),
         ({"settings": {"LockDuration": "soon"}}, "LockDuration", "is not an ISO 8601 duration"),
         ({"settings": {"LockDuration": ""}}, "LockDuration", "lock duration: a duration"),
-        ({"settings": {"MaxDeliveryCount": 0}}, "MaxDeliveryCount",
-         "MaxDeliveryCount: must be between 1 and 2147483647, got 0"),
+        (
+            {"settings": {"MaxDeliveryCount": 0}},
+            "MaxDeliveryCount",
+            "MaxDeliveryCount: must be between 1 and 2147483647, got 0",
+        ),
         ({"settings": {"MaxDeliveryCount": "ten"}}, "MaxDeliveryCount", "'ten' is not an integer"),
-        ({"settings": {"DefaultMessageTimeToLive": "PT0.5S"}}, "DefaultMessageTimeToLive",
-         "must be at least PT1S"),
-        ({"settings": {"DuplicateDetectionHistoryTimeWindow": "PT10S"}},
-         "DuplicateDetectionHistoryTimeWindow", "must be between PT20S and P7D, got PT10S"),
-        ({"settings": {"DuplicateDetectionHistoryTimeWindow": "P8D"}},
-         "DuplicateDetectionHistoryTimeWindow", "must be between PT20S and P7D, got P8D"),
-        ({"settings": {"AutoDeleteOnIdle": "PT4M"}}, "AutoDeleteOnIdle",
-         "AutoDeleteOnIdle: must be at least PT5M, got PT4M"),
-        ({"settings": {"MaxSizeInMegabytes": 100}}, "MaxSizeInMegabytes",
-         "must be one of 1024, 2048, 3072, 4096, 5120, got 100"),
-        ({"settings": {"ForwardTo": "nowhere"}}, "ForwardTo",
-         "ForwardTo: the queue or topic 'nowhere' does not exist"),
-        ({"settings": {"ForwardDeadLetteredMessagesTo": SUBSCRIPTION}},
-         "ForwardDeadLetteredMessagesTo", "does not exist"),
+        (
+            {"settings": {"DefaultMessageTimeToLive": "PT0.5S"}},
+            "DefaultMessageTimeToLive",
+            "must be at least PT1S",
+        ),
+        (
+            {"settings": {"DuplicateDetectionHistoryTimeWindow": "PT10S"}},
+            "DuplicateDetectionHistoryTimeWindow",
+            "must be between PT20S and P7D, got PT10S",
+        ),
+        (
+            {"settings": {"DuplicateDetectionHistoryTimeWindow": "P8D"}},
+            "DuplicateDetectionHistoryTimeWindow",
+            "must be between PT20S and P7D, got P8D",
+        ),
+        (
+            {"settings": {"AutoDeleteOnIdle": "PT4M"}},
+            "AutoDeleteOnIdle",
+            "AutoDeleteOnIdle: must be at least PT5M, got PT4M",
+        ),
+        (
+            {"settings": {"MaxSizeInMegabytes": 100}},
+            "MaxSizeInMegabytes",
+            "must be one of 1024, 2048, 3072, 4096, 5120, got 100",
+        ),
+        (
+            {"settings": {"ForwardTo": "nowhere"}},
+            "ForwardTo",
+            "ForwardTo: the queue or topic 'nowhere' does not exist",
+        ),
+        (
+            {"settings": {"ForwardDeadLetteredMessagesTo": SUBSCRIPTION}},
+            "ForwardDeadLetteredMessagesTo",
+            "does not exist",
+        ),
         ({"settings": {"ForwardTo": "fresh"}}, "ForwardTo", "cannot forward to itself"),
         ({"settings": {"UserMetadata": "x" * 1025}}, "UserMetadata", "at most 1024"),
         ({"settings": {"Status": "Paused"}}, "Status", "'Paused' is not an entity status"),
-        ({"kind": "topic", "settings": {"Status": "ReceiveDisabled"}}, "Status",
-         "ReceiveDisabled is not a topic's (Active, Disabled, SendDisabled)"),
-        ({"kind": "topic", "settings": {"LockDuration": "PT1M"}}, "LockDuration",
-         "LockDuration is not a setting of a topic"),
+        (
+            {"kind": "topic", "settings": {"Status": "ReceiveDisabled"}},
+            "Status",
+            "ReceiveDisabled is not a topic's (Active, Disabled, SendDisabled)",
+        ),
+        (
+            {"kind": "topic", "settings": {"LockDuration": "PT1M"}},
+            "LockDuration",
+            "LockDuration is not a setting of a topic",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_form_the_service_would_refuse_is_refused_first(
     api: Api, body: dict[str, Any], field: str, message: str
 ) -> None:
@@ -192,10 +265,14 @@ def test_settings_change_and_the_status_switches(api: Api) -> None:
     clock = api.handle.broker.clock
     assert isinstance(clock, ManualClock)
     clock.advance(1)  # the ETag is the time of the last change
-    api.ok("entity/update", {"settings": {"LockDuration": "PT45S", "MaxDeliveryCount": 4},
-                             "etag": etag}, entity="work")  # fmt: skip
-    status = api.ok("entity/update", {"settings": {"Status": "SendDisabled"}, "check": True},
-                    entity="work")["plan"]  # fmt: skip
+    api.ok(
+        "entity/update",
+        {"settings": {"LockDuration": "PT45S", "MaxDeliveryCount": 4}, "etag": etag},
+        entity="work",
+    )
+    status = api.ok(
+        "entity/update", {"settings": {"Status": "SendDisabled"}, "check": True}, entity="work"
+    )["plan"]
     assert status == "Change queue 'work' in ns: Status: Active → SendDisabled (receives only)."
     api.ok("entity/update", {"settings": {"Status": "SendDisabled"}}, entity="work")
     api.ok("entity/update", {"settings": {"Status": "ReceiveDisabled"}}, entity=SUBSCRIPTION)
@@ -205,17 +282,21 @@ def test_settings_change_and_the_status_switches(api: Api) -> None:
         assert queue.status == EntityStatus.SEND_DISABLED
         assert admin.get_subscription("events", "eu").status == EntityStatus.RECEIVE_DISABLED
     # the ETag the page saw is now stale: the service refuses, in its own words
-    status, answer = api("entity/update", {"settings": {"MaxDeliveryCount": 5}, "etag": etag},
-                         entity="work")  # fmt: skip
+    status, answer = api(
+        "entity/update", {"settings": {"MaxDeliveryCount": 5}, "etag": etag}, entity="work"
+    )
     assert status == 412 and answer["error"].startswith("the service refused (412): The entity")
-    field, error = _refused(api, "entity/update", {"settings": {"RequiresSession": True}},
-                            entity="work")  # fmt: skip
+    field, error = _refused(
+        api, "entity/update", {"settings": {"RequiresSession": True}}, entity="work"
+    )
     assert field == "RequiresSession" and "cannot be changed" in error
-    field, error = _refused(api, "entity/update", {"settings": {"MaxDeliveryCount": 4}},
-                            entity="work")  # fmt: skip
+    field, error = _refused(
+        api, "entity/update", {"settings": {"MaxDeliveryCount": 4}}, entity="work"
+    )
     assert field == "settings" and error == "nothing to change on queue 'work' in ns"
-    field, error = _refused(api, "entity/update", {"settings": {"Status": "SendDisabled"}},
-                            entity=SUBSCRIPTION)  # fmt: skip
+    field, error = _refused(
+        api, "entity/update", {"settings": {"Status": "SendDisabled"}}, entity=SUBSCRIPTION
+    )
     assert "not a subscription's (Active, Disabled, ReceiveDisabled)" in error
 
 
@@ -236,11 +317,20 @@ def test_deletes_need_the_name_typed(api: Api) -> None:
 def test_rules_are_added_changed_and_deleted(api: Api) -> None:
     sql = {"name": "big", "filter": {"sql": "amount > 100"}, "action": "SET tier = 'gold'"}
     plan = api.ok("rule/create", {**sql, "check": True}, entity=SUBSCRIPTION)["plan"]
-    assert plan == ("Add rule 'big' of subscription 'eu' of topic 'events' in ns: filter "
-                    "amount > 100; action SET tier = 'gold'.")  # fmt: skip
+    assert plan == (
+        "Add rule 'big' of subscription 'eu' of topic 'events' in ns: filter "
+        "amount > 100; action SET tier = 'gold'."
+    )
     api.ok("rule/create", sql, entity=SUBSCRIPTION)
-    correlation = {"name": "vip", "filter": {"correlation": {"CorrelationId": "c-1", "properties": [
-        {"name": "priority", "type": "int", "value": "5"}]}}}  # fmt: skip
+    correlation = {
+        "name": "vip",
+        "filter": {
+            "correlation": {
+                "CorrelationId": "c-1",
+                "properties": [{"name": "priority", "type": "int", "value": "5"}],
+            }
+        },
+    }
     api.ok("rule/create", correlation, entity=SUBSCRIPTION)
     with _admin(api) as admin:
         rules = {r.name: r for r in admin.list_rules("events", "eu")}
@@ -252,10 +342,15 @@ def test_rules_are_added_changed_and_deleted(api: Api) -> None:
         assert rules["vip"].filter.correlation_id == "c-1"
         assert rules["vip"].filter.properties == {"priority": 5}
         shown = {r["name"]: r for r in api.ok("entity", entity=SUBSCRIPTION)["rules"]}
-        assert shown["vip"]["form"] == {"correlation": {"CorrelationId": "c-1", "properties": [
-            {"name": "priority", "type": "int", "value": "5"}]}}  # fmt: skip
-        api.ok("rule/update", {"name": "big", "filter": {"sql": "amount > 500"}},
-               entity=SUBSCRIPTION)  # fmt: skip
+        assert shown["vip"]["form"] == {
+            "correlation": {
+                "CorrelationId": "c-1",
+                "properties": [{"name": "priority", "type": "int", "value": "5"}],
+            }
+        }
+        api.ok(
+            "rule/update", {"name": "big", "filter": {"sql": "amount > 500"}}, entity=SUBSCRIPTION
+        )
         rule = admin.get_rule("events", "eu", "big")
         assert isinstance(rule.filter, SqlRuleFilter)
         assert rule.filter.sql_expression == "amount > 500"
@@ -268,22 +363,38 @@ def test_rules_are_added_changed_and_deleted(api: Api) -> None:
 @pytest.mark.parametrize(
     ("body", "field", "message"),
     [
-        ({"filter": {"sql": "region = "}}, "filter",
-         "line 1, column 9: expected an expression but found end of input"),
-        ({"filter": {"sql": "region == 'eu'"}}, "filter",
-         "line 1, column 9: expected an expression but found '='"),
-        ({"filter": {"sql": "region = 'eu'"}, "action": "SET"}, "action",
-         "line 1, column 4: expected a property name but found end of input"),
+        (
+            {"filter": {"sql": "region = "}},
+            "filter",
+            "line 1, column 9: expected an expression but found end of input",
+        ),
+        (
+            {"filter": {"sql": "region == 'eu'"}},
+            "filter",
+            "line 1, column 9: expected an expression but found '='",
+        ),
+        (
+            {"filter": {"sql": "region = 'eu'"}, "action": "SET"},
+            "action",
+            "line 1, column 4: expected a property name but found end of input",
+        ),
         ({"filter": {"sql": "  "}}, "filter", "a SQL expression"),
         ({"filter": {"correlation": {}}}, "filter", "set at least one field or property"),
         ({"filter": {"correlation": {"Colour": "red"}}}, "filter", "Colour is not one of"),
-        ({"filter": {"correlation": {"properties": [{"name": "n", "type": "int", "value": "x"}]}}},
-         "filter", "not a valid int"),
+        (
+            {
+                "filter": {
+                    "correlation": {"properties": [{"name": "n", "type": "int", "value": "x"}]}
+                }
+            },
+            "filter",
+            "not a valid int",
+        ),
         ({"name": "bad name", "filter": {"sql": "1=1"}}, "name", "contains ' '"),
         ({"name": "r" * 51, "filter": {"sql": "1=1"}}, "name", "at most 50"),
         ({"name": "eu", "filter": {"sql": "1=1"}}, "name", "already has a rule 'eu'"),
     ],
-)  # fmt: skip
+)
 def test_a_rule_the_service_would_refuse_is_refused_first(
     api: Api, body: dict[str, Any], field: str, message: str
 ) -> None:
@@ -308,8 +419,7 @@ def test_off_loopback_entities_need_manage(broker_factory: Callable[..., BrokerH
     try:
         audience = f"sb://localhost:{handle.port}"
         reader = {"authorization": mint(audience, "reader", "READER_KEY")[0]}
-        manager = {"authorization": mint(audience, "RootManageSharedAccessKey",
-                                         "SAS_KEY_VALUE")[0]}  # fmt: skip
+        manager = {"authorization": mint(audience, "RootManageSharedAccessKey", "SAS_KEY_VALUE")[0]}
         for route, body in (
             ("entity", None),
             ("entity/update", {"settings": {"MaxDeliveryCount": 2}}),

@@ -37,16 +37,24 @@ def _choose(driver: Any, selector: str, value: str) -> None:
 
 
 def _dialog_text(driver: Any) -> str:
-    return str(_until("the confirmation", lambda: driver.execute_script(
-        "const d = document.getElementById('ask'); return d.open && d.querySelector('#ask-text')"
-        ".textContent")))  # fmt: skip
+    return str(
+        _until(
+            "the confirmation",
+            lambda: driver.execute_script(
+                "const d = document.getElementById('ask');"
+                " return d.open && d.querySelector('#ask-text').textContent"
+            ),
+        )
+    )
 
 
 def _settings(driver: Any, namespace: str, path: str) -> None:
     """Opens the entity's Settings tab and waits for its settings (not the last one's)."""
     _open_entity(driver, namespace, path, "settings")
-    _until(f"the settings of {path}", lambda: driver.find_elements(
-        "css selector", f"#tab-settings[data-entity='{path}']"))  # fmt: skip
+    _until(
+        f"the settings of {path}",
+        lambda: driver.find_elements("css selector", f"#tab-settings[data-entity='{path}']"),
+    )
 
 
 def _create(driver: Any, kind: str, name: str, settings: dict[str, str], topic: str = "") -> str:
@@ -54,8 +62,10 @@ def _create(driver: Any, kind: str, name: str, settings: dict[str, str], topic: 
     _choose(driver, "#create-form [name=kind]", kind)
     if topic:
         _type(driver, "#create-form [name=topic]", topic)
-    _until(f"the {kind} form", lambda: driver.find_elements(
-        "css selector", f"#create-fields[data-kind={kind}]"))  # fmt: skip
+    _until(
+        f"the {kind} form",
+        lambda: driver.find_elements("css selector", f"#create-fields[data-kind={kind}]"),
+    )
     _type(driver, "#create-form [name=name]", name)
     for field, value in settings.items():
         _type(driver, f"#create-fields [name={field}]", value)
@@ -76,15 +86,18 @@ def test_entities_in_a_browser(browser: Any, tmp_path: Path, processes: Processe
     _click(browser, "#create-box summary")
 
     # a lock duration the service would refuse: said beside the field, nothing sent
-    _until("the queue form", lambda: browser.find_elements(
-        "css selector", "#create-fields[data-kind=queue]"))  # fmt: skip
+    _until(
+        "the queue form",
+        lambda: browser.find_elements("css selector", "#create-fields[data-kind=queue]"),
+    )
     _type(browser, "#create-form [name=name]", "orders")
     _type(browser, "#create-fields [name=LockDuration]", "2")
     _click(browser, "#create-form button[type=submit]")
     error = _until("the refusal", lambda: _text(browser, "[data-testid=create-error]"))
     assert error == "LockDuration: must be between PT5S and PT5M, got PT2S"
     assert "invalid" in browser.find_element(
-        "css selector", "#create-fields [name=LockDuration]").get_attribute("class")  # fmt: skip
+        "css selector", "#create-fields [name=LockDuration]"
+    ).get_attribute("class")
     assert not browser.execute_script("return document.getElementById('ask').open")
     _shot(browser, "entities-1-refused-form")
     with pytest.raises(ResourceNotFoundError):
@@ -160,8 +173,10 @@ def test_entities_in_a_browser(browser: Any, tmp_path: Path, processes: Processe
     refused = [e for e in _errors(browser) if "status of 412" in e]
     assert len(refused) == 1, refused  # the refused request, as Chrome logs it; nothing else
     browser.execute_script("document.querySelector(`.tabs button[data-tab='settings']`).click()")
-    _until("the settings again", lambda: _text(
-        browser, "#settings dd[data-setting=MaxDeliveryCount]") == "7")  # fmt: skip
+    _until(
+        "the settings again",
+        lambda: _text(browser, "#settings dd[data-setting=MaxDeliveryCount]") == "7",
+    )
 
     # the status switch
     _choose(browser, "#status-choice", "SendDisabled")
@@ -217,8 +232,12 @@ def test_entities_in_a_browser(browser: Any, tmp_path: Path, processes: Processe
         "[...document.querySelectorAll(\"#rules tr[data-rule='big'] button\")]"
         ".find((b) => b.textContent === 'Edit').click()"
     )
-    sql = _until("the rule's SQL", lambda: browser.find_element(
-        "css selector", "#rule-form [name=filter]").get_attribute("value"))  # fmt: skip
+    sql = _until(
+        "the rule's SQL",
+        lambda: browser.find_element("css selector", "#rule-form [name=filter]").get_attribute(
+            "value"
+        ),
+    )
     assert sql == "amount > 100"
     _type(browser, "#rule-form [name=filter]", "amount > 500")
     _click(browser, "#rule-submit")
@@ -252,7 +271,9 @@ def test_entities_in_a_browser(browser: Any, tmp_path: Path, processes: Processe
     _until("deleted", lambda: _text(browser, "#create-result").startswith("Done: Delete queue"))
     with pytest.raises(ResourceNotFoundError):
         admin.get_queue("orders")
-    _until("the row gone", lambda: not browser.find_elements(
-        "css selector", "tr[data-entity='orders']"))  # fmt: skip
+    _until(
+        "the row gone",
+        lambda: not browser.find_elements("css selector", "tr[data-entity='orders']"),
+    )
     admin.close()
     assert _errors(browser) == []

@@ -30,27 +30,33 @@ PARTITIONS = 4
 
 def _rows(driver: Any) -> dict[str, dict[str, str]]:
     """The partitions table: each partition's cells by field."""
-    return dict(driver.execute_script(
-        "return Object.fromEntries([...document.querySelectorAll('#partitions tbody tr')]"
-        ".map((tr) => [tr.dataset.partition, Object.fromEntries([...tr.querySelectorAll("
-        "'td[data-field]')].map((td) => [td.dataset.field, td.textContent]))]));"
-    ))  # fmt: skip
+    return dict(
+        driver.execute_script(
+            "return Object.fromEntries([...document.querySelectorAll('#partitions tbody tr')]"
+            ".map((tr) => [tr.dataset.partition, Object.fromEntries([...tr.querySelectorAll("
+            "'td[data-field]')].map((td) => [td.dataset.field, td.textContent]))]));"
+        )
+    )
 
 
 def _shown(driver: Any) -> list[tuple[int, str]]:
     """The events shown: (sequence number, offset) each."""
-    return [(int(s), o) for s, o in driver.execute_script(
-        "return [...document.querySelectorAll('#events .event')]"
-        ".map((e) => [e.dataset.sequence, e.dataset.offset]);"
-    )]  # fmt: skip
+    return [
+        (int(s), o)
+        for s, o in driver.execute_script(
+            "return [...document.querySelectorAll('#events .event')]"
+            ".map((e) => [e.dataset.sequence, e.dataset.offset]);"
+        )
+    ]
 
 
 def _read(driver: Any, partition: str, position: str, value: str, count: int = 20) -> None:
     driver.execute_script(
         "const form = document.getElementById('read-form');"
         "form.partition.value = arguments[0]; form.position.value = arguments[1];",
-        partition, position,
-    )  # fmt: skip
+        partition,
+        position,
+    )
     _type(driver, "#read-form [name=value]", value)
     _type(driver, "#read-form [name=count]", str(count))
     driver.execute_script("document.getElementById('read-note').textContent = ''")
@@ -102,8 +108,9 @@ def test_event_hubs_in_a_browser(browser: Any, tmp_path: Path, processes: Proces
     _shot(browser, "eventhubs-2-partitions")
 
     # a partition's row reads it from its start: the SDK's events with the SDK's numbers
-    browser.execute_script(f"document.querySelector('#partitions tr[data-partition=\"{keyed}\"]')"
-                           ".click()")  # fmt: skip
+    browser.execute_script(
+        f"document.querySelector('#partitions tr[data-partition=\"{keyed}\"]').click()"
+    )
     _until("the keyed events", lambda: len(_shown(browser)) == 3)
     assert _shown(browser) == [(e.sequence_number, str(e.offset)) for e in sent]
     cards = _text(browser, "#events .event")
@@ -137,8 +144,10 @@ def test_event_hubs_in_a_browser(browser: Any, tmp_path: Path, processes: Proces
     assert "telemetry" in _text(browser, "#ask-text")
     _shot(browser, "eventhubs-4-send")
     _confirm(browser)
-    _until("the send", lambda: _text(browser, "#hub-send-result") ==
-           "sent to telemetry with partition key beta")  # fmt: skip
+    _until(
+        "the send",
+        lambda: _text(browser, "#hub-send-result") == "sent to telemetry with partition key beta",
+    )
     (got,) = receive(amqp, 1, hub="telemetry", partition_id=beta, starting_position="-1")
     assert got.body_as_str() == "from the page" and got.partition_key == b"beta"  # as SDK reads it
     assert got.properties == {b"region": b"west", b"n": 7}
@@ -150,8 +159,9 @@ def test_event_hubs_in_a_browser(browser: Any, tmp_path: Path, processes: Proces
     _click(browser, "#hub-send-form button[type=submit]")
     assert "to partition 0" in _text(browser, "#ask-text")
     _confirm(browser)
-    _until("the send", lambda: _text(browser, "#hub-send-result") == "sent to telemetry "
-           "partition 0")  # fmt: skip
+    _until(
+        "the send", lambda: _text(browser, "#hub-send-result") == "sent to telemetry partition 0"
+    )
     events = receive(amqp, 1, hub="telemetry", partition_id="0", starting_position="-1")
     assert [e.body_as_str() for e in events] == ["to partition 0"]
     assert events[0].partition_key is None

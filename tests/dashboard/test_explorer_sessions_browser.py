@@ -27,9 +27,12 @@ pytestmark = pytest.mark.timeout(300)
 
 
 def _held(driver: Any) -> list[str]:
-    return list(driver.execute_script(
-        "return [...document.querySelectorAll('#held .message')].map((m) => m.dataset.messageId)"
-    ))  # fmt: skip
+    return list(
+        driver.execute_script(
+            "return [...document.querySelectorAll('#held .message')]"
+            ".map((m) => m.dataset.messageId)"
+        )
+    )
 
 
 def test_receive_and_settle_in_a_session(
@@ -50,9 +53,16 @@ def test_receive_and_settle_in_a_session(
 
     browser.get(f"http://127.0.0.1:{port}/")
     _open_entity(browser, f"127.0.0.1:{amqp}", "orders", "sessions")
-    _until("the sessions", lambda: browser.execute_script(
-        "return [...document.querySelectorAll('#sessions button')].map((b) => b.textContent)"
-    ) == ["s-a", "s-b"])  # fmt: skip
+    _until(
+        "the sessions",
+        lambda: (
+            browser.execute_script(
+                "return [...document.querySelectorAll('#sessions button')]"
+                ".map((b) => b.textContent)"
+            )
+            == ["s-a", "s-b"]
+        ),
+    )
     browser.execute_script(
         "[...document.querySelectorAll('#sessions button')]"
         ".find((b) => b.textContent === 's-a').click()"
@@ -118,16 +128,19 @@ def test_dead_letters_next_100(browser: Any, tmp_path: Path, processes: Processe
                     done += 1
         with client.get_queue_receiver("work", sub_queue=SubQueue.DEAD_LETTER) as receiver:
             dead = []
-            while batch := receiver.peek_messages(100, sequence_number=(
-                dead[-1].sequence_number + 1 if dead else 0)):  # fmt: skip
+            while batch := receiver.peek_messages(
+                100, sequence_number=(dead[-1].sequence_number + 1 if dead else 0)
+            ):
                 dead += batch
     assert len(dead) == total
 
     def shown() -> list[str]:
-        return list(browser.execute_script(
-            "return [...document.querySelectorAll('#dead-letters .message')]"
-            ".map((m) => m.dataset.messageId)"
-        ))  # fmt: skip
+        return list(
+            browser.execute_script(
+                "return [...document.querySelectorAll('#dead-letters .message')]"
+                ".map((m) => m.dataset.messageId)"
+            )
+        )
 
     browser.get(f"http://127.0.0.1:{port}/")
     _open_entity(browser, f"127.0.0.1:{amqp}", "work", "dead-letters")

@@ -56,8 +56,10 @@ def _own_address() -> str:
 
 
 def _paste_key(driver: Any, key_name: str, key: str) -> None:
-    _until("the token form", lambda: driver.execute_script(
-        "return !document.getElementById('token-form').hidden"))  # fmt: skip
+    _until(
+        "the token form",
+        lambda: driver.execute_script("return !document.getElementById('token-form').hidden"),
+    )
     _type(driver, "#token-form [name=key_name]", key_name)
     _type(driver, "#token-form [name=key]", key)
     _click(driver, "#token-form button[type=submit]")
@@ -70,8 +72,10 @@ def test_the_page_mints_a_token_from_a_pasted_key(
     config = make_config({"work": {}}, RULES)
     _, port, _ = start_broker(processes, tmp_path, "--ui", "--host", address, config=config)
     browser.get(f"http://{address}:{port}/")
-    _until("the token form", lambda: browser.execute_script(
-        "return !document.getElementById('token-form').hidden"))  # fmt: skip
+    _until(
+        "the token form",
+        lambda: browser.execute_script("return !document.getElementById('token-form').hidden"),
+    )
     # plain http off loopback: no secure context, so no Web Crypto
     assert browser.execute_script("return [window.isSecureContext, !!crypto.subtle]") == [
         False,
@@ -146,11 +150,17 @@ def test_the_page_signs_as_the_sdks_do(browser: Any, tmp_path: Path, processes: 
         (b"\x0b" * 20, b"Hi There"),
         (b"Jefe", b"what do ya want for nothing?"),
         (b"\xaa" * 131, b"Test Using Larger Than Block-Size Key - Hash Key First"),
-        (b"\xaa" * 131, b"This is a test using a larger than block-size key and a larger than "
-         b"block-size data. The key needs to be hashed before being used by the HMAC "
-         b"algorithm."),
-        (b"k", b""), (b"k" * 64, b"x" * 55), (b"k" * 65, b"x" * 56), (b"k", b"x" * 119),
-    ]  # fmt: skip
+        (
+            b"\xaa" * 131,
+            b"This is a test using a larger than block-size key and a larger than "
+            b"block-size data. The key needs to be hashed before being used by the HMAC "
+            b"algorithm.",
+        ),
+        (b"k", b""),
+        (b"k" * 64, b"x" * 55),
+        (b"k" * 65, b"x" * 56),
+        (b"k", b"x" * 119),
+    ]
     assert hmac.new(cases[1][0], cases[1][1], hashlib.sha256).hexdigest() == (
         "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
     )
@@ -164,16 +174,22 @@ def test_the_page_signs_as_the_sdks_do(browser: Any, tmp_path: Path, processes: 
     ):
         minted = browser.execute_async_script(
             "const done = arguments[3]; mintToken(arguments[0], arguments[1], arguments[2],"
-            " 1893456000).then(done);", uri, key_name, key,
-        )  # fmt: skip
+            " 1893456000).then(done);",
+            uri,
+            key_name,
+            key,
+        )
         assert minted == generate_sas_token(uri, key_name, key, 1893456000)
         js_only = browser.execute_async_script(
             "const done = arguments[3]; const subtle = crypto.subtle;"
             "Object.defineProperty(crypto, 'subtle', { value: undefined, configurable: true });"
             "mintToken(arguments[0], arguments[1], arguments[2], 1893456000).then((t) => {"
             "  Object.defineProperty(crypto, 'subtle', { value: subtle, configurable: true });"
-            "  done(t); });", uri, key_name, key,
-        )  # fmt: skip
+            "  done(t); });",
+            uri,
+            key_name,
+            key,
+        )
         assert js_only == minted
     assert _errors(browser) == []
 
@@ -223,7 +239,10 @@ def test_ui_token_refuses_what_it_cannot_use(tmp_path: Path, args: list[str], sa
     """Exit 2 before anything listens, saying why."""
     done = subprocess.run(
         [sys.executable, "-m", "replication", "broker", "--config", "Config.json", *args],
-        capture_output=True, text=True, cwd=tmp_path, timeout=60,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
         env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
-    )  # fmt: skip
+    )
     assert done.returncode == 2 and said in done.stderr, done.stderr

@@ -19,8 +19,11 @@ from tests.infra.support import ROOT
 def package(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "replication", "package", *args],
-        capture_output=True, text=True, cwd=cwd, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+    )
 
 
 def test_the_package_unpacks_into_an_app_that_imports(tmp_path: Path) -> None:
@@ -31,11 +34,28 @@ def test_the_package_unpacks_into_an_app_that_imports(tmp_path: Path) -> None:
     with zipfile.ZipFile(archive) as zipped:
         names = set(zipped.namelist())
         zipped.extractall(tmp_path / "app")
-    assert {"function_app.py", "host.json", "requirements.txt", "pipelines.yaml",
-            "replication/__init__.py", "replication/pipeline/model.py"} <= names  # fmt: skip
-    for left_out in (".venv/", "tests/", "bench/", "infra/", "local.settings", "__pycache__",
-                     ".pyc", "replication/spark/", ".git/", "pipelines_test.yaml",
-                     ".mypy_cache/", "test-artifacts/"):  # fmt: skip
+    assert {
+        "function_app.py",
+        "host.json",
+        "requirements.txt",
+        "pipelines.yaml",
+        "replication/__init__.py",
+        "replication/pipeline/model.py",
+    } <= names
+    for left_out in (
+        ".venv/",
+        "tests/",
+        "bench/",
+        "infra/",
+        "local.settings",
+        "__pycache__",
+        ".pyc",
+        "replication/spark/",
+        ".git/",
+        "pipelines_test.yaml",
+        ".mypy_cache/",
+        "test-artifacts/",
+    ):
         assert not [n for n in names if left_out in n], left_out
     assert ".git" not in names  # a worktree's .git is a file
     probe = (
@@ -44,8 +64,13 @@ def test_the_package_unpacks_into_an_app_that_imports(tmp_path: Path) -> None:
         "print(json.dumps({'replication': replication.__file__, 'functions': functions}))\n"
     )
     # the app's own folder first, as in the Functions worker; the venv gives the packages
-    ran = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         cwd=tmp_path / "app", timeout=120)  # fmt: skip
+    ran = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path / "app",
+        timeout=120,
+    )
     assert ran.returncode == 0, ran.stderr
     found = json.loads(ran.stdout.splitlines()[-1])
     assert Path(found["replication"]).is_relative_to(tmp_path / "app")  # not the checkout's
@@ -129,8 +154,12 @@ def test_requirements_txt_installs_everything_the_function_app_imports() -> None
 
     imported = subprocess.run(
         [sys.executable, "-c", IMPORTED_DISTRIBUTIONS],
-        capture_output=True, text=True, cwd=ROOT, timeout=120, check=True,
-    ).stdout.split()  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        check=True,
+    ).stdout.split()
     imported_names = {norm(name) for name in imported}
     lines = (ROOT / "requirements.txt").read_text().splitlines()
     pending = [Requirement(line).name for line in lines if line.strip() and line[0] != "#"]
