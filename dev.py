@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tomllib
 import venv
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
@@ -32,6 +33,8 @@ STAMP = VENV / ".installed"
 PACKAGE = ROOT / "replication"
 MANIFEST = PACKAGE / ".native-build.json"  # read by replication/native.py
 GROUP = "replication.hotpath"  # mypyc's shared library: replication/hotpath__mypyc.*.so
+NATIVE_CACHE = VENV / "native-builds"  # compiled builds by their sources' digest
+KEPT_BUILDS = 4
 SETUP = """
 import sys
 from setuptools import setup
@@ -86,20 +89,28 @@ def built_files() -> list[Path]:
 
 def build(python: str) -> None:
     """Compiles the hot path unless the last build is of these very sources; any failure leaves
-    plain Python running (and says so), never a half-built mix."""
+    plain Python running (and says so), never a half-built mix. A build is kept in the venv
+    under its sources' digest, so a fresh clone of the same sources (a CI checkout, a second
+    worktree) takes it instead of compiling again."""
     sources = native_sources()
     mypy = subprocess.run(
         [python, "-c", "import mypy.version; print(mypy.version.__version__)"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     entries = {
         path.relative_to(PACKAGE).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
         for path in sources
     }
+    kept = NATIVE_CACHE / _build_key(mypy, entries)
     try:
         last = json.loads(MANIFEST.read_text())
         built = {k: v["sha256"] for k, v in last["sources"].items()}
-        if last["mypy"] == mypy and built == entries and (PACKAGE / last["library"]).is_file():
+        library = PACKAGE / last["library"]
+        if last["mypy"] == mypy and built == entries and library.is_file():
+            if not kept.is_dir():
+                _keep(kept, library)
             return
     except (OSError, ValueError, KeyError, TypeError):
         pass
@@ -108,6 +119,10 @@ def build(python: str) -> None:
         stale.unlink()
     if os.environ.get("REPLICATION_PURE_PYTHON", "") not in ("", "0"):
         say("REPLICATION_PURE_PYTHON is set: the hot path runs as plain Python")
+        return
+    if _restore(kept):
+        _write_manifest(mypy, kept.joinpath("library").read_text().strip(), entries)
+        say(f"hot path: the build of these sources kept in {kept.parent} (no compile)")
         return
     if not (shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")):
         say("no C compiler (cc): the hot path runs as plain Python, slower")
@@ -123,10 +138,21 @@ def build(python: str) -> None:
         print(done.stdout[-3000:], done.stderr[-3000:], sep="\n", file=sys.stderr)
         return
     library = next(PACKAGE.glob(GROUP.rpartition(".")[2] + "__mypyc.*"))
+    _write_manifest(mypy, library.relative_to(PACKAGE).as_posix(), entries)
+    _keep(kept, library)
+
+
+def _build_key(mypy: str, entries: dict[str, str]) -> str:
+    """What a build depends on: the compiler, the interpreter, the build script, the sources."""
+    parts = [mypy, sys.version, sys.platform, SETUP, json.dumps(entries, sort_keys=True)]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
+
+
+def _write_manifest(mypy: str, library: str, entries: dict[str, str]) -> None:
     stats = {relative: (PACKAGE / relative).stat() for relative in entries}
     manifest = {
         "mypy": mypy,
-        "library": library.relative_to(PACKAGE).as_posix(),
+        "library": library,
         "sources": {
             relative: {
                 "size": stats[relative].st_size,
@@ -137,6 +163,37 @@ def build(python: str) -> None:
         },
     }
     MANIFEST.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+
+
+def _keep(kept: Path, library: Path) -> None:
+    """Copies the build into the venv's cache (written aside, then renamed: all or nothing);
+    only the newest few builds stay."""
+    partial = kept.with_name(kept.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    for built in built_files():
+        copy = partial / "files" / built.relative_to(PACKAGE)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(built, copy)
+    (partial / "library").write_text(library.relative_to(PACKAGE).as_posix() + "\n")
+    shutil.rmtree(kept, ignore_errors=True)
+    partial.rename(kept)
+    builds = sorted(
+        (path for path in NATIVE_CACHE.iterdir() if path.is_dir()),
+        key=lambda path: path.stat().st_mtime,
+    )
+    for old in builds[:-KEPT_BUILDS]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _restore(kept: Path) -> bool:
+    files = kept / "files"
+    if not (kept / "library").is_file() or not files.is_dir():
+        return False
+    for copy in files.rglob("*"):
+        if copy.is_file():
+            shutil.copy2(copy, PACKAGE / copy.relative_to(files))
+    os.utime(kept)  # the newest use is the last one removed
+    return True
 
 
 def run(command: list[str]) -> int:
@@ -157,23 +214,45 @@ def main(argv: list[str]) -> int:
     except subprocess.CalledProcessError as exc:
         say(f"installation failed (exit {exc.returncode}); see pip's output above")
         return 1
-    if action != "lint":
-        build(python)
-        ask = [python, "-c", "import replication.native as n; print(n.STATE)"]
-        say("hot path: " + subprocess.run(ask, capture_output=True, text=True).stdout.strip())
+    if action == "lint":
+        return lint(python, capture=False)[0]
+    checks = None
+    if action == "test":  # mypy (one core) and the compile (mostly mypyc on one core) overlap
+        checks = ThreadPoolExecutor(1).submit(lint, python, True)
+    build(python)
+    ask = [python, "-c", "import replication.native as n; print(n.STATE)"]
+    say("hot path: " + subprocess.run(ask, capture_output=True, text=True).stdout.strip())
     if action == "build":
         return 0
     if action == "start":  # no arguments: the demo (sample pipelines fed and shown)
         return run([python, "-m", "replication", "start", *(rest or ["--demo"])])
-    lint = run([python, "-m", "ruff", "check", "."])
-    if lint == 0:  # formatting is not a matter of taste here: ruff format decides
-        lint = run([python, "-m", "ruff", "format", "--check", "."])
-    if lint == 0:  # the package's types ([tool.mypy] in pyproject.toml)
-        lint = run([python, "-m", "mypy"])
-    if action == "lint" or lint != 0:
-        return lint
+    assert checks is not None
+    code, output = checks.result()
+    print(output, end="", flush=True)
+    if code != 0:
+        return code
     say("running the test suite")
     return run([python, "-m", "pytest", *_parallel(rest), *rest])
+
+
+LINT = (
+    ("ruff", "check", "."),
+    ("ruff", "format", "--check", "."),  # formatting is not a matter of taste: ruff decides
+    ("mypy",),  # the package's types ([tool.mypy] in pyproject.toml)
+)
+
+
+def lint(python: str, capture: bool) -> tuple[int, str]:
+    """ruff, then the formatter's check, then mypy; the first failure ends it. mypy's cache
+    lives in the venv, so a fresh clone checks against it (mypy compares digests)."""
+    os.environ.setdefault("MYPY_CACHE_DIR", str(VENV / "mypy-cache"))
+    output = []
+    for tool in LINT:
+        done = subprocess.run([python, "-m", *tool], cwd=ROOT, capture_output=capture, text=True)
+        output.append(f"{done.stdout or ''}{done.stderr or ''}")
+        if done.returncode != 0:
+            return done.returncode, "".join(output)
+    return 0, "".join(output)
 
 
 def _parallel(args: list[str]) -> list[str]:
