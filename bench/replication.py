@@ -490,6 +490,12 @@ async def run(args: argparse.Namespace) -> None:
     )
 
 
+def sample_worker_count() -> int:
+    """The app's own FUNCTIONS_WORKER_PROCESS_COUNT, as ``start`` reads it from the sample."""
+    values = json.loads((ROOT / "local.settings.sample.json").read_text())["Values"]
+    return int(values.get("FUNCTIONS_WORKER_PROCESS_COUNT", "1"))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=20_000)
@@ -500,8 +506,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--host-workers",
         type=int,
-        default=1,
-        help="3's FUNCTIONS_WORKER_PROCESS_COUNT (the Functions host's default: 1)",
+        default=sample_worker_count(),
+        help="3's FUNCTIONS_WORKER_PROCESS_COUNT (default: local.settings.sample.json's, "
+        "%(default)s; the Functions host's own default is 1)",
     )
     parser.add_argument(
         "--host-in-process",
