@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -547,6 +547,16 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: floa
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout} s")
         time.sleep(interval)
+
+
+def concurrently(*calls: Callable[[], T]) -> list[T]:
+    """Runs independent calls at once, one thread each, and returns their results in order.
+    An SDK handler waits in real time however idle the machine is (its open reads one frame
+    per 50 ms sleep, a receiver's or consumer's close joins a keep-alive thread that sleeps
+    in 1 s steps): independent readers wait side by side instead of one after another."""
+    with ThreadPoolExecutor(len(calls)) as pool:
+        futures = [pool.submit(call) for call in calls]
+        return [future.result() for future in futures]
 
 
 def take_all(
