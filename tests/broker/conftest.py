@@ -566,12 +566,13 @@ def take_all(
     nothing left (the broker answers at once: no idle wait), or once a receive gets nothing in
     ``wait`` s (what is left cannot be received: deferred, scheduled, or locked elsewhere)."""
     out: list[ServiceBusReceivedMessage] = []
-    while received := receiver.receive_messages(max_message_count=batch, max_wait_time=wait):
+    while receiver.peek_messages(max_message_count=1, sequence_number=1):
+        received = receiver.receive_messages(max_message_count=batch, max_wait_time=wait)
+        if not received:
+            break
         for message in received:
             receiver.complete_message(message)
         out += received
-        if not receiver.peek_messages(max_message_count=1, sequence_number=1):
-            break
     return out
 
 

@@ -16,7 +16,7 @@ from azure.servicebus.exceptions import ServiceBusError
 
 from replication.broker.clock import ManualClock
 
-from .conftest import BrokerHandle, make_config, receive_n, take_all
+from .conftest import BrokerHandle, concurrently, make_config, receive_n, take_all
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -65,10 +65,10 @@ def props_message(name: str, properties: dict[str, object]) -> ServiceBusMessage
     return ServiceBusMessage(name, message_id=name, application_properties=properties)
 
 
-def drain(broker: BrokerHandle, sub: str, *, topic: str = "orders", wait: float = 1.0) -> list:
+def drain(broker: BrokerHandle, sub: str, *, topic: str = "orders") -> list:
     """Everything a subscription holds now, completed."""
     with broker.client() as client, client.get_subscription_receiver(topic, sub) as receiver:
-        return take_all(receiver, wait, batch=50)
+        return take_all(receiver, batch=50)
 
 
 @pytest.mark.slow
@@ -82,13 +82,15 @@ def test_a_copy_per_matching_subscription(broker: BrokerHandle) -> None:
     ]  # fmt: skip
     with broker.client() as client, client.get_topic_sender("orders") as sender:
         sender.send_messages(messages)
-    assert sorted(m.message_id for m in drain(broker, "all")) == ["a", "b", "c", "d"]
-    assert [m.message_id for m in drain(broker, "red")] == ["a"]
-    assert [m.message_id for m in drain(broker, "express")] == ["c"]
-    assert drain(broker, "none", wait=0.5) == []
+    every, red, express, none, tagged = concurrently(
+        *(lambda sub=sub: drain(broker, sub) for sub in ("all", "red", "express", "none", "tagged"))
+    )
+    assert sorted(m.message_id for m in every) == ["a", "b", "c", "d"]
+    assert [m.message_id for m in red] == ["a"]
+    assert [m.message_id for m in express] == ["c"]
+    assert none == []
 
     # rules with an action: a changed copy each, named by RuleName; rules without: one copy
-    tagged = drain(broker, "tagged")
     by_rule = sorted(
         (m.message_id, (m.application_properties or {}).get(b"RuleName", b"")) for m in tagged
     )
@@ -254,7 +256,7 @@ def test_rules_survive_a_restart_and_config_changes_win(broker_factory) -> None:
             sender.send_messages(
                 [ServiceBusMessage(str(n), application_properties={"n": n}) for n in range(4)]
             )
-        return sorted(int(str(m)) for m in drain(broker, "s", topic="t", wait=0.5))
+        return sorted(int(str(m)) for m in drain(broker, "s", topic="t"))
 
     assert numbers() == [2, 3]
     broker.restart()
