@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -294,6 +295,11 @@ class BrokerHandle:
             self.broker.sweep(everything=True)
 
         self.call(move)
+
+    def advance_to(self, when: datetime) -> None:
+        """``advance`` until the broker's ``ManualClock`` reads ``when``."""
+        assert self.clock is not None
+        self.advance(when.timestamp() - self.clock.time())
 
     def restart(self, config: dict[str, Any] | None = None) -> BrokerHandle:
         """A clean stop and a fresh broker on the same port and data dir (the port the OS
@@ -595,6 +601,12 @@ def receive_n(
         )
     assert len(received) == count, f"received {len(received)} of {count} messages"
     return received
+
+
+def whole_ms(when: datetime) -> datetime:
+    """``when`` in whole milliseconds, as AMQP carries times: a test that steps a
+    ``ManualClock`` to half a millisecond before and after it knows what the broker sees."""
+    return when.replace(microsecond=when.microsecond // 1000 * 1000)
 
 
 def body_bytes(message: Any) -> bytes:

@@ -19,7 +19,7 @@ from azure.servicebus.exceptions import MessageLockLostError
 
 from replication.broker.clock import ManualClock
 
-from .conftest import BrokerHandle, dead_letters, nothing_more, receive_n, send
+from .conftest import BrokerHandle, dead_letters, nothing_more, receive_n, send, whole_ms
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -375,17 +375,16 @@ def test_scheduled_enqueue_time_on_send(broker_factory: Any) -> None:
         client.get_queue_sender("q") as sender,
         client.get_queue_receiver("q") as receiver,
     ):
-        when = now() + timedelta(seconds=2.5)
-        when = when.replace(microsecond=when.microsecond // 1000 * 1000)  # AMQP's milliseconds
+        when = whole_ms(now() + timedelta(seconds=2.5))
         message = ServiceBusMessage("on time", message_id="s1")
         message.scheduled_enqueue_time_utc = when
         sender.send_messages(message)
         assert nothing_more(receiver)
-        broker.advance(when.timestamp() - broker.clock.time() - 0.0005)  # half a ms before
+        broker.advance_to(when - timedelta(microseconds=500))
         (peeked,) = receiver.peek_messages()
         assert peeked.state == ServiceBusMessageState.SCHEDULED
         assert nothing_more(receiver)
-        broker.advance(0.001)  # half a ms after
+        broker.advance(0.001)  # half a millisecond after its time
         (received,) = receive_n(receiver, 1)
         assert received.message_id == "s1"
         assert received.scheduled_enqueue_time_utc is not None

@@ -16,7 +16,7 @@ from azure.servicebus.exceptions import ServiceBusError
 
 from replication.broker.clock import ManualClock
 
-from .conftest import BrokerHandle, concurrently, make_config, receive_n, take_all
+from .conftest import BrokerHandle, concurrently, make_config, nothing_more, receive_n, take_all
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -133,7 +133,7 @@ def test_subscription_dead_letter_queue_and_max_delivery(broker: BrokerHandle) -
             (md,) = receive_n(receiver, 1)
             assert md.delivery_count == 1
             receiver.abandon_message(md)  # the second attempt: MaxDeliveryCount 2
-            assert receiver.receive_messages(max_message_count=1, max_wait_time=1) == []
+            assert nothing_more(receiver)
         with client.get_subscription_receiver(
             "orders", "short", sub_queue=ServiceBusSubQueue.DEAD_LETTER
         ) as dlq:
@@ -199,7 +199,7 @@ def test_scheduled_message_on_a_topic_and_cancel(broker: BrokerHandle) -> None:
             )  # fmt: skip
             sender.cancel_scheduled_messages(drop)
         with client.get_subscription_receiver("orders", "all") as receiver:
-            assert receiver.receive_messages(max_message_count=1, max_wait_time=0.5) == []
+            assert nothing_more(receiver)
             (message,) = receive_n(receiver, 1, timeout=10)
             receiver.complete_message(message)
     assert message.message_id == "keep"
