@@ -565,6 +565,12 @@ def concurrently(*calls: Callable[[], T]) -> list[T]:
         return [future.result() for future in futures]
 
 
+DRAIN_PREFETCH = 100
+"""The ``prefetch_count`` of receivers that take whatever an entity holds (``take_all``,
+``dead_letters``): what they buffer ahead they take anyway, and the SDK gives a receiver
+without prefetch a keep-alive thread that sleeps in 1 s steps and that its close joins."""
+
+
 def take_all(
     receiver: ServiceBusReceiver, wait: float = 1.0, batch: int = 100
 ) -> list[ServiceBusReceivedMessage]:
@@ -585,6 +591,7 @@ def take_all(
 def receive_all(broker: BrokerHandle, queue: str, **kwargs: Any) -> list[ServiceBusReceivedMessage]:
     """Receives and completes whatever ``queue`` holds (``take_all``); ``kwargs`` go to
     ``get_queue_receiver`` (session_id, sub_queue, ...)."""
+    kwargs.setdefault("prefetch_count", DRAIN_PREFETCH)
     with broker.client() as client, client.get_queue_receiver(queue, **kwargs) as receiver:
         return take_all(receiver)
 
@@ -634,7 +641,9 @@ def dead_letters(
     """Receives and completes ``count`` messages from the queue's dead-letter sub-queue."""
     with (
         broker.client() as client,
-        client.get_queue_receiver(queue, sub_queue=ServiceBusSubQueue.DEAD_LETTER) as receiver,
+        client.get_queue_receiver(
+            queue, sub_queue=ServiceBusSubQueue.DEAD_LETTER, prefetch_count=DRAIN_PREFETCH
+        ) as receiver,
     ):
         messages = receive_n(receiver, count, timeout=timeout)
         for message in messages:

@@ -7,7 +7,15 @@ from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, Servi
 
 from replication.broker.config import ConfigError, parse_config
 
-from .conftest import BrokerHandle, concurrently, make_config, receive_all, receive_n, take_all
+from .conftest import (
+    DRAIN_PREFETCH,
+    BrokerHandle,
+    concurrently,
+    make_config,
+    receive_all,
+    receive_n,
+    take_all,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -54,7 +62,9 @@ def test_queue_to_topic_to_subscription_to_queue(broker: BrokerHandle) -> None:
     def copy() -> list[ServiceBusReceivedMessage]:
         with (
             broker.client() as client,
-            client.get_subscription_receiver("fan", "copy") as receiver,
+            client.get_subscription_receiver(
+                "fan", "copy", prefetch_count=DRAIN_PREFETCH
+            ) as receiver,
         ):
             return take_all(receiver)
 

@@ -16,7 +16,15 @@ from azure.servicebus.exceptions import ServiceBusError
 
 from replication.broker.clock import ManualClock
 
-from .conftest import BrokerHandle, concurrently, make_config, nothing_more, receive_n, take_all
+from .conftest import (
+    DRAIN_PREFETCH,
+    BrokerHandle,
+    concurrently,
+    make_config,
+    nothing_more,
+    receive_n,
+    take_all,
+)
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -67,7 +75,10 @@ def props_message(name: str, properties: dict[str, object]) -> ServiceBusMessage
 
 def drain(broker: BrokerHandle, sub: str, *, topic: str = "orders") -> list:
     """Everything a subscription holds now, completed."""
-    with broker.client() as client, client.get_subscription_receiver(topic, sub) as receiver:
+    with (
+        broker.client() as client,
+        client.get_subscription_receiver(topic, sub, prefetch_count=DRAIN_PREFETCH) as receiver,
+    ):
         return take_all(receiver, batch=50)
 
 

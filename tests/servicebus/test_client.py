@@ -49,7 +49,7 @@ from replication.tasks.task import ReplicationTask
 from tests.amqp.strategies import (
     amqp_messages,
 )
-from tests.broker.conftest import BrokerHandle, concurrently, make_config, take_all
+from tests.broker.conftest import DRAIN_PREFETCH, BrokerHandle, concurrently, make_config, take_all
 from tests.ports import unused_port
 from tests.wire_witness import performatives, watch_writes
 
@@ -703,7 +703,9 @@ async def test_pump_on_both_backends(broker: BrokerHandle, backend: str) -> None
     def drain(queue: str, session: str | None = None) -> list[str | None]:
         with (
             broker.client() as client,
-            client.get_queue_receiver(queue, session_id=session) as receiver,
+            client.get_queue_receiver(
+                queue, session_id=session, prefetch_count=DRAIN_PREFETCH
+            ) as receiver,
         ):
             return [m.message_id for m in take_all(receiver)]
 
