@@ -24,6 +24,7 @@ from .conftest import (
     nothing_more,
     receive_n,
     take_all,
+    whole_ms,
 )
 
 pytestmark = pytest.mark.timeout(90)
@@ -199,19 +200,22 @@ def test_peek_defer_and_receive_deferred_on_a_subscription(broker: BrokerHandle)
             assert receiver.peek_messages(max_message_count=10) == []
 
 
-@pytest.mark.broker_config(CONFIG)
-def test_scheduled_message_on_a_topic_and_cancel(broker: BrokerHandle) -> None:
-    when = datetime.now(UTC) + timedelta(seconds=2)
+def test_scheduled_message_on_a_topic_and_cancel(
+    broker_factory: Callable[..., BrokerHandle],
+) -> None:
+    """On the broker's ``ManualClock``: held back until its time, delivered from then on."""
+    broker = broker_factory(CONFIG, clock=ManualClock())
+    when = whole_ms(datetime.now(UTC) + timedelta(seconds=2))
     with broker.client() as client:
         with client.get_topic_sender("orders") as sender:
-            keep, drop = sender.schedule_messages(
-                [ServiceBusMessage("keep", message_id="keep"),
-                 ServiceBusMessage("drop", message_id="drop")], when,
-            )  # fmt: skip
+            scheduled = [ServiceBusMessage(i, message_id=i) for i in ("keep", "drop")]
+            keep, drop = sender.schedule_messages(scheduled, when)
             sender.cancel_scheduled_messages(drop)
         with client.get_subscription_receiver("orders", "all") as receiver:
+            broker.advance_to(when - timedelta(microseconds=500))
             assert nothing_more(receiver)
-            (message,) = receive_n(receiver, 1, timeout=10)
+            broker.advance(0.001)  # half a millisecond after its time
+            (message,) = receive_n(receiver, 1)
             receiver.complete_message(message)
     assert message.message_id == "keep"
     assert message.enqueued_time_utc >= when - timedelta(seconds=1)
