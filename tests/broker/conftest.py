@@ -28,7 +28,8 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -295,6 +296,11 @@ class BrokerHandle:
 
         self.call(move)
 
+    def advance_to(self, when: datetime) -> None:
+        """``advance`` until the broker's ``ManualClock`` reads ``when``."""
+        assert self.clock is not None
+        self.advance(when.timestamp() - self.clock.time())
+
     def restart(self, config: dict[str, Any] | None = None) -> BrokerHandle:
         """A clean stop and a fresh broker on the same port and data dir (the port the OS
         gave the first start: free from the stop to the restart, the one window in which
@@ -549,6 +555,22 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: floa
         time.sleep(interval)
 
 
+def concurrently(*calls: Callable[[], T]) -> list[T]:
+    """Runs independent calls at once, one thread each, and returns their results in order.
+    An SDK handler waits in real time however idle the machine is (its open reads one frame
+    per 50 ms sleep, a receiver's or consumer's close joins a keep-alive thread that sleeps
+    in 1 s steps): independent readers wait side by side instead of one after another."""
+    with ThreadPoolExecutor(len(calls)) as pool:
+        futures = [pool.submit(call) for call in calls]
+        return [future.result() for future in futures]
+
+
+DRAIN_PREFETCH = 100
+"""The ``prefetch_count`` of receivers that take whatever an entity holds (``take_all``,
+``dead_letters``): what they buffer ahead they take anyway, and the SDK gives a receiver
+without prefetch a keep-alive thread that sleeps in 1 s steps and that its close joins."""
+
+
 def take_all(
     receiver: ServiceBusReceiver, wait: float = 1.0, batch: int = 100
 ) -> list[ServiceBusReceivedMessage]:
@@ -556,18 +578,20 @@ def take_all(
     nothing left (the broker answers at once: no idle wait), or once a receive gets nothing in
     ``wait`` s (what is left cannot be received: deferred, scheduled, or locked elsewhere)."""
     out: list[ServiceBusReceivedMessage] = []
-    while received := receiver.receive_messages(max_message_count=batch, max_wait_time=wait):
+    while receiver.peek_messages(max_message_count=1, sequence_number=1):
+        received = receiver.receive_messages(max_message_count=batch, max_wait_time=wait)
+        if not received:
+            break
         for message in received:
             receiver.complete_message(message)
         out += received
-        if not receiver.peek_messages(max_message_count=1, sequence_number=1):
-            break
     return out
 
 
 def receive_all(broker: BrokerHandle, queue: str, **kwargs: Any) -> list[ServiceBusReceivedMessage]:
     """Receives and completes whatever ``queue`` holds (``take_all``); ``kwargs`` go to
     ``get_queue_receiver`` (session_id, sub_queue, ...)."""
+    kwargs.setdefault("prefetch_count", DRAIN_PREFETCH)
     with broker.client() as client, client.get_queue_receiver(queue, **kwargs) as receiver:
         return take_all(receiver)
 
@@ -584,6 +608,12 @@ def receive_n(
         )
     assert len(received) == count, f"received {len(received)} of {count} messages"
     return received
+
+
+def whole_ms(when: datetime) -> datetime:
+    """``when`` in whole milliseconds, as AMQP carries times: a test that steps a
+    ``ManualClock`` to half a millisecond before and after it knows what the broker sees."""
+    return when.replace(microsecond=when.microsecond // 1000 * 1000)
 
 
 def body_bytes(message: Any) -> bytes:
@@ -611,7 +641,9 @@ def dead_letters(
     """Receives and completes ``count`` messages from the queue's dead-letter sub-queue."""
     with (
         broker.client() as client,
-        client.get_queue_receiver(queue, sub_queue=ServiceBusSubQueue.DEAD_LETTER) as receiver,
+        client.get_queue_receiver(
+            queue, sub_queue=ServiceBusSubQueue.DEAD_LETTER, prefetch_count=DRAIN_PREFETCH
+        ) as receiver,
     ):
         messages = receive_n(receiver, count, timeout=timeout)
         for message in messages:

@@ -64,7 +64,12 @@ def receive(
 ) -> list[EventData]:
     """``count`` events from one partition with the sync SDK (``options`` go to ``receive``:
     ``starting_position``, ``starting_position_inclusive``); ``then()`` runs once the
-    receiver is reading (after its first empty wait), e.g. to send what it should see."""
+    receiver is reading (after its first empty wait), e.g. to send what it should see.
+
+    ``count`` is at least one: a reader that gets nothing ends only on ``timeout``. That a
+    partition (or a position) holds nothing is shown by a marker sent after it, the one
+    event received."""
+    assert count > 0, "receive a marker sent after what must not be there"
     events: list[EventData] = []
     done = threading.Event()
     started = threading.Event()

@@ -14,14 +14,13 @@ import contextlib
 import threading
 import time
 import uuid
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable
 
 import pytest
-from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusMessage
-from azure.servicebus.exceptions import OperationTimeoutError
+from azure.servicebus import ServiceBusMessage
 
-from .conftest import BrokerProcess, QuickCloseClient, make_config
+from .conftest import BrokerProcess, QuickCloseClient, concurrently, make_config, take_all
 
 StartBroker = Callable[..., BrokerProcess]
 TOTAL = 3_000
@@ -93,33 +92,27 @@ def test_kill_9_keeps_subscription_copies_session_order_and_state(
     in_flight = set(attempted) - set(acked)
 
     restarted = broker_process(CONFIG, data_dir=proc.data_dir)
-    with client_for(restarted) as client:
-        plain: list[str] = []
-        with client.get_subscription_receiver("events", "plain", prefetch_count=200) as r:
-            while batch := r.receive_messages(max_message_count=200, max_wait_time=1):
-                for message in batch:
-                    r.complete_message(message)
-                plain += [str(m.message_id) for m in batch]
 
-        by_session: dict[str, list[str]] = defaultdict(list)
-        while True:
-            try:
-                receiver = client.get_subscription_receiver(
-                    "events", "ordered", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=2,
-                    prefetch_count=100,
-                )  # fmt: skip
-                with receiver:
-                    session = str(receiver.session.session_id)
-                    while batch := receiver.receive_messages(
-                        max_message_count=100, max_wait_time=0.5
-                    ):
-                        for message in batch:
-                            receiver.complete_message(message)
-                        by_session[session] += [str(m.message_id) for m in batch]
-            except OperationTimeoutError:
-                break  # no session with messages left
-        with client.get_subscription_receiver("events", "ordered", session_id="s3") as r:
-            state = r.session.get_state()
+    def drain(subscription: str, session: str | None = None) -> tuple[list[str], bytes | None]:
+        """What the subscription (or one of its sessions) holds, in the order received, and
+        the session's state."""
+        with (
+            client_for(restarted) as client,
+            client.get_subscription_receiver(
+                "events", subscription, session_id=session, prefetch_count=100
+            ) as r,
+        ):
+            received = [str(m.message_id) for m in take_all(r, batch=100)]
+            return received, r.session.get_state() if session else None
+
+    sessions = [session_of(i) for i in range(SESSIONS)]  # every message is in one of them
+    (plain, _), *drained = concurrently(
+        lambda: drain("plain"), *(lambda s=s: drain("ordered", s) for s in sessions)
+    )
+    by_session = {
+        session: received for session, (received, _) in zip(sessions, drained, strict=True)
+    }
+    state = drained[sessions.index("s3")][1]
 
     assert state == b"checkpoint 42"
     ordered = [message_id for received in by_session.values() for message_id in received]

@@ -19,7 +19,7 @@ from azure.servicebus.exceptions import (
 )
 from azure.servicebus.management import ServiceBusAdministrationClient
 
-from .conftest import BrokerHandle, make_config
+from .conftest import BrokerHandle, concurrently, make_config
 
 MB = 1024 * 1024
 BODY = b"x" * (200 * 1024)
@@ -74,13 +74,17 @@ def test_session_state_counts_against_the_queue(broker_factory: Any) -> None:
     broker = broker_factory(
         make_config({"sessions": {"MaxSizeInMegabytes": 1, "RequiresSession": True}})
     )
-    with broker.client() as client:
-        for session in range(6):
-            with client.get_queue_receiver("sessions", session_id=f"s{session}") as receiver:
-                receiver.session.set_state(BODY)
-        assert send_until_refused(broker, queue="sessions") == 0
-        with client.get_queue_receiver("sessions", session_id="s0") as receiver:
-            receiver.session.set_state(None)
+
+    def set_state(session: str, state: bytes | None) -> None:
+        with (
+            broker.client() as client,
+            client.get_queue_receiver("sessions", session_id=session) as receiver,
+        ):
+            receiver.session.set_state(state)
+
+    concurrently(*(lambda n=n: set_state(f"s{n}", BODY) for n in range(6)))
+    assert send_until_refused(broker, queue="sessions") == 0
+    set_state("s0", None)
     assert send_until_refused(broker, queue="sessions") == 1
 
 

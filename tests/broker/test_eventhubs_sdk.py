@@ -24,7 +24,7 @@ from replication.broker.auth import EMULATOR_KEY, EMULATOR_RULE_NAME
 from replication.broker.clock import ManualClock
 from replication.broker.eventhubs.partitioning import partition_for_key
 
-from .conftest import BrokerHandle
+from .conftest import BrokerHandle, concurrently
 from .eventhubs_support import HUB, consumer, eventhub_config, producer, receive
 
 StartBroker = Callable[..., BrokerHandle]
@@ -58,13 +58,17 @@ def read_until(reader: EventHubConsumerClient, until: Callable[[], bool], **rece
 @pytest.mark.slow
 def test_a_batch_sent_to_a_partition_is_received_from_the_start(hub: BrokerHandle) -> None:
     _send(hub.port, ["a", "b", "c"], partition_id="1")
-    events = receive(hub.port, 3, partition_id="1", starting_position="-1")
+    _send(hub.port, ["marker"], partition_id="0")  # partition 0 holds this one only
+    events, zero = concurrently(
+        lambda: receive(hub.port, 3, partition_id="1", starting_position="-1"),
+        lambda: receive(hub.port, 1, partition_id="0", starting_position="-1"),
+    )
     assert [e.body_as_str() for e in events] == ["a", "b", "c"]
     assert [e.sequence_number for e in events] == [0, 1, 2]
     offsets = [int(e.offset) for e in events]
     assert offsets[0] == 0 and offsets == sorted(offsets) and len(set(offsets)) == 3
     assert all(e.enqueued_time is not None for e in events)
-    assert receive(hub.port, 0, partition_id="0", starting_position="-1") == []
+    assert [e.body_as_str() for e in zero] == ["marker"]
 
 
 def test_a_partition_key_keeps_its_events_in_one_partition_the_services_hash_picks(
@@ -79,9 +83,12 @@ def test_a_partition_key_keeps_its_events_in_one_partition_the_services_hash_pic
     for key in keys:
         per_partition[partition_for_key(key, 2)] += 2
     seen: dict[str, list[str]] = {}
-    for pid in ("0", "1"):
-        for event in receive(hub.port, per_partition[int(pid)], partition_id=pid,
-                             starting_position="-1"):  # fmt: skip
+    read = concurrently(
+        lambda: receive(hub.port, per_partition[0], partition_id="0", starting_position="-1"),
+        lambda: receive(hub.port, per_partition[1], partition_id="1", starting_position="-1"),
+    )
+    for pid, events in zip(("0", "1"), read, strict=True):
+        for event in events:
             key = event.partition_key.decode()
             assert partition_for_key(key, 2) == int(pid)
             seen.setdefault(key, []).append(event.body_as_str())
@@ -92,34 +99,44 @@ def test_events_without_a_key_go_round_robin(hub: BrokerHandle) -> None:
     with producer(hub.port) as client:
         for n in range(4):
             client.send_event(EventData(f"e{n}"))
-    zero = receive(hub.port, 2, partition_id="0", starting_position="-1")
-    one = receive(hub.port, 2, partition_id="1", starting_position="-1")
+    zero, one = concurrently(
+        lambda: receive(hub.port, 2, partition_id="0", starting_position="-1"),
+        lambda: receive(hub.port, 2, partition_id="1", starting_position="-1"),
+    )
     assert sorted(e.body_as_str() for e in zero + one) == ["e0", "e1", "e2", "e3"]
     assert len(zero) == len(one) == 2
 
 
 @pytest.mark.slow
 def test_each_start_position(hub: BrokerHandle) -> None:
+    """Each position read by its own reader, all at once; ``e5``, sent once ``e4`` was read
+    back (long after ``e4``'s time and a millisecond), is all a reader from that time gets."""
     _send(hub.port, [f"e{n}" for n in range(5)], partition_id="0")
     everything = receive(hub.port, 5, starting_position="-1")
     third = everything[2]
-
-    def bodies(**options: Any) -> list[str]:
-        expected = options.pop("expected")
-        return [e.body_as_str() for e in receive(hub.port, expected, **options)]
-
-    assert bodies(starting_position=third.offset, expected=2) == ["e3", "e4"]
-    assert bodies(starting_position=third.offset, starting_position_inclusive=True,
-                  expected=3) == ["e2", "e3", "e4"]  # fmt: skip
-    assert bodies(starting_position=2, expected=2) == ["e3", "e4"]
-    assert bodies(starting_position=2, starting_position_inclusive=True, expected=3) == [
-        "e2", "e3", "e4",
-    ]  # fmt: skip
-    assert third.enqueued_time is not None
-    before = third.enqueued_time - datetime.timedelta(milliseconds=1)
-    assert bodies(starting_position=before, expected=5)[0] == "e0"  # same millisecond: all
+    assert third.enqueued_time is not None and everything[-1].enqueued_time is not None
     later = everything[-1].enqueued_time + datetime.timedelta(milliseconds=1)
-    assert bodies(starting_position=later, expected=0) == []
+    _send(hub.port, ["e5"], partition_id="0")
+    before = third.enqueued_time - datetime.timedelta(milliseconds=1)
+    positions: list[tuple[dict[str, Any], list[str]]] = [
+        ({"starting_position": third.offset}, ["e3", "e4", "e5"]),
+        (
+            {"starting_position": third.offset, "starting_position_inclusive": True},
+            ["e2", "e3", "e4", "e5"],
+        ),
+        ({"starting_position": 2}, ["e3", "e4", "e5"]),
+        ({"starting_position": 2, "starting_position_inclusive": True}, ["e2", "e3", "e4", "e5"]),
+        ({"starting_position": before}, [f"e{n}" for n in range(6)]),  # same millisecond: all
+        ({"starting_position": later}, ["e5"]),
+    ]
+    read = concurrently(
+        *(
+            lambda options=options, expected=expected: receive(hub.port, len(expected), **options)
+            for options, expected in positions
+        )
+    )
+    for (options, expected), events in zip(positions, read, strict=True):
+        assert [e.body_as_str() for e in events] == expected, options
 
 
 def test_latest_sees_only_what_is_sent_after_the_receiver_started(hub: BrokerHandle) -> None:
@@ -135,8 +152,12 @@ def test_two_consumer_groups_read_the_same_events_and_reading_removes_nothing(
     hub: BrokerHandle,
 ) -> None:
     _send(hub.port, ["x", "y"], partition_id="0")
-    for group in ("$Default", "cg1", "$Default"):
-        events = receive(hub.port, 2, group=group, starting_position="-1")
+    first = receive(hub.port, 2, starting_position="-1")
+    again, other = concurrently(
+        lambda: receive(hub.port, 2, starting_position="-1"),
+        lambda: receive(hub.port, 2, group="cg1", starting_position="-1"),
+    )
+    for events in (first, again, other):
         assert [e.body_as_str() for e in events] == ["x", "y"]
 
 
@@ -215,8 +236,12 @@ def test_buffered_producer_delivers_every_event_by_key(hub: BrokerHandle) -> Non
         }
     assert sum(counts.values()) == 20
     by_key: dict[str, list[str]] = {}
-    for pid, count in counts.items():
-        for event in receive(hub.port, count, partition_id=pid, starting_position="-1"):
+    partitions = concurrently(
+        lambda: receive(hub.port, counts["0"], partition_id="0", starting_position="-1"),
+        lambda: receive(hub.port, counts["1"], partition_id="1", starting_position="-1"),
+    )
+    for events in partitions:
+        for event in events:
             by_key.setdefault(event.partition_key.decode(), []).append(event.body_as_str())
     assert by_key == {f"key-{k}": [f"b{n}" for n in range(k, 20, 4)] for k in range(4)}
 

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import pytest
-from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
+from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusSubQueue
 
 from replication.broker.config import ConfigError, parse_config
 
-from .conftest import BrokerHandle, make_config, receive_all, receive_n
+from .conftest import (
+    DRAIN_PREFETCH,
+    BrokerHandle,
+    concurrently,
+    make_config,
+    receive_all,
+    receive_n,
+    take_all,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -50,11 +58,19 @@ def test_forward_to_a_queue_keeps_the_message(broker: BrokerHandle) -> None:
 def test_queue_to_topic_to_subscription_to_queue(broker: BrokerHandle) -> None:
     with broker.client() as client, client.get_queue_sender("to-topic") as sender:
         sender.send_messages(ServiceBusMessage("around", message_id="t1"))
-    assert [m.message_id for m in receive_all(broker, "out")] == ["t1"]
-    with broker.client() as client, client.get_subscription_receiver("fan", "copy") as receiver:
-        (copy,) = receive_n(receiver, 1)
-        receiver.complete_message(copy)
-    assert copy.message_id == "t1"
+
+    def copy() -> list[ServiceBusReceivedMessage]:
+        with (
+            broker.client() as client,
+            client.get_subscription_receiver(
+                "fan", "copy", prefetch_count=DRAIN_PREFETCH
+            ) as receiver,
+        ):
+            return take_all(receiver)
+
+    out, copied = concurrently(lambda: receive_all(broker, "out"), copy)
+    assert [m.message_id for m in out] == ["t1"]
+    assert [m.message_id for m in copied] == ["t1"]
 
 
 @pytest.mark.broker_config(CONFIG)
@@ -63,8 +79,11 @@ def test_more_than_four_hops_dead_letters(broker: BrokerHandle) -> None:
     so the message stays in hop5's dead-letter queue, with the reason Service Bus gives."""
     with broker.client() as client, client.get_queue_sender("hop1") as sender:
         sender.send_messages(ServiceBusMessage("far", message_id="h1"))
-    assert receive_all(broker, "hop6") == []
-    (dead,) = receive_all(broker, "hop5", sub_queue=ServiceBusSubQueue.DEAD_LETTER)
+    hop6, (dead,) = concurrently(
+        lambda: receive_all(broker, "hop6"),
+        lambda: receive_all(broker, "hop5", sub_queue=ServiceBusSubQueue.DEAD_LETTER),
+    )
+    assert hop6 == []
     assert dead.message_id == "h1"
     assert dead.dead_letter_reason == "MaxTransferHopCountExceeded"
 
@@ -81,11 +100,15 @@ def test_forward_dead_lettered_messages(broker: BrokerHandle) -> None:
             d1, d2 = receive_n(receiver, 2)
             receiver.dead_letter_message(d1, reason="nope")
             receiver.abandon_message(d2)  # MaxDeliveryCount 1
-    sink = {m.message_id: m for m in receive_all(broker, "dl-sink")}
+    sunk, dead = concurrently(
+        lambda: receive_all(broker, "dl-sink"),
+        lambda: receive_all(broker, "dl-source", sub_queue=ServiceBusSubQueue.DEAD_LETTER),
+    )
+    sink = {m.message_id: m for m in sunk}
     assert sink["d1"].application_properties[b"DeadLetterReason"] == b"nope"
     assert sink["d2"].application_properties[b"DeadLetterReason"] == b"MaxDeliveryCountExceeded"
     assert {m.dead_letter_source for m in sink.values()} == {"dl-source"}
-    assert receive_all(broker, "dl-source", sub_queue=ServiceBusSubQueue.DEAD_LETTER) == []
+    assert dead == []
 
 
 @pytest.mark.broker_config(CONFIG)

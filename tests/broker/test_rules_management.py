@@ -16,7 +16,7 @@ from replication.broker import rules
 from replication.broker.admin.api import AdminApi
 
 from .admin_harness import admin_client
-from .conftest import BrokerHandle, make_config, proton_connection
+from .conftest import DRAIN_PREFETCH, BrokerHandle, make_config, proton_connection, take_all
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -67,13 +67,8 @@ def deliver(broker: BrokerHandle, *messages: ServiceBusMessage) -> list[str]:
     with broker.client() as client:
         with client.get_topic_sender("t") as sender:
             sender.send_messages(list(messages))
-        got = []
-        with client.get_subscription_receiver("t", "s") as receiver:
-            while batch := receiver.receive_messages(max_message_count=20, max_wait_time=1):
-                for message in batch:
-                    receiver.complete_message(message)
-                got += [str(m) for m in batch]
-    return sorted(got)
+        with client.get_subscription_receiver("t", "s", prefetch_count=DRAIN_PREFETCH) as receiver:
+            return sorted(str(m) for m in take_all(receiver, batch=20))
 
 
 @pytest.mark.broker_config(CONFIG)

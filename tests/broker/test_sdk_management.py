@@ -18,7 +18,7 @@ from azure.servicebus.exceptions import MessageNotFoundError
 
 from replication.broker.clock import ManualClock
 
-from .conftest import BrokerHandle, dead_letters, nothing_more, receive_n, send
+from .conftest import BrokerHandle, dead_letters, nothing_more, receive_n, send, whole_ms
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -210,29 +210,27 @@ def test_receive_deferred_several_and_unknown(broker: BrokerHandle) -> None:
 # ---------------------------------------------------------------------------- schedule / cancel
 
 
-def test_schedule_and_cancel(broker: BrokerHandle) -> None:
+def test_schedule_and_cancel(broker_factory: Callable[..., BrokerHandle]) -> None:
+    """On the broker's ``ManualClock``: held back until its time, delivered from then on."""
+    broker = broker_factory(clock=ManualClock())
     with (
         broker.client() as client,
         client.get_queue_sender("q") as sender,
         client.get_queue_receiver("q") as receiver,
     ):
-        when = now() + timedelta(seconds=2.5)
-        seqs = sender.schedule_messages(
-            [ServiceBusMessage("keep", message_id="keep"),
-             ServiceBusMessage("cancel", message_id="cancel")],
-            when,
-        )  # fmt: skip
+        when = whole_ms(now() + timedelta(seconds=2.5))
+        scheduled = [ServiceBusMessage(i, message_id=i) for i in ("keep", "cancel")]
+        seqs = sender.schedule_messages(scheduled, when)
         assert len(seqs) == 2 and seqs[0] < seqs[1]
         sender.cancel_scheduled_messages(seqs[1])
         peeked = receiver.peek_messages(max_message_count=10, sequence_number=1)
         assert [m.message_id for m in peeked] == ["keep"]
         assert peeked[0].state == ServiceBusMessageState.SCHEDULED
-        assert peeked[0].scheduled_enqueue_time_utc is not None
-        assert abs((peeked[0].scheduled_enqueue_time_utc - when).total_seconds()) < 0.01
-        assert receiver.receive_messages(max_message_count=2, max_wait_time=0.7) == []
-        assert now() < when, "too slow to check that the message was held back"
-        (message,) = receive_n(receiver, 1, timeout=6)
-        assert now() >= when - timedelta(milliseconds=100)
+        assert peeked[0].scheduled_enqueue_time_utc == when
+        broker.advance_to(when - timedelta(microseconds=500))
+        assert nothing_more(receiver)
+        broker.advance(0.001)  # half a millisecond after its time
+        (message,) = receive_n(receiver, 1)
         assert message.message_id == "keep"
         assert message.sequence_number == seqs[0]
         assert message.delivery_count == 0

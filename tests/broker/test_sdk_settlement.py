@@ -19,7 +19,7 @@ from azure.servicebus.exceptions import MessageLockLostError
 
 from replication.broker.clock import ManualClock
 
-from .conftest import BrokerHandle, dead_letters, nothing_more, receive_n, send
+from .conftest import BrokerHandle, dead_letters, nothing_more, receive_n, send, whole_ms
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -275,7 +275,10 @@ def test_unsettled_messages_of_a_closed_receiver_go_to_the_next_one(broker: Brok
 # ---------------------------------------------------------------------------- expiry, dedupe
 
 
-def test_ttl_expiry_dead_letters_when_configured(broker: BrokerHandle) -> None:
+def test_ttl_expiry_dead_letters_when_configured(broker_factory: Any) -> None:
+    """On the broker's clock, exactly: the queue's 2 s default time to live holds at
+    1.999 s, and at 2 s both messages go to the dead-letter queue."""
+    broker = broker_factory(clock=ManualClock())
     with (
         broker.client() as client,
         client.get_queue_sender("ttl") as sender,
@@ -287,10 +290,11 @@ def test_ttl_expiry_dead_letters_when_configured(broker: BrokerHandle) -> None:
             # lowers it to DefaultMessageTimeToLive.
             ServiceBusMessage("asks for an hour", message_id="t2", time_to_live=timedelta(hours=1)),
         ])  # fmt: skip
-        sent_at = now()
-        assert nothing_more(dlq)  # the queue's default time to live is 2 s
-        dead = receive_n(dlq, 2, timeout=6)
-        assert now() - sent_at >= timedelta(seconds=1.9)
+        broker.advance(1.999)
+        assert broker.count("ttl") == 2
+        assert nothing_more(dlq)
+        broker.advance(0.001)
+        dead = receive_n(dlq, 2)
         assert [m.message_id for m in dead] == ["t1", "t2"]
         for message in dead:
             assert message.dead_letter_reason == "TTLExpiredException"
@@ -363,22 +367,25 @@ def test_no_duplicate_detection_without_the_setting(broker: BrokerHandle) -> Non
 # ---------------------------------------------------------------------------- scheduling
 
 
-def test_scheduled_enqueue_time_on_send(broker: BrokerHandle) -> None:
+def test_scheduled_enqueue_time_on_send(broker_factory: Any) -> None:
+    """On the broker's clock, exactly: held back until its time, delivered from then on."""
+    broker = broker_factory(clock=ManualClock())
     with (
         broker.client() as client,
         client.get_queue_sender("q") as sender,
         client.get_queue_receiver("q") as receiver,
     ):
-        when = now() + timedelta(seconds=2.5)
+        when = whole_ms(now() + timedelta(seconds=2.5))
         message = ServiceBusMessage("on time", message_id="s1")
         message.scheduled_enqueue_time_utc = when
         sender.send_messages(message)
-        assert receiver.receive_messages(max_message_count=1, max_wait_time=0.7) == []
+        assert nothing_more(receiver)
+        broker.advance_to(when - timedelta(microseconds=500))
         (peeked,) = receiver.peek_messages()
         assert peeked.state == ServiceBusMessageState.SCHEDULED
-        assert now() < when, "too slow to check that the message was held back"
-        (received,) = receive_n(receiver, 1, timeout=6)
-        assert now() >= when - timedelta(milliseconds=100)
+        assert nothing_more(receiver)
+        broker.advance(0.001)  # half a millisecond after its time
+        (received,) = receive_n(receiver, 1)
         assert received.message_id == "s1"
         assert received.scheduled_enqueue_time_utc is not None
         assert abs((received.scheduled_enqueue_time_utc - when).total_seconds()) < 0.01

@@ -23,7 +23,7 @@ from azure.servicebus.exceptions import (
 
 from replication.broker.clock import ManualClock
 
-from .conftest import BrokerHandle, make_config, receive_n
+from .conftest import BrokerHandle, concurrently, make_config, nothing_more, receive_n
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -56,7 +56,7 @@ def test_named_sessions_are_fifo_and_separate(broker: BrokerHandle) -> None:
                 assert {m.session_id for m in received} == {session}
                 for message in received:
                     receiver.complete_message(message)
-                assert receiver.receive_messages(max_message_count=1, max_wait_time=0.5) == []
+                assert nothing_more(receiver)
     assert broker.count("s") == 0
 
 
@@ -118,7 +118,7 @@ def test_next_available_waits_for_a_session_to_arrive(broker: BrokerHandle) -> N
 def test_locking_an_empty_named_session_succeeds(broker: BrokerHandle) -> None:
     with broker.client() as client, client.get_queue_receiver("s", session_id="empty") as r:
         assert r.session.locked_until_utc is not None
-        assert r.receive_messages(max_message_count=1, max_wait_time=0.5) == []
+        assert nothing_more(r)
         r.session.set_state(b"still mine")
         assert r.session.get_state() == b"still mine"
 
@@ -292,11 +292,17 @@ def test_list_sessions_without_and_with_a_cutoff(broker: BrokerHandle) -> None:
                 ServiceBusMessage("later", session_id="later"),
                 datetime.now(UTC) + timedelta(hours=1),
             )
-        with client.get_queue_receiver("s", session_id="done") as receiver:
-            for message in receive_n(receiver, 1):
-                receiver.complete_message(message)
-        with client.get_queue_receiver("s", session_id="z") as receiver:
-            receiver.session.set_state(b"state only")
+
+        def settle_done() -> None:  # each side by side with a client of its own
+            with broker.client() as own, own.get_queue_receiver("s", session_id="done") as r:
+                for message in receive_n(r, 1):
+                    r.complete_message(message)
+
+        def state_only() -> None:
+            with broker.client() as own, own.get_queue_receiver("s", session_id="z") as r:
+                r.session.set_state(b"state only")
+
+        concurrently(settle_done, state_only)
         assert sorted(client.list_queue_sessions("s")) == ["a", "b", "z"]
         cutoff = datetime.now(UTC)
         time.sleep(0.05)

@@ -16,7 +16,16 @@ from azure.servicebus.exceptions import ServiceBusError
 
 from replication.broker.clock import ManualClock
 
-from .conftest import BrokerHandle, make_config, receive_n, take_all
+from .conftest import (
+    DRAIN_PREFETCH,
+    BrokerHandle,
+    concurrently,
+    make_config,
+    nothing_more,
+    receive_n,
+    take_all,
+    whole_ms,
+)
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -65,10 +74,13 @@ def props_message(name: str, properties: dict[str, object]) -> ServiceBusMessage
     return ServiceBusMessage(name, message_id=name, application_properties=properties)
 
 
-def drain(broker: BrokerHandle, sub: str, *, topic: str = "orders", wait: float = 1.0) -> list:
+def drain(broker: BrokerHandle, sub: str, *, topic: str = "orders") -> list:
     """Everything a subscription holds now, completed."""
-    with broker.client() as client, client.get_subscription_receiver(topic, sub) as receiver:
-        return take_all(receiver, wait, batch=50)
+    with (
+        broker.client() as client,
+        client.get_subscription_receiver(topic, sub, prefetch_count=DRAIN_PREFETCH) as receiver,
+    ):
+        return take_all(receiver, batch=50)
 
 
 @pytest.mark.slow
@@ -82,13 +94,15 @@ def test_a_copy_per_matching_subscription(broker: BrokerHandle) -> None:
     ]  # fmt: skip
     with broker.client() as client, client.get_topic_sender("orders") as sender:
         sender.send_messages(messages)
-    assert sorted(m.message_id for m in drain(broker, "all")) == ["a", "b", "c", "d"]
-    assert [m.message_id for m in drain(broker, "red")] == ["a"]
-    assert [m.message_id for m in drain(broker, "express")] == ["c"]
-    assert drain(broker, "none", wait=0.5) == []
+    every, red, express, none, tagged = concurrently(
+        *(lambda sub=sub: drain(broker, sub) for sub in ("all", "red", "express", "none", "tagged"))
+    )
+    assert sorted(m.message_id for m in every) == ["a", "b", "c", "d"]
+    assert [m.message_id for m in red] == ["a"]
+    assert [m.message_id for m in express] == ["c"]
+    assert none == []
 
     # rules with an action: a changed copy each, named by RuleName; rules without: one copy
-    tagged = drain(broker, "tagged")
     by_rule = sorted(
         (m.message_id, (m.application_properties or {}).get(b"RuleName", b"")) for m in tagged
     )
@@ -131,7 +145,7 @@ def test_subscription_dead_letter_queue_and_max_delivery(broker: BrokerHandle) -
             (md,) = receive_n(receiver, 1)
             assert md.delivery_count == 1
             receiver.abandon_message(md)  # the second attempt: MaxDeliveryCount 2
-            assert receiver.receive_messages(max_message_count=1, max_wait_time=1) == []
+            assert nothing_more(receiver)
         with client.get_subscription_receiver(
             "orders", "short", sub_queue=ServiceBusSubQueue.DEAD_LETTER
         ) as dlq:
@@ -186,19 +200,22 @@ def test_peek_defer_and_receive_deferred_on_a_subscription(broker: BrokerHandle)
             assert receiver.peek_messages(max_message_count=10) == []
 
 
-@pytest.mark.broker_config(CONFIG)
-def test_scheduled_message_on_a_topic_and_cancel(broker: BrokerHandle) -> None:
-    when = datetime.now(UTC) + timedelta(seconds=2)
+def test_scheduled_message_on_a_topic_and_cancel(
+    broker_factory: Callable[..., BrokerHandle],
+) -> None:
+    """On the broker's ``ManualClock``: held back until its time, delivered from then on."""
+    broker = broker_factory(CONFIG, clock=ManualClock())
+    when = whole_ms(datetime.now(UTC) + timedelta(seconds=2))
     with broker.client() as client:
         with client.get_topic_sender("orders") as sender:
-            keep, drop = sender.schedule_messages(
-                [ServiceBusMessage("keep", message_id="keep"),
-                 ServiceBusMessage("drop", message_id="drop")], when,
-            )  # fmt: skip
+            scheduled = [ServiceBusMessage(i, message_id=i) for i in ("keep", "drop")]
+            keep, drop = sender.schedule_messages(scheduled, when)
             sender.cancel_scheduled_messages(drop)
         with client.get_subscription_receiver("orders", "all") as receiver:
-            assert receiver.receive_messages(max_message_count=1, max_wait_time=0.5) == []
-            (message,) = receive_n(receiver, 1, timeout=10)
+            broker.advance_to(when - timedelta(microseconds=500))
+            assert nothing_more(receiver)
+            broker.advance(0.001)  # half a millisecond after its time
+            (message,) = receive_n(receiver, 1)
             receiver.complete_message(message)
     assert message.message_id == "keep"
     assert message.enqueued_time_utc >= when - timedelta(seconds=1)
@@ -254,7 +271,7 @@ def test_rules_survive_a_restart_and_config_changes_win(broker_factory) -> None:
             sender.send_messages(
                 [ServiceBusMessage(str(n), application_properties={"n": n}) for n in range(4)]
             )
-        return sorted(int(str(m)) for m in drain(broker, "s", topic="t", wait=0.5))
+        return sorted(int(str(m)) for m in drain(broker, "s", topic="t"))
 
     assert numbers() == [2, 3]
     broker.restart()

@@ -49,7 +49,7 @@ from replication.tasks.task import ReplicationTask
 from tests.amqp.strategies import (
     amqp_messages,
 )
-from tests.broker.conftest import BrokerHandle, make_config
+from tests.broker.conftest import DRAIN_PREFETCH, BrokerHandle, concurrently, make_config, take_all
 from tests.ports import unused_port
 from tests.wire_witness import performatives, watch_writes
 
@@ -699,22 +699,23 @@ async def test_pump_on_both_backends(broker: BrokerHandle, backend: str) -> None
     await plain_pool.close()
     await session_pool.close()
     assert (plain.abandoned, plain.dead_lettered, sessions.abandoned) == (0, 0, 0)
-    with broker.client() as client:
-        with client.get_queue_receiver("dst") as receiver:
-            ids = set()
-            while batch := receiver.receive_messages(100, max_wait_time=1):
-                ids |= {m.message_id for m in batch}
-                for m in batch:
-                    receiver.complete_message(m)
-        assert ids == {f"p{i}" for i in range(120)}
-        for sid in ("x", "y", "z"):
-            with client.get_queue_receiver("s-dst", session_id=sid) as receiver:
-                got = []
-                while batch := receiver.receive_messages(100, max_wait_time=1):
-                    got += [m.message_id for m in batch]
-                    for m in batch:
-                        receiver.complete_message(m)
-            assert got == [f"{sid}{i}" for i in range(30)]
+
+    def drain(queue: str, session: str | None = None) -> list[str | None]:
+        with (
+            broker.client() as client,
+            client.get_queue_receiver(
+                queue, session_id=session, prefetch_count=DRAIN_PREFETCH
+            ) as receiver,
+        ):
+            return [m.message_id for m in take_all(receiver)]
+
+    sids = ("x", "y", "z")
+    ids, *ordered = await asyncio.to_thread(
+        concurrently, lambda: drain("dst"), *(lambda s=s: drain("s-dst", s) for s in sids)
+    )
+    assert set(ids) == {f"p{i}" for i in range(120)}
+    for sid, got in zip(sids, ordered, strict=True):
+        assert got == [f"{sid}{i}" for i in range(30)]
     assert broker.count("q2") == 0 and broker.count("s") == 0
 
 
