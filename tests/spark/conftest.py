@@ -14,6 +14,7 @@ from tests.broker.conftest import (  # noqa: F401  (fixtures, found by name)
     broker_factory,
 )
 from tests.broker.conftest import pytest_configure as _broker_markers
+from tests.spark.support import JVM_OPTIONS
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -45,6 +46,7 @@ def spark() -> Iterator[Any]:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.extraJavaOptions", JVM_OPTIONS)
     )
     try:
         session = builder.getOrCreate()
