@@ -49,6 +49,13 @@ pipelines:
     source: {connection: Bus, queue: src}
     target: {connection: Bus, queue: dst}
 """
+STALL_STEP = """\
+    steps:
+      - transform: {callable: "stall:stall_once", callable_takes: message}
+"""
+STALLING = PIPELINE.replace("    target:", STALL_STEP + "    target:")
+"""The copy with ``stall.py``'s step: one marked message stalls its Python worker."""
+STALL_PY = Path(__file__).with_name("stall.py")
 BIG_TASK = "contains a task of very large size"
 PER_TRIGGER = ("--max-messages-per-trigger", "1000")
 """Four micro-batches (the default, 200,000 per task slot, would take them in one): the
@@ -71,12 +78,16 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def spark_submit(
     cluster: StandaloneCluster, wheel: Path, tmp_path: Path
 ) -> Iterator[Callable[..., Process]]:
-    """``spark_submit(folder, *args)`` starts a driver; every one is killed at the end."""
+    """``spark_submit(folder, *args, py_files=...)`` starts a driver; every one is killed at
+    the end."""
     started: list[Process] = []
 
-    def start(folder: Path, *args: str) -> Process:
+    def start(folder: Path, *args: str, py_files: tuple[Path, ...] = ()) -> Process:
         log = tmp_path / f"submit-{len(started)}.log"
-        started.append(submit(cluster.url, wheel, folder, log, *args, env=JVM_ENV))
+        # the driver's Python planner loads the pipeline, steps and all, from its own path
+        path = {"PYTHONPATH": os.pathsep.join(str(f.parent) for f in py_files)} if py_files else {}
+        env = {**JVM_ENV, **path}
+        started.append(submit(cluster.url, wheel, folder, log, *args, py_files=py_files, env=env))
         return started[-1]
 
     try:
@@ -86,18 +97,24 @@ def spark_submit(
             process.kill()
 
 
-def app(folder: Path, broker: BrokerHandle) -> Path:
+def app(folder: Path, broker: BrokerHandle, pipelines: str = PIPELINE) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "pipelines.yaml").write_text(PIPELINE)
+    (folder / "pipelines.yaml").write_text(pipelines)
     settings = {"Values": {"Bus": broker.connection_string}}
     (folder / "local.settings.json").write_text(json.dumps(settings))
     return folder
 
 
-def loaded(broker_factory: Any) -> BrokerHandle:
+def loaded(broker_factory: Any, stall: Path | None = None) -> BrokerHandle:
+    """The broker with ``TOTAL`` messages at ``src``; ``stall``: the one in the middle of
+    the second micro-batch names that file for ``stall.py``."""
     broker: BrokerHandle = broker_factory(CONFIG)
-    fill(broker, "src", [ServiceBusMessage(b"c" * 64, message_id=f"c-{i}")
-                         for i in range(TOTAL)])  # fmt: skip
+    marked = {1500: {"stall": str(stall)}} if stall else {}
+    messages = [
+        ServiceBusMessage(b"c" * 64, message_id=f"c-{i}", application_properties=marked.get(i))
+        for i in range(TOTAL)
+    ]
+    fill(broker, "src", messages)
     return broker
 
 
@@ -167,32 +184,25 @@ def test_a_python_worker_killed_mid_batch_loses_nothing(
     broker_factory: Any, spark_submit: Callable[..., Process], cluster: StandaloneCluster,
     wheel: Path, tmp_path: Path,
 ) -> None:  # fmt: skip
-    """After the first batch, the Python worker (under one of the workers' executors) that
-    holds locked messages at that moment is SIGKILLed: its connection drops, the broker
-    gives its messages back uncounted, Spark runs the task again; what it had sent and not
-    completed arrives twice and the target's duplicate detection keeps one."""
-    broker = loaded(broker_factory)
-    folder = app(tmp_path / "app", broker)
-    driver = spark_submit(folder, "--available-now", *PER_TRIGGER)
-    wait_until(lambda: broker.count("dst") >= 1000, driver)
-    victim = None
-
-    def kill_one() -> bool:
-        nonlocal victim
-        workers = cluster.python_workers()
-        for port in held_receivers(broker):
-            owner = socket_owner(port, broker.port, workers)
-            if owner is not None:
-                victim = owner
-                # its executor's folder has the wheel Spark shipped (first on sys.path)
-                assert (Path(f"/proc/{owner}/cwd").resolve() / wheel.name).is_file()
-                os.kill(owner, signal.SIGKILL)
-                return True
-        return False
-
-    wait_until(kill_one, driver, timeout=120)
+    """In the second micro-batch, the Python worker (under one of the workers' executors)
+    that holds a batch of locked messages is SIGKILLed (it stalls on a marked message,
+    ``stall.py``, until then): its connection drops, the broker gives its messages back
+    uncounted, Spark runs the task again; what it had sent and not completed arrives twice
+    and the target's duplicate detection keeps one."""
+    marker = tmp_path / "stalled"
+    broker = loaded(broker_factory, stall=marker)
+    folder = app(tmp_path / "app", broker, STALLING)
+    driver = spark_submit(folder, "--available-now", *PER_TRIGGER, py_files=(STALL_PY,))
+    wait_until(marker.exists, driver)
+    victim = int(marker.read_text())
+    assert victim in cluster.python_workers()
+    # its executor's folder has the wheel Spark shipped (first on sys.path)
+    assert (Path(f"/proc/{victim}/cwd").resolve() / wheel.name).is_file()
+    holders = [socket_owner(port, broker.port, [victim]) for port in held_receivers(broker)]
+    assert victim in holders  # the broker has messages locked on its connection
+    assert broker.count("dst") >= 1000  # the first micro-batch is done
+    os.kill(victim, signal.SIGKILL)
     output = finished(driver)
-    assert victim is not None
     assert "Lost task" in output, output[-5000:]  # the killed worker's task failed and ran again
     all_arrived_once(broker)
 
