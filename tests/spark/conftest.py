@@ -22,7 +22,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "cluster: starts a Spark standalone cluster of separate processes (test_cluster.py, "
-        "about 3 minutes; deselect with -m 'not cluster')",
+        "about 2 minutes; deselect with -m 'not cluster')",
     )
 
 
