@@ -155,11 +155,19 @@ class Process:
 
 class StandaloneCluster:
     """A master and ``workers`` workers of ``cores`` cores each (``spark-class``), on
-    loopback, their ports chosen by the OS. ``close`` kills them all."""
+    loopback, their ports chosen by the OS (``env`` adds to ``spark_env``'s). ``close``
+    kills them all."""
 
-    def __init__(self, work: Path, workers: int = 2, cores: int = 1, memory: str = "1G") -> None:
+    def __init__(
+        self,
+        work: Path,
+        workers: int = 2,
+        cores: int = 1,
+        memory: str = "1G",
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.work = work
-        self.env = spark_env(work)
+        self.env = spark_env(work, **(env or {}))  # the executors inherit the workers' env
         self.processes: list[Process] = []
         self.workers: list[Process] = []
         try:

@@ -14,6 +14,7 @@ from tests.broker.conftest import (  # noqa: F401  (fixtures, found by name)
     broker_factory,
 )
 from tests.broker.conftest import pytest_configure as _broker_markers
+from tests.spark.support import JVM_OPTIONS
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -21,7 +22,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "cluster: starts a Spark standalone cluster of separate processes (test_cluster.py, "
-        "about 3 minutes; deselect with -m 'not cluster')",
+        "about 2 minutes; deselect with -m 'not cluster')",
     )
 
 
@@ -45,6 +46,7 @@ def spark() -> Iterator[Any]:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.extraJavaOptions", JVM_OPTIONS)
     )
     try:
         session = builder.getOrCreate()

@@ -3,12 +3,30 @@ from a queue to a queue, and reading a target back."""
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
 from azure.servicebus import ServiceBusMessage
 
-from tests.broker.conftest import BrokerHandle, take_all
+from tests.broker.conftest import REPO_ROOT, BrokerHandle, take_all
+
+JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+"""The tests' JVMs live for seconds to minutes and run most of Spark's code a few times: the
+C2 compiler's work never pays back, and on two shared cores it competes with the tests.
+C1 only and the one-thread collector: a ``local[2]`` session and two small jobs took 18-20 s
+of wall time instead of 29-36 s (load average 8-10). Benchmarks keep the JVM's defaults."""
+JVM_ENV = {"JAVA_TOOL_OPTIONS": JVM_OPTIONS}
+"""``JVM_OPTIONS`` for every JVM started in an environment (a driver's, a cluster's)."""
+
+
+def driver_env(**more: str) -> dict[str, str]:
+    """The environment of a Spark driver a test starts in a process of its own: this
+    checkout's package, this interpreter for the Python workers, ``JVM_ENV``."""
+    return dict(
+        os.environ, PYTHONPATH=str(REPO_ROOT), PYSPARK_PYTHON=sys.executable, **JVM_ENV, **more
+    )
 
 
 def fill(broker: BrokerHandle, queue: str, messages: list[ServiceBusMessage]) -> None:

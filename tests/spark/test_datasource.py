@@ -22,7 +22,7 @@ import pytest
 from azure.servicebus import ServiceBusMessage
 
 from tests.broker.conftest import REPO_ROOT, BrokerHandle, make_config
-from tests.spark.support import fill, options, stream_available_now
+from tests.spark.support import driver_env, fill, options, stream_available_now
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -291,11 +291,10 @@ def test_a_driver_killed_between_read_and_commit_loses_nothing(
     total = 300
     fill(broker, "src", [ServiceBusMessage(b"d", message_id=f"d-{i}") for i in range(total)])
     checkpoint, marker = tmp_path / "checkpoint", tmp_path / "read"
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), PYSPARK_PYTHON=sys.executable)
     driver = subprocess.Popen(
         [sys.executable, "-m", "tests.spark.stream_job", broker.connection_string, "src",
          str(checkpoint), str(marker)],
-        cwd=REPO_ROOT, env=env, start_new_session=True,
+        cwd=REPO_ROOT, env=driver_env(), start_new_session=True,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     request.addfinalizer(lambda: kill_tree(driver))

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import pickle
 import re
 import subprocess
@@ -31,9 +30,10 @@ from replication.pipeline import load_pipelines
 from replication.spark.assignment import Assignment
 from replication.spark.pipeline_source import PipelineSourceOptions, PipelineStreamReader
 from replication.spark.runner import SparkPipeline
-from tests.broker.conftest import REPO_ROOT, BrokerHandle, dead_letters, make_config
+from tests.broker.conftest import BrokerHandle, dead_letters, make_config
 from tests.failover.dns_server import ALIAS, SB_ZONES, DnsServer, seed_zone
 from tests.spark.crash import MARKER
+from tests.spark.support import driver_env
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -114,10 +114,11 @@ pipelines:
 def test_assignments_are_small_and_the_bodies_never_ride_in_them(
     spark: Any, broker_factory: Any, tmp_path: Path
 ) -> None:
-    """2,000 messages of 64 KiB: every planned partition pickles to under 1 KiB; each message
-    arrives once (the target has no duplicate detection to hide a second copy)."""
+    """1,000 messages of 64 KiB (two micro-batches): every planned partition pickles to under
+    1 KiB; each message arrives once (the target has no duplicate detection to hide a second
+    copy)."""
     broker: BrokerHandle = broker_factory(CONFIG)
-    total, body = 2000, 64 * 1024
+    total, body = 1000, 64 * 1024
     send(broker, "big-src", [
         ServiceBusMessage(bytes([i % 251]) * body, message_id=f"b-{i}") for i in range(total)
     ], per=3)  # fmt: skip
@@ -255,7 +256,7 @@ def test_a_python_worker_killed_mid_batch_loses_nothing(
     connection took its locks with it, so its messages come again at once, uncounted. What
     it had sent and not completed arrives twice; the target's duplicate detection keeps one."""
     broker: BrokerHandle = broker_factory(CONFIG)
-    total, marked = 3000, 1700
+    total, marked = 1200, 700  # micro-batches of 400: the crash comes in the second of three
     send(broker, "src", [
         ServiceBusMessage(b"x" * 64, message_id=f"k-{i}",
                           application_properties={"crash": i == marked})
@@ -263,13 +264,12 @@ def test_a_python_worker_killed_mid_batch_loses_nothing(
     ], per=250)  # fmt: skip
     app(tmp_path, CRASH, {"Bus": broker.connection_string})
     marker = tmp_path / "crashed"
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), PYSPARK_PYTHON=sys.executable,
-               **{MARKER: str(marker)})  # fmt: skip
     run = subprocess.run(
         [sys.executable, "-m", "replication", "spark", "--pipeline", "copy", "--dir",
          str(tmp_path), "--master", "local[2,4]", "--max-messages-per-trigger", "400",
          "--available-now"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=280,
+        cwd=tmp_path, env=driver_env(**{MARKER: str(marker)}), capture_output=True, text=True,
+        timeout=280,
     )  # fmt: skip
     output = run.stdout + run.stderr
     assert run.returncode == 0, output[-4000:]
@@ -303,7 +303,7 @@ def test_a_cname_flip_mid_query_moves_the_source(
     next batch's assignments name sb2 and the executors read there. What was left on sb1
     stays there (drain it, or fail back), as with the local host."""
     sb1, sb2, dst = (broker_factory(CONFIG) for _ in range(3))
-    half = 3000
+    half = 1000  # micro-batches of 100: the flip comes once 300 arrived, 700 still on sb1
     send(sb1, "src", [ServiceBusMessage(b"1", message_id=f"m-{i}") for i in range(half)], 250)
     send(sb2, "src", [ServiceBusMessage(b"2", message_id=f"m-{i}")
                       for i in range(half, 2 * half)], 250)  # fmt: skip
