@@ -293,6 +293,37 @@ async def test_an_sdk_session_pump_with_no_session_stops_at_once(
         await client.close()
 
 
+@pytest.mark.parametrize("backend", ["amqp", "sdk"])
+async def test_a_stop_does_not_wait_out_a_receive(
+    broker_factory: Callable[..., BrokerHandle], backend: str
+) -> None:
+    """One batch at a time from an empty queue, each receive waiting up to an hour for a
+    message: ``stop`` ends the receive in progress (a host's stop took its
+    ``sessionIdleTimeout`` before)."""
+    broker = broker_factory(make_config({"src": {}, "dst": {}}))
+    client = AsyncServiceBusClient.from_connection_string(broker.connection_string)
+    pool = SenderPool({None: Target(broker.connection_string, "dst")})
+    stop = asyncio.Event()
+    job = asyncio.create_task(pump(
+        ReplicationTask("idle"), client if backend == "sdk" else broker.connection_string,
+        Source("src"), pool, stop, backend=backend, max_wait=3600, batches_in_flight=1,
+        session_workers=1,
+    ))  # fmt: skip
+
+    def receiving() -> bool:
+        assert broker.broker is not None
+        return any(peer.consumers for peer in broker.broker.peers.values())
+
+    try:
+        await until(lambda: broker.call(receiving) or job.done(), "a receiver on src")
+        stop.set()
+        await asyncio.wait_for(job, 30)  # was an hour: TimeoutError
+    finally:
+        job.cancel()
+        await pool.close()
+        await client.close()
+
+
 # ---------------------------------------------------------------------- a target outage
 
 
