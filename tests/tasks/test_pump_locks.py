@@ -304,11 +304,19 @@ async def test_a_stop_does_not_wait_out_a_receive(
     client = AsyncServiceBusClient.from_connection_string(broker.connection_string)
     pool = SenderPool({None: Target(broker.connection_string, "dst")})
     stop = asyncio.Event()
-    job = asyncio.create_task(pump(
-        ReplicationTask("idle"), client if backend == "sdk" else broker.connection_string,
-        Source("src"), pool, stop, backend=backend, max_wait=3600, batches_in_flight=1,
-        session_workers=1,
-    ))  # fmt: skip
+    job = asyncio.create_task(
+        pump(
+            ReplicationTask("idle"),
+            client if backend == "sdk" else broker.connection_string,
+            Source("src"),
+            pool,
+            stop,
+            backend=backend,
+            max_wait=3600,
+            batches_in_flight=1,
+            session_workers=1,
+        )
+    )
 
     def receiving() -> bool:
         assert broker.broker is not None
