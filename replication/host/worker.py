@@ -75,9 +75,13 @@ class Worker:
         return self._actions
 
     def stop(self) -> None:
-        """Cancels what still runs on the worker loop, then ends the thread."""
+        """Closes the pipelines' senders, cancels what still runs on the worker loop, then
+        ends the thread."""
 
         async def shut_down() -> None:
+            from ..functions import close_senders
+
+            await close_senders()  # while their connections' tasks still run
             tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
             for task in tasks:
                 task.cancel()
