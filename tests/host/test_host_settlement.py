@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
+from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
 
 from tests.broker.conftest import REPO_ROOT, QuickCloseClient, make_config, take_all, write_config
 from tests.ports import METRICS, bound_port
@@ -78,7 +78,7 @@ def test_one_bad_message_in_25_is_dead_lettered_alone(tmp_path: Path, processes:
         wait_for_port(settings["PrimaryServiceBus"], process)
         bad = {f"m{n}" for n in range(500) if n % 25 == 24}
         with (
-            ServiceBusClient.from_connection_string(settings["PrimaryServiceBus"]) as client,
+            QuickCloseClient.from_connection_string(settings["PrimaryServiceBus"]) as client,
             client.get_queue_sender("work") as sender,
         ):
             for start_at in range(0, 500, 10):
@@ -212,7 +212,7 @@ def test_a_target_killed_for_many_lock_periods_costs_no_delivery(
         # the host made the source from the pipelines: give it the short lock and low count
         _shorten_source_locks(settings["PrimaryServiceBus"], directory)
         with (
-            ServiceBusClient.from_connection_string(settings["PrimaryServiceBus"]) as client,
+            QuickCloseClient.from_connection_string(settings["PrimaryServiceBus"]) as client,
             client.get_queue_sender("work") as sender,
         ):
             for n in range(0, total, 20):
@@ -227,7 +227,7 @@ def test_a_target_killed_for_many_lock_periods_costs_no_delivery(
         arrived: Counter[str] = Counter()
         deadline = time.monotonic() + 120
         with (
-            ServiceBusClient.from_connection_string(target.connection_string) as client,
+            QuickCloseClient.from_connection_string(target.connection_string) as client,
             client.get_queue_receiver("work", prefetch_count=100) as receiver,
         ):
             while len(arrived) < total and time.monotonic() < deadline:
@@ -287,7 +287,7 @@ def test_a_source_killed_mid_stream_loses_nothing(tmp_path: Path, processes: Pro
     (directory / "local.settings.json").write_text(json.dumps({"Values": settings}))
     total = 1_000
     with (
-        ServiceBusClient.from_connection_string(source.connection_string) as client,
+        QuickCloseClient.from_connection_string(source.connection_string) as client,
         client.get_queue_sender("work") as sender,
     ):
         for n in range(0, total, 50):
