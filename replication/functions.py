@@ -81,6 +81,7 @@ import logging
 import os
 import time
 import typing
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
@@ -114,6 +115,10 @@ _PUMPED: ContextVar[list[Pipeline] | None] = ContextVar("replication_pumped", de
 _HOST_CLOCK: ContextVar[Clock] = ContextVar("replication_host_clock", default=SYSTEM)
 RPO_SUFFIX = "_rpo"
 """A source's recovery point timer function: its trigger function's name and this."""
+_SENDING_ON: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, weakref.WeakSet[PipelineRuntime]
+] = weakref.WeakKeyDictionary()
+"""The runtimes whose senders were opened on each loop (a worker's: see ``close_senders``)."""
 
 
 class PipelineRuntime:
@@ -144,6 +149,7 @@ class PipelineRuntime:
         sessions: bool = False,
     ) -> list[Settlement]:
         """Processes one trigger batch and settles each message through ``actions``."""
+        self._sending_here()
         messages = [from_received(m) for m in received]
         metrics.RECEIVED.labels(self.name).inc(len(messages))
         async with self._locks_kept(messages, actions, sessions):
@@ -168,6 +174,7 @@ class PipelineRuntime:
     ) -> list[Settlement]:
         """Processes one partition's batch of an event hub source; raises ``EventsFailed``
         when a copy was refused, so the batch is not checkpointed (see the module)."""
+        self._sending_here()
         messages = [from_event_hub_event(event, i) for i, event in enumerate(events)]
         metrics.RECEIVED.labels(self.name).inc(len(messages))
         settlements = await process_batch(
@@ -193,6 +200,14 @@ class PipelineRuntime:
                 f"sent, first: {failed[0].description}"
             )
         return settlements
+
+    def _sending_here(self) -> None:
+        loop = asyncio.get_running_loop()
+        _SENDING_ON.setdefault(loop, weakref.WeakSet()).add(self)
+
+    async def close(self) -> None:
+        """Closes the senders (they open again when next used)."""
+        await self._pool.close()
 
     def _count(self, settlements: list[Settlement]) -> None:
         complete = [s for s in settlements if s.decision is Decision.COMPLETE]
@@ -231,6 +246,17 @@ class PipelineRuntime:
             yield
         finally:
             keeper.cancel()  # not awaited: that could swallow a cancel meant for us
+
+
+async def close_senders() -> None:
+    """Closes the senders the pipelines opened on this loop, as the worker that runs them
+    stops: their connections would stay open until the process ends (a broker stopping
+    meanwhile waits for each one's answer to its close)."""
+    for runtime in list(_SENDING_ON.pop(asyncio.get_running_loop(), ())):
+        try:
+            await runtime.close()
+        except Exception:
+            log.warning("%s: closing its senders failed", runtime.name, exc_info=True)
 
 
 async def _keep_locks(

@@ -79,7 +79,9 @@ async def serve(app_path: Path, channel: socket.socket, settlement: list[str]) -
         for task in running:
             task.cancel()
         await asyncio.gather(*running, return_exceptions=True)
-        worker.stop()
+        # the senders' connections end with this process: closing them politely would wait
+        # for brokers the host embeds, whose loop waits for this process to end
+        worker.stop(close_senders=False)
         writer.close()
 
 

@@ -74,10 +74,15 @@ class Worker:
             self._actions = bindings.settlement_client(worker_arguments)
         return self._actions
 
-    def stop(self) -> None:
-        """Cancels what still runs on the worker loop, then ends the thread."""
+    def stop(self, close_senders: bool = True) -> None:
+        """Closes the pipelines' senders (unless told not to), cancels what still runs on
+        the worker loop, then ends the thread."""
 
         async def shut_down() -> None:
+            if close_senders:
+                from ..functions import close_senders as close
+
+                await close()  # while their connections' tasks still run
             tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
             for task in tasks:
                 task.cancel()

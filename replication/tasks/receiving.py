@@ -137,7 +137,7 @@ class ReceiveLoop:
             await self._drain_overlapped(receiver, keeper)
             return
         while not self.stop.is_set():
-            batch = await receiver.receive(self.max_batch, self.max_wait)
+            batch = await self._receive_unless_stopped(receiver)
             if not batch:
                 if receiver.session_id is not None:
                     return  # the session went idle: let it go
@@ -165,8 +165,9 @@ class ReceiveLoop:
                 flight.start(self._handled(receiver, keeper, batch))
 
     async def _receive_unless_stopped(self, receiver: SourceReceiver) -> list[Message]:
-        """The next batch, or nothing once ``stop`` is set: while a batch beside it is let go
-        at a stop, its messages must not come back into this receive and be let go twice."""
+        """The next batch, or nothing once ``stop`` is set: a stop does not wait out
+        ``max_wait`` (the host's ``sessionIdleTimeout``), and while a batch beside it is let
+        go at a stop, its messages must not come back into this receive and be let go twice."""
         if self.stop.is_set():
             return []
         receiving = asyncio.ensure_future(receiver.receive(self.max_batch, self.max_wait))

@@ -575,8 +575,9 @@ def take_all(
     receiver: ServiceBusReceiver, wait: float = 1.0, batch: int = 100
 ) -> list[ServiceBusReceivedMessage]:
     """Receives and completes whatever the receiver's entity holds now. Done once a peek finds
-    nothing left (the broker answers at once: no idle wait), or once a receive gets nothing in
-    ``wait`` s (what is left cannot be received: deferred, scheduled, or locked elsewhere)."""
+    nothing (the broker answers at once: no idle wait, not even for an empty entity), or
+    once a receive gets nothing in ``wait`` s (what is left cannot be received: deferred,
+    scheduled, or locked elsewhere)."""
     out: list[ServiceBusReceivedMessage] = []
     while receiver.peek_messages(max_message_count=1, sequence_number=1):
         received = receiver.receive_messages(max_message_count=batch, max_wait_time=wait)
@@ -590,7 +591,8 @@ def take_all(
 
 def receive_all(broker: BrokerHandle, queue: str, **kwargs: Any) -> list[ServiceBusReceivedMessage]:
     """Receives and completes whatever ``queue`` holds (``take_all``); ``kwargs`` go to
-    ``get_queue_receiver`` (session_id, sub_queue, ...)."""
+    ``get_queue_receiver`` (session_id, sub_queue, ...). Prefetching: a receiver without
+    prefetch gets the SDK's forced keep-alive thread, which its close waits for (up to 1 s)."""
     kwargs.setdefault("prefetch_count", DRAIN_PREFETCH)
     with broker.client() as client, client.get_queue_receiver(queue, **kwargs) as receiver:
         return take_all(receiver)

@@ -1,7 +1,8 @@
 """The local host's trigger over both receive backends (a pipeline's ``backend``: our AMQP
 client or azure-servicebus): the generated functions replicate the same way whichever
-receives. A replica keeps its identity and gets the stamp of the source delivery, and
-sessions keep their order under concurrency. (Dead-lettering, abandoning, lock renewal and
+receives. A replica keeps its identity and gets the stamp of the source delivery (and the
+worker's stop closes the pipeline's senders), and sessions keep their order under
+concurrency. (Dead-lettering, abandoning, lock renewal and
 the settlement actions run over both in test_settlement.py.)"""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from replication.host.trigger import HostOptions
 from replication.tasks.stamping import ENQUEUE_TIME, SEQUENCE, iso_utc
 from replication.tasks.targets import BACKENDS
 from tests.broker.conftest import make_config, receive_all
+from tests.waiting import until
 
 from .support import pipeline_app, run_app, settled, stats
 
@@ -56,6 +58,9 @@ pipelines:
 """
     runners = await run_app(pipeline_app(text, settings), settings, until=settled(1))
     assert runners[0].options.backend == backend
+    # the worker's stop closed the pipeline's sender too (it stayed open until the process
+    # ended, and a broker stopping waited for its answer)
+    await until(lambda: not broker.call(lambda: broker.broker.peers), "no connection left")
     assert stats(runners)["received"] == 1
     (copy,) = receive_all(broker, "out")
     assert broker.count("in") == 0

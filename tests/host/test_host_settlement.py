@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
+from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
 
-from tests.broker.conftest import REPO_ROOT, make_config, write_config
+from tests.broker.conftest import REPO_ROOT, QuickCloseClient, make_config, take_all, write_config
 from tests.ports import METRICS, bound_port
 from tests.processes import Processes
 
@@ -59,16 +59,11 @@ def metrics(port: int) -> str:
 
 
 def receive_all(connection: str, queue: str, sub_queue: Any = None) -> list[Any]:
-    out: list[Any] = []
     with (
-        ServiceBusClient.from_connection_string(connection) as client,
+        QuickCloseClient.from_connection_string(connection) as client,
         client.get_queue_receiver(queue, sub_queue=sub_queue, prefetch_count=100) as receiver,
     ):
-        while batch := receiver.receive_messages(100, max_wait_time=2):
-            for message in batch:
-                receiver.complete_message(message)
-            out += batch
-    return out
+        return take_all(receiver, wait=2)
 
 
 def test_one_bad_message_in_25_is_dead_lettered_alone(tmp_path: Path, processes: Processes) -> None:
@@ -83,7 +78,7 @@ def test_one_bad_message_in_25_is_dead_lettered_alone(tmp_path: Path, processes:
         wait_for_port(settings["PrimaryServiceBus"], process)
         bad = {f"m{n}" for n in range(500) if n % 25 == 24}
         with (
-            ServiceBusClient.from_connection_string(settings["PrimaryServiceBus"]) as client,
+            QuickCloseClient.from_connection_string(settings["PrimaryServiceBus"]) as client,
             client.get_queue_sender("work") as sender,
         ):
             for start_at in range(0, 500, 10):
@@ -187,9 +182,10 @@ class Killable:
 def test_a_target_killed_for_many_lock_periods_costs_no_delivery(
     tmp_path: Path, processes: Processes
 ) -> None:
-    """Source LockDuration 5 s, MaxDeliveryCount 3; the target is SIGKILLed while messages
-    stream and stays down for 20 s (four lock periods: longer than MaxDeliveryCount x
-    LockDuration, 15 s, after which a batch whose locks lapsed would be dead-lettered), then
+    """Source LockDuration 5 s (the least Service Bus allows), MaxDeliveryCount 2; the target
+    is SIGKILLed while messages stream and stays down for 12 s (two and a half lock periods:
+    longer than MaxDeliveryCount x LockDuration, 10 s, after which a batch whose locks lapsed
+    would be dead-lettered), then
     comes back on the same port and data. The host holds its batch (the SDK's retries first,
     then the target's breaker, which probes), keeps the locks and takes nothing new
     meanwhile: each message reaches the function once (no lock ran out), nothing is lost,
@@ -209,14 +205,14 @@ def test_a_target_killed_for_many_lock_periods_costs_no_delivery(
     )
     (directory / "host.json").write_text(json.dumps(host_json))
     process = start(processes, directory, "--metrics-port", "0", "--no-progress")
-    total, outage = 600, 20.0
+    total, outage = 600, 12.0
     try:
         port = bound_port(directory / "host.log", process, METRICS)
         wait_for_port(settings["PrimaryServiceBus"], process)
         # the host made the source from the pipelines: give it the short lock and low count
         _shorten_source_locks(settings["PrimaryServiceBus"], directory)
         with (
-            ServiceBusClient.from_connection_string(settings["PrimaryServiceBus"]) as client,
+            QuickCloseClient.from_connection_string(settings["PrimaryServiceBus"]) as client,
             client.get_queue_sender("work") as sender,
         ):
             for n in range(0, total, 20):
@@ -231,7 +227,7 @@ def test_a_target_killed_for_many_lock_periods_costs_no_delivery(
         arrived: Counter[str] = Counter()
         deadline = time.monotonic() + 120
         with (
-            ServiceBusClient.from_connection_string(target.connection_string) as client,
+            QuickCloseClient.from_connection_string(target.connection_string) as client,
             client.get_queue_receiver("work", prefetch_count=100) as receiver,
         ):
             while len(arrived) < total and time.monotonic() < deadline:
@@ -258,10 +254,10 @@ def _shorten_source_locks(connection: str, directory: Path) -> None:
     with _admin(connection, directory) as admin:
         queue = admin.get_queue("work")
         queue.lock_duration = "PT5S"
-        queue.max_delivery_count = 3
+        queue.max_delivery_count = 2
         admin.update_queue(queue)
         updated = admin.get_queue("work")
-    assert updated.max_delivery_count == 3
+    assert updated.max_delivery_count == 2
 
 
 SOURCE_OUTAGE = """\
@@ -274,13 +270,13 @@ pipelines:
 
 def test_a_source_killed_mid_stream_loses_nothing(tmp_path: Path, processes: Processes) -> None:
     """The source broker (LockDuration 5 s, MaxDeliveryCount 3) is SIGKILLed while the host
-    reads it and stays down for 5 s; it comes back with its data. The host reconnects:
+    reads it and stays down for 3 s; it comes back with its data. The host reconnects:
     what was locked when it died is delivered again (a duplicate the target's duplicate
     detection removes), nothing is lost, dead-lettered or left at the source.
 
     A real-time smoke test (a killed process, real reconnects): what it measures is that
     the host's receivers, failing to reconnect every second (``RETRY_PAUSE``) for those
-    5 s, read again once the source is back. The broker keeps its locks in memory, so a
+    3 s, read again once the source is back. The broker keeps its locks in memory, so a
     longer outage shows nothing more: the restarted source has none."""
     directory, settings = project(tmp_path, SOURCE_OUTAGE)
     source = Killable(
@@ -291,7 +287,7 @@ def test_a_source_killed_mid_stream_loses_nothing(tmp_path: Path, processes: Pro
     (directory / "local.settings.json").write_text(json.dumps({"Values": settings}))
     total = 1_000
     with (
-        ServiceBusClient.from_connection_string(source.connection_string) as client,
+        QuickCloseClient.from_connection_string(source.connection_string) as client,
         client.get_queue_sender("work") as sender,
     ):
         for n in range(0, total, 50):
@@ -306,7 +302,7 @@ def test_a_source_killed_mid_stream_loses_nothing(tmp_path: Path, processes: Pro
             assert time.monotonic() < deadline
             time.sleep(0.05)
         source.kill()
-        time.sleep(5)
+        time.sleep(3)
         source.start()
         deadline = time.monotonic() + 120
         while _count(settings["SecondaryServiceBus"], directory) < total:

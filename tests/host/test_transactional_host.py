@@ -20,12 +20,12 @@ from pathlib import Path
 
 import azure.functions as func
 import pytest
-from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
+from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
 
 from replication import metrics
 from replication.functions import pumped_by_host, register_pipelines
 from replication.pipeline import PipelineConfigError, parse_pipelines
-from tests.broker.conftest import REPO_ROOT, make_config, write_config
+from tests.broker.conftest import REPO_ROOT, QuickCloseClient, make_config, take_all, write_config
 from tests.ports import METRICS, bound_port
 from tests.processes import Processes
 
@@ -292,23 +292,18 @@ def wait_exited(process: subprocess.Popen[str], directory: Path, timeout: float 
 
 def peek_count(connection: str, queue: str) -> int:
     with (
-        ServiceBusClient.from_connection_string(connection) as client,
+        QuickCloseClient.from_connection_string(connection) as client,
         client.get_queue_receiver(queue) as receiver,
     ):
         return len(receiver.peek_messages(max_message_count=1000))
 
 
 def receive_all(connection: str, queue: str, **kwargs: object) -> list[str]:
-    out: list[str] = []
     with (
-        ServiceBusClient.from_connection_string(connection) as client,
+        QuickCloseClient.from_connection_string(connection) as client,
         client.get_queue_receiver(queue, prefetch_count=100, **kwargs) as receiver,  # type: ignore[arg-type]
     ):
-        while batch := receiver.receive_messages(100, max_wait_time=2):
-            for message in batch:
-                receiver.complete_message(message)
-            out += [str(m.message_id) for m in batch]
-    return out
+        return [str(m.message_id) for m in take_all(receiver, wait=2)]
 
 
 def test_a_host_killed_before_a_commit_leaves_no_duplicate(
@@ -351,7 +346,7 @@ def test_a_host_killed_before_a_commit_leaves_no_duplicate(
                 time.sleep(0.1)
         total = 400
         with (
-            ServiceBusClient.from_connection_string(connection) as client,
+            QuickCloseClient.from_connection_string(connection) as client,
             client.get_queue_sender("work") as sender,
         ):
             for n in range(0, total, 50):

@@ -47,6 +47,7 @@ from tests.broker.conftest import (
     connection_string,
     make_config,
     receive_n,
+    take_all,
 )
 from tests.clock_steps import step, ticking
 from tests.ports import unused_port
@@ -57,9 +58,9 @@ pytestmark = pytest.mark.timeout(180)
 LOCK = {"LockDuration": "PT5S", "MaxDeliveryCount": 3}
 SLOW = 12.0
 """How long the slow batch's send takes on a ``ManualClock``: more than two lock periods."""
-SLOW_REAL = 7.5
-"""The same in real time (the smoke test): one and a half lock periods, so the first
-batch's locks are renewed at least once or lapse."""
+SLOW_REAL = 6.0
+"""The same in real time (the smoke test): a second longer than a lock period (5 s, the
+least Service Bus allows), so the first batch's locks are renewed at least once or lapse."""
 
 
 # ---------------------------------------------------------------------- helpers
@@ -139,16 +140,11 @@ def send(broker: BrokerHandle, queue: str, messages: list[ServiceBusMessage]) ->
 
 
 def receive_all(connection: str, queue: str, session_id: str | None = None) -> list[Any]:
-    out: list[Any] = []
     with (
         QuickCloseClient.from_connection_string(connection) as client,
         client.get_queue_receiver(queue, session_id=session_id, prefetch_count=100) as receiver,
     ):
-        while batch := receiver.receive_messages(max_message_count=100, max_wait_time=1):
-            for message in batch:
-                receiver.complete_message(message)
-            out += batch
-    return out
+        return take_all(receiver)
 
 
 def dead_lettered(broker: BrokerHandle, queue: str) -> int:
@@ -179,7 +175,7 @@ async def test_slow_batch_keeps_its_locks(
 
     The broker, the pump (its ``LockKeeper``) and the slow send share a ``ManualClock``,
     stepped a second at a time (``step_clock``). One case is the real-time smoke test
-    (7.5 s, what it measures: the keeper renewing on real time, and the SDK, which judges
+    (6 s, what it measures: the keeper renewing on real time, and the SDK, which judges
     a message's lock by the real time, settling and renewing it after its first expiry).
 
     AMQP: 3 batches' worth (max_batch 5, prefetch 10 waiting behind the slow batch, or
@@ -291,6 +287,45 @@ async def test_an_sdk_session_pump_with_no_session_stops_at_once(
         await asyncio.sleep(2.5)  # a few rounds of "no session available"
         stop.set()
         await asyncio.wait_for(job, 6)  # was ~20 s: TimeoutError
+    finally:
+        job.cancel()
+        await pool.close()
+        await client.close()
+
+
+@pytest.mark.parametrize("backend", ["amqp", "sdk"])
+async def test_a_stop_does_not_wait_out_a_receive(
+    broker_factory: Callable[..., BrokerHandle], backend: str
+) -> None:
+    """One batch at a time from an empty queue, each receive waiting up to an hour for a
+    message: ``stop`` ends the receive in progress (a host's stop took its
+    ``sessionIdleTimeout`` before)."""
+    broker = broker_factory(make_config({"src": {}, "dst": {}}))
+    client = AsyncServiceBusClient.from_connection_string(broker.connection_string)
+    pool = SenderPool({None: Target(broker.connection_string, "dst")})
+    stop = asyncio.Event()
+    job = asyncio.create_task(
+        pump(
+            ReplicationTask("idle"),
+            client if backend == "sdk" else broker.connection_string,
+            Source("src"),
+            pool,
+            stop,
+            backend=backend,
+            max_wait=3600,
+            batches_in_flight=1,
+            session_workers=1,
+        )
+    )
+
+    def receiving() -> bool:
+        assert broker.broker is not None
+        return any(peer.consumers for peer in broker.broker.peers.values())
+
+    try:
+        await until(lambda: broker.call(receiving) or job.done(), "a receiver on src")
+        stop.set()
+        await asyncio.wait_for(job, 30)  # was an hour: TimeoutError
     finally:
         job.cancel()
         await pool.close()
