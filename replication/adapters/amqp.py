@@ -210,12 +210,11 @@ def _message(
         application_properties = _properties(app)
     else:
         application_properties = {}
-    get = annotations.get
     return Message(
         body,
         message_id,
         session_id,
-        text(get(PARTITION_KEY)),
+        text(annotations.get(PARTITION_KEY)),
         correlation_id,
         subject,
         content_type,
@@ -223,16 +222,16 @@ def _message(
         reply_to_session_id,
         to,
         time_to_live,
-        _time(get(SCHEDULED_ENQUEUE_TIME)),
+        _time(annotations.get(SCHEDULED_ENQUEUE_TIME)),
         application_properties,
-        _time(get(ENQUEUED_TIME)),
-        _int(get(SEQUENCE_NUMBER)),
+        _time(annotations.get(ENQUEUED_TIME)),
+        _int(annotations.get(SEQUENCE_NUMBER)),
         delivery_count,
-        _time(get(LOCKED_UNTIL)),
+        _time(annotations.get(LOCKED_UNTIL)),
         dead_letter_reason,
         dead_letter_description,
-        text(get(DEAD_LETTER_SOURCE)),
-        text(get(OFFSET)),
+        text(annotations.get(DEAD_LETTER_SOURCE)),
+        text(annotations.get(OFFSET)),
         None,  # partition_id: the reader's to set
         None,  # target
         source,
