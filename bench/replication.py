@@ -40,7 +40,8 @@ it changes seconds. Two children on a freshly loaded ``src``, one moving ``--mes
 a fifth of them; start-up, imports and connecting cost both the same, so the difference over
 the difference in messages is the replicator's instructions per message (about 50 times
 slower than a normal run: 10,000 messages take a few minutes). Measured (issue 42) with
-``python bench/replication.py --callgrind --messages 10000``.
+``python bench/replication.py --callgrind --messages 10000``; ``--callgrind-out DIR`` keeps
+the two profiles (``callgrind_annotate DIR/callgrind.10000`` shows where they went).
 
 ``--profile-broker FILE`` runs only 2, with the broker restarted under cProfile on the
 loaded store, and prints the broker's top entries by own time (the profile behind the
@@ -309,7 +310,7 @@ async def callgrind(args: argparse.Namespace) -> None:
             process, connection_string = start_broker(workdir)
             try:
                 await send_all(connection_string, "src", messages(count, args.size), args.batch)
-                out = Path(tmp) / f"callgrind.{count}"
+                out = (args.callgrind_out or Path(tmp)) / f"callgrind.{count}"
                 child = [
                     "valgrind",
                     "--tool=callgrind",
@@ -545,6 +546,12 @@ def main(argv: list[str] | None = None) -> None:
         "--callgrind",
         action="store_true",
         help="only the replication, under callgrind: the replicator's instructions per message",
+    )
+    parser.add_argument(
+        "--callgrind-out",
+        type=Path,
+        metavar="DIR",
+        help="with --callgrind: keep the two profiles in DIR (callgrind.N, for callgrind_annotate)",
     )
     parser.add_argument("--replicate-child", metavar="CONNECTION_STRING", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -8,8 +8,9 @@ sends, only the annotations a ``Message`` keeps (not the lock token, ...), the b
 they are; anything else (an amqp-value or amqp-sequence body, another encoding) goes through
 the general decoder, which raises ``DecodeError`` for a malformed one. Which header field,
 property, annotation or application property fills which ``Message`` field is
-``fields.FIELDS``' ``amqp`` column, read once into the tuples below: this is the receive
-path's hot loop (bench/replication.py).
+``fields.FIELDS``' ``amqp`` column, written out in ``_message`` and ``encode`` (the receive
+and send paths' hot code, bench/replication.py; tests/tasks/test_adapters.py holds both to
+the table).
 
 Encoding writes what the SDK writes (docs/sdk-wire-notes.md section 3): a header only with a
 time to live (``ttl`` in ms); message annotations ``x-opt-partition-key`` (only without a
@@ -24,10 +25,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import uuid
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from operator import attrgetter, itemgetter
-from typing import Any
+from operator import attrgetter
+from typing import Any, Final
 
 from ..amqp import codec, scan
 from ..amqp.composite import encoder
@@ -35,7 +35,18 @@ from ..amqp.message import BodyType, Header, Properties, _enc_string_keyed_map, 
 from ..amqp.message import Message as AmqpMessage
 from ..amqp.types import int32, timestamp
 from ..messages import Message, PropertyValue
-from .fields import FIELDS, Field, in_section, position
+from ..symbols import (
+    DEAD_LETTER_DESCRIPTION,
+    DEAD_LETTER_REASON,
+    DEAD_LETTER_SOURCE,
+    ENQUEUED_TIME,
+    LOCKED_UNTIL,
+    OFFSET,
+    PARTITION_KEY,
+    SCHEDULED_ENQUEUE_TIME,
+    SEQUENCE_NUMBER,
+)
+from .fields import in_section, position
 from .values import text
 
 _CE_ZERO_MS = -62_135_596_800_000
@@ -73,42 +84,25 @@ def _int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
-_READ: dict[str, Callable[[Any], Any]] = {
-    "text": text,
-    "time": _time,
-    "duration": _duration,
-    "int": _int,
-}
-_WRITE: dict[str, Callable[[Any], Any]] = {
-    "text": lambda value: value,
-    "time": timestamp.from_datetime,
-    "duration": lambda value: int(value.total_seconds() * 1000),
-}
-
-# -- the table, read once: (Message field, where, converter)
-_PROPERTIES = in_section("properties")
-_PROPERTY_NAMES = tuple(f.name for f in _PROPERTIES)
-_PROPERTY_AT = itemgetter(*(position("properties", f.amqp.key) for f in _PROPERTIES))
-_PROPERTY_OF = attrgetter(*(f.amqp.key for f in _PROPERTIES))
-_HEADER_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Header)}
-_HEADER = tuple(
-    (f.name, position("header", f.amqp.key), _HEADER_DEFAULTS[f.amqp.key], _READ[f.kind])
-    for f in in_section("header")
-)
-"""(Message field, index in the header, the header's default, converter)."""
-_ANNOTATIONS = tuple((f.name, f.amqp.key, _READ[f.kind]) for f in in_section("annotations"))
-_WANTED_ANNOTATIONS = {key.encode(): key for _, key, _ in _ANNOTATIONS}
-_APPLICATION = tuple((f.name, f.amqp.key) for f in in_section("application") if f.amqp.key)
-
-
-def _sent(section: str) -> tuple[tuple[str, str, Callable[[Any], Any]], ...]:
-    chosen: list[Field] = [f for f in FIELDS if f.sent and f.amqp.section == section]
-    return tuple((f.name, f.amqp.key, _WRITE[f.kind]) for f in chosen)
-
-
-_HEADER_SENT = _sent("header")
-_ANNOTATIONS_SENT = _sent("annotations")
-_PROPERTIES_SENT = tuple((f.name, f.amqp.key) for f in _PROPERTIES if f.sent)
+# -- the table's AMQP column, written out below (``_message``, ``encode``): where a field is
+# in the header's and the properties' described lists (what ``scan`` hands back, None-padded)
+_TTL: Final = position("header", "ttl")
+_DELIVERY_COUNT: Final = position("header", "delivery_count")
+_MESSAGE_ID: Final = position("properties", "message_id")
+_TO: Final = position("properties", "to")
+_SUBJECT: Final = position("properties", "subject")
+_REPLY_TO: Final = position("properties", "reply_to")
+_CORRELATION_ID: Final = position("properties", "correlation_id")
+_CONTENT_TYPE: Final = position("properties", "content_type")
+_GROUP_ID: Final = position("properties", "group_id")
+_REPLY_TO_GROUP_ID: Final = position("properties", "reply_to_group_id")
+_HEADER_LIST = attrgetter(*(f.name for f in dataclasses.fields(Header)))
+_PROPERTIES_LIST = attrgetter(*(f.name for f in dataclasses.fields(Properties)))
+"""The general decoder's sections as the same lists (its slow path only)."""
+_WANTED_ANNOTATIONS = {f.amqp.key.encode(): f.amqp.key for f in in_section("annotations")}
+"""The annotations a ``Message`` keeps (``scan.pick`` skips the rest: the lock token...)."""
+_DEAD_LETTER_REASON: Final = str(DEAD_LETTER_REASON)
+_DEAD_LETTER_DESCRIPTION: Final = str(DEAD_LETTER_DESCRIPTION)
 
 
 # ---------------------------------------------------------------------- decoding
@@ -143,8 +137,8 @@ def to_message(amqp: AmqpMessage, source: Any = None) -> Message:
     header = amqp.header
     return _message(
         bytes(body),
-        None if header is None else [getattr(header, name) for name in _HEADER_DEFAULTS],
-        None if props is None else _PROPERTY_OF(props),
+        None if header is None else list(_HEADER_LIST(header)),
+        None if props is None else list(_PROPERTIES_LIST(props)),
         amqp.message_annotations or {},
         amqp.application_properties,
         source,
@@ -155,12 +149,11 @@ def _scanned(payload: bytes, source: Any) -> Message:
     found = scan.scan(payload)
     if not found.body_is_data:
         raise scan.Unusual("an amqp-value or amqp-sequence body")
-    props = found.properties
     chunks = found.data
     return _message(
         chunks[0] if len(chunks) == 1 else b"".join(chunks),
         found.header,
-        None if props is None else _PROPERTY_AT(props),
+        found.properties,
         (
             scan.pick(payload, found.annotations_at, _WANTED_ANNOTATIONS)
             if found.annotations_at >= 0
@@ -175,62 +168,74 @@ def _scanned(payload: bytes, source: Any) -> Message:
     )
 
 
-def _written_out() -> Callable[..., Message]:
-    """``_message``, written out from the table as ``dataclasses`` writes an ``__init__``:
-    the receive path's hot function, with no loop or dict per message (a loop over the
-    table cost 2.3 µs of 17 per message). For the table of today it reads::
-
-        def _message(body, header, properties, annotations, app, source):
-            if properties is not None:
-                p0, p1, ... = map(text, properties)     # message_id, session_id, ...
-            else:
-                p0 = p1 = ... = None
-            if header is not None:
-                h0 = read_h0(d_h0 if (v := header[2]) is None else v)   # time_to_live
-                ...
-            if app:
-                a0 = app.get('DeadLetterReason'); a0 = a0 if type(a0) is str else None
-                ...
-                props = _properties(app)
-            get = annotations.get
-            return Message(body=body, message_id=p0, ..., partition_key=read_n0(get(key_n0)),
-                           ..., application_properties=props, source=source)
-
-    ``header`` is the header's fields in order, ``properties`` the table's properties in
-    table order (``_PROPERTY_AT`` / ``_PROPERTY_OF``)."""
-    scope: dict[str, Any] = {"Message": Message, "text": text, "_properties": _properties}
-    code = ["def _message(body, header, properties, annotations, app, source):"]
-    keywords = ["body=body"]
-    names = [f"p{i}" for i in range(len(_PROPERTY_NAMES))]
-    code += [
-        "    if properties is not None:",
-        f"        {', '.join(names)}, = map(text, properties)",
-        "    else:",
-        f"        {' = '.join(names)} = None",
-    ]
-    keywords += [f"{field}={name}" for field, name in zip(_PROPERTY_NAMES, names, strict=True)]
-    code.append("    if header is not None:")
-    for i, (field, at, default, read) in enumerate(_HEADER):
-        scope[f"read_h{i}"], scope[f"d_h{i}"] = read, default
-        code.append(f"        h{i} = read_h{i}(d_h{i} if (v := header[{at}]) is None else v)")
-        keywords.append(f"{field}=h{i}")
-    code += ["    else:", f"        {' = '.join(f'h{i}' for i in range(len(_HEADER)))} = None"]
-    code.append("    if app:")
-    for i, (field, key) in enumerate(_APPLICATION):
-        code.append(f"        a{i} = app.get({key!r}); a{i} = a{i} if type(a{i}) is str else None")
-        keywords.append(f"{field}=a{i}")
-    code += ["        props = _properties(app)", "    else:"]
-    facts = [f"a{i}" for i in range(len(_APPLICATION))]
-    code += [f"        {' = '.join(facts)} = None" if facts else "        pass"]
-    code += ["        props = {}", "    get = annotations.get"]
-    for i, (field, key, read) in enumerate(_ANNOTATIONS):
-        scope[f"read_n{i}"], scope[f"key_n{i}"] = read, key
-        keywords.append(f"{field}=read_n{i}(get(key_n{i}))")
-    keywords += ["application_properties=props", "source=source"]
-    code.append(f"    return Message({', '.join(keywords)})")
-    exec("\n".join(code), scope)  # our own text, made from the table above
-    made: Callable[..., Message] = scope["_message"]
-    return made
+def _message(
+    body: bytes,
+    header: list[Any] | None,
+    properties: list[Any] | None,
+    annotations: dict[Any, Any],
+    app: dict[Any, Any] | None,
+    source: Any,
+) -> Message:
+    """The one place the AMQP values become a ``Message``: ``fields.FIELDS``' AMQP column
+    written out (tests/tasks/test_adapters.py holds it to the table), so that mypyc compiles
+    it, and the ``Message`` made with its fields in their order, not by keyword (a keyword
+    call of the dataclass's ``__init__`` cost three times as much; a field added to
+    ``Message`` must be added here in its place). ``header`` and ``properties``
+    are their described lists, None-padded (``scan``)."""
+    if properties is None:
+        message_id = session_id = correlation_id = subject = content_type = None
+        to = reply_to = reply_to_session_id = None
+    else:
+        message_id = text(properties[_MESSAGE_ID])
+        session_id = text(properties[_GROUP_ID])
+        correlation_id = text(properties[_CORRELATION_ID])
+        subject = text(properties[_SUBJECT])
+        content_type = text(properties[_CONTENT_TYPE])
+        to = text(properties[_TO])
+        reply_to = text(properties[_REPLY_TO])
+        reply_to_session_id = text(properties[_REPLY_TO_GROUP_ID])
+    time_to_live: timedelta | None = None
+    delivery_count: int | None = None
+    if header is not None:
+        time_to_live = _duration(header[_TTL])
+        count = header[_DELIVERY_COUNT]
+        delivery_count = 0 if count is None else int(count)  # the header's default
+    dead_letter_reason: str | None = None
+    dead_letter_description: str | None = None
+    if app:
+        reason = app.get(_DEAD_LETTER_REASON)
+        dead_letter_reason = reason if type(reason) is str else None
+        description = app.get(_DEAD_LETTER_DESCRIPTION)
+        dead_letter_description = description if type(description) is str else None
+        application_properties = _properties(app)
+    else:
+        application_properties = {}
+    return Message(
+        body,
+        message_id,
+        session_id,
+        text(annotations.get(PARTITION_KEY)),
+        correlation_id,
+        subject,
+        content_type,
+        reply_to,
+        reply_to_session_id,
+        to,
+        time_to_live,
+        _time(annotations.get(SCHEDULED_ENQUEUE_TIME)),
+        application_properties,
+        _time(annotations.get(ENQUEUED_TIME)),
+        _int(annotations.get(SEQUENCE_NUMBER)),
+        delivery_count,
+        _time(annotations.get(LOCKED_UNTIL)),
+        dead_letter_reason,
+        dead_letter_description,
+        text(annotations.get(DEAD_LETTER_SOURCE)),
+        text(annotations.get(OFFSET)),
+        None,  # partition_id: the reader's to set
+        None,  # target
+        source,
+    )
 
 
 def _properties(app: dict[Any, Any]) -> dict[str, PropertyValue]:
@@ -267,10 +272,6 @@ def _other_body(body: Any) -> bytes:
         return str(body).encode("utf-8")
 
 
-_message = _written_out()
-"""The one place the AMQP values become a ``Message`` (``_written_out`` says how)."""
-
-
 # ---------------------------------------------------------------------- encoding
 
 
@@ -279,44 +280,53 @@ _write_header, _write_properties = encoder(Header), encoder(Properties)
 
 def encode(message: Message, *, event_hub: bool = False) -> bytes:
     """The bytes of ``message`` as a sender puts them on the wire (see the module);
-    ``event_hub``: as an event, whose partition key goes with a session id (group-id) too."""
+    ``event_hub``: as an event, whose partition key goes with a session id (group-id) too.
+    The table's sent fields written out (tests/tasks/test_adapters.py holds them to it): a
+    loop over the table, keyword calls and a dict per section cost a quarter of the
+    replicator's time per message (issue 42)."""
     out = bytearray()
-    header = {
-        key: write(value)
-        for name, key, write in _HEADER_SENT
-        if (value := getattr(message, name)) is not None
-    }
-    if header:
-        _write_header(out, Header(**header))
-    annotations = _annotations(message, event_hub)
-    if annotations:
+    ttl = message.time_to_live
+    if ttl is not None:
+        _write_header(out, Header(ttl=int(ttl.total_seconds() * 1000)))
+    session_id = message.session_id
+    partition_key = message.partition_key
+    if session_id is not None and not event_hub:
+        partition_key = None  # Service Bus wants a session's partition key to be its session id
+    scheduled = message.scheduled_enqueue_time
+    if partition_key is not None or scheduled is not None:
+        annotations: dict[Any, Any] = {}
+        if partition_key is not None:
+            annotations[PARTITION_KEY] = partition_key
+        if scheduled is not None:
+            annotations[SCHEDULED_ENQUEUE_TIME] = timestamp.from_datetime(scheduled)
         out += b"\x00\x53\x72"
         codec.encode_symbol_keyed_map(out, annotations)
-    properties = {key: getattr(message, name) for name, key in _PROPERTIES_SENT}
-    if properties["message_id"] is None:
-        properties["message_id"] = str(uuid.uuid4())
-    _write_properties(out, Properties(**properties))
-    if message.application_properties:
+    message_id = message.message_id
+    properties = Properties(  # in its fields' order: a keyword call costs three times as much
+        str(uuid.uuid4()) if message_id is None else message_id,
+        None,  # user-id
+        message.to,
+        message.subject,
+        message.reply_to,
+        message.correlation_id,
+        message.content_type,
+        None,  # content-encoding
+        None,  # absolute-expiry-time
+        None,  # creation-time
+        session_id,  # group-id
+        None,  # group-sequence
+        message.reply_to_session_id,  # reply-to-group-id
+    )
+    _write_properties(out, properties)
+    application = message.application_properties
+    if application:
         out += b"\x00\x53\x74"
         _enc_string_keyed_map(
-            out,
-            {key: property_value(value) for key, value in message.application_properties.items()},
+            out, {key: property_value(value) for key, value in application.items()}
         )
     out += b"\x00\x53\x75"
     codec._enc_binary(out, message.body)
     return bytes(out)
-
-
-def _annotations(message: Message, event_hub: bool = False) -> dict[Any, Any]:
-    annotations: dict[Any, Any] = {}
-    for name, key, write in _ANNOTATIONS_SENT:
-        value = getattr(message, name)
-        if value is None or (
-            name == "partition_key" and message.session_id is not None and not event_hub
-        ):
-            continue  # Service Bus wants a session's partition key to be its session id
-        annotations[key] = write(value)
-    return annotations
 
 
 def property_value(value: Any) -> Any:

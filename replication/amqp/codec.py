@@ -70,6 +70,11 @@ _pack_Bq: Final = _S_Bq.pack
 _pack_BBB: Final = _S_BBB.pack
 _pack_BII: Final = _S_BII.pack
 _unpack_H: Final = _S_H.unpack_from
+_BIN8: Final = tuple(bytes((0xA0, n)) for n in range(256))
+_STR8: Final = tuple(bytes((0xA1, n)) for n in range(256))
+_SYM8: Final = tuple(bytes((0xA3, n)) for n in range(256))
+"""The constructor and size of a binary, string or symbol up to 255 bytes, by size (making
+the two bytes each time cost a third of writing a short string)."""
 _unpack_I: Final = _S_I.unpack_from
 _unpack_II: Final = _S_II.unpack_from
 
@@ -224,7 +229,7 @@ def _enc_uuid(out: bytearray, value: Any) -> None:
 def _enc_binary(out: bytearray, value: Any) -> None:
     n = len(value)
     if n <= 0xFF:
-        out += bytes((0xA0, n))
+        out += _BIN8[n]
     else:
         out += _pack_BI(0xB0, n)
     out += value
@@ -237,7 +242,7 @@ def _enc_string(out: bytearray, value: Any) -> None:
         raise EncodeError(f"AMQP string cannot hold a lone surrogate: {value!r}") from None
     n = len(data)
     if n <= 0xFF:
-        out += bytes((0xA1, n))
+        out += _STR8[n]
     else:
         out += _pack_BI(0xB1, n)
     out += data
@@ -250,7 +255,7 @@ def _enc_symbol(out: bytearray, value: Any) -> None:
         raise EncodeError(f"AMQP symbol must be ASCII: {value!r}") from None
     n = len(data)
     if n <= 0xFF:
-        out += bytes((0xA3, n))
+        out += _SYM8[n]
     else:
         out += _pack_BI(0xB3, n)
     out += data

@@ -208,24 +208,32 @@ def _decode(spec: _Composite, value: Any) -> Any:
 
 def _encode(spec: _Composite, out: bytearray, value: Any) -> None:
     """Writes the composite: descriptor, then its fields as a list (trailing nulls trimmed
-    unless ``spec.trim`` is off)."""
+    unless ``spec.trim`` is off). A run of null fields is written once a field after it is
+    not null (most fields of most performatives and properties are null: a byte appended
+    per null, then cut, cost a sixth of writing them)."""
     out += spec.header
     body = bytearray()
-    cut = count = 0
+    count = nulls = 0
     for field in spec.fields:
         item = getattr(value, field.name)
         if item is None:
             if field.mandatory:
                 raise EncodeError(f"{field.label} is mandatory")
-            body.append(0x40)
+            nulls += 1
         else:
+            if nulls:
+                body += _NULLS[nulls]
+                nulls = 0
             field.write(body, item)
-            cut, count = len(body), field.index + 1
-    if spec.trim:
-        del body[cut:]
-        _write_list(out, body, count)
-    else:
-        _write_list(out, body, len(spec.fields))
+            count = field.index + 1
+    if not spec.trim and nulls:
+        body += _NULLS[nulls]
+        count = len(spec.fields)
+    _write_list(out, body, count)
+
+
+_NULLS: Final = tuple(b"\x40" * n for n in range(64))
+"""A run of n nulls, by n (no composite has 64 fields)."""
 
 
 def composite(code: int, name: str, *, trim: bool = True) -> Callable[[type[T]], type[T]]:

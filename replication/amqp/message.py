@@ -49,10 +49,15 @@ def _is_map(value: Any) -> bool:
 
 
 def _enc_string_keyed_map(out: bytearray, value: Any) -> None:
-    for key in value:
+    """A map with string keys, whatever ``str`` subclass (e.g. a symbol) a key is. Written
+    straight into the map's body: no copy of the map (issue 42)."""
+    body = bytearray()
+    for key, item in value.items():
         if not isinstance(key, str):
             raise EncodeError(f"application-properties keys must be strings, got {key!r}")
-    codec._enc_map(out, {str(k) if type(k) is not str else k: v for k, v in value.items()})
+        codec._enc_string(body, key)
+        codec.encode_into(body, item)
+    codec.write_compound(out, body, 2 * len(value), 0xC1)
 
 
 @described_wrapper(0x71, "amqp:delivery-annotations:map", codec.encode_symbol_keyed_map, _is_map)

@@ -55,21 +55,44 @@ def host_map(sb1: BrokerHandle, sb2: BrokerHandle) -> dict[str, str]:
     return {HOST_MAP_SETTING: f"{SB1}=127.0.0.1:{sb1.port};{SB2}=127.0.0.1:{sb2.port}"}
 
 
+class HoldAfter:
+    """A ``sender_for`` whose sends after the first ``batches`` wait until ``until()`` (the
+    pump replicates faster than a DNS re-check: without this it could drain sb1 first)."""
+
+    def __init__(self, pool: SenderPool, batches: int, until: Callable[[], bool]) -> None:
+        self.pool, self.batches, self.until, self.calls = pool, batches, until, 0
+
+    @contextlib.asynccontextmanager
+    async def __call__(self, name: str | None) -> AsyncIterator[Any]:
+        self.calls += 1
+        while self.calls > self.batches and not self.until():
+            await asyncio.sleep(0.05)
+        async with self.pool(name) as sender:
+            yield sender
+
+
 async def replicate_through_flip(
     src: BrokerHandle, sb1: BrokerHandle, spec: FailoverSpec, settings: dict[str, str],
-    flip: Callable[[], None],
+    flip: Callable[[], None], hold: float = 0.0,
 ) -> int:  # fmt: skip
     """Replicates src/src to the failover target (starting on sb1), calls ``flip`` once a
-    tenth of the stream arrived, runs until the source is empty; returns the switches."""
+    tenth of the stream arrived, runs until the source is empty; returns the switches.
+    ``hold``: seconds the sends lent after the flip wait (a target's failover re-checks on
+    a send once its interval has passed: a pump that moves the rest of the stream faster
+    than that would leave nothing to send once it does)."""
     failover = spec.build("stream/target", sb1.connection_string, settings)
     pool = SenderPool({None: Target(sb1.connection_string, "dst", failover)})
+    flipped_at: list[float] = []
+    held = HoldAfter(pool, COUNT, lambda: time.monotonic() >= flipped_at[0] + hold)
     stop = asyncio.Event()
     job = asyncio.create_task(
-        pump(ReplicationTask("stream"), src.connection_string, Source("src"), pool, stop)
+        pump(ReplicationTask("stream"), src.connection_string, Source("src"), held, stop)
     )
     try:
         await wait_until(lambda: sb1.count("dst") >= COUNT // 10)
         flip()
+        flipped_at.append(time.monotonic())
+        held.batches = held.calls
         await wait_until(lambda: src.count("src") == 0)
     finally:
         stop.set()
@@ -103,7 +126,7 @@ async def test_a_cname_flip_mid_stream_moves_replication_to_sb2(
     def flip() -> None:
         dns_server.set_cname(ALIAS, "sb2.test.example.com", ttl=0)  # type: ignore[attr-defined]
 
-    switches = await replicate_through_flip(src, sb1, spec, host_map(sb1, sb2), flip)
+    switches = await replicate_through_flip(src, sb1, spec, host_map(sb1, sb2), flip, hold=0.3)
     assert switches == 1
     assert metrics.FAILOVERS.labels("stream/target").value() == before + 1
     check_nothing_lost(sb1.message_ids("dst"), sb2.message_ids("dst"))
@@ -128,22 +151,6 @@ async def test_a_file_flip_with_sb1_gone_moves_replication_to_sb2(
     assert switches == 1
     sb1.restart()
     check_nothing_lost(sb1.message_ids("dst"), sb2.message_ids("dst"))
-
-
-class HoldAfter:
-    """A ``sender_for`` whose sends after the first ``batches`` wait until ``until()`` (the
-    pump replicates faster than a DNS re-check: without this it could drain sb1 first)."""
-
-    def __init__(self, pool: SenderPool, batches: int, until: Callable[[], bool]) -> None:
-        self.pool, self.batches, self.until, self.calls = pool, batches, until, 0
-
-    @contextlib.asynccontextmanager
-    async def __call__(self, name: str | None) -> AsyncIterator[Any]:
-        self.calls += 1
-        while self.calls > self.batches and not self.until():
-            await asyncio.sleep(0.05)
-        async with self.pool(name) as sender:
-            yield sender
 
 
 async def test_a_failover_source_finishes_its_batch_then_reads_sb2(
