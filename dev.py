@@ -268,7 +268,7 @@ def _parallel(args: list[str]) -> list[str]:
         return []
     if "--quick" in args:
         return ["-n", "12", "--dist", "worksteal"]
-    return ["-n", "6", "--dist", "loadfile"]
+    return ["-n", "6", "--dist", "loadfile", "--no-loadscope-reorder"]  # conftest's order
 
 
 if __name__ == "__main__":

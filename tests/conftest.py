@@ -4,6 +4,7 @@
 
 import os
 import re
+from collections import Counter
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
@@ -64,7 +65,41 @@ def _starts_processes(path: Path) -> bool:
     return bool(STARTS_PROCESSES.search(path.read_text(encoding="utf-8")))
 
 
+LONGEST_FIRST = (
+    "tests/spark/test_cluster.py",
+    "tests/spark/test_datasource.py",
+    "tests/host/test_settlement.py",
+    "tests/tasks/test_replicate.py",
+    "tests/broker/test_eventhubs_sdk.py",
+    "tests/host/test_host_settlement.py",
+    "tests/host/test_eventhubs_replication.py",
+    "tests/tasks/test_pump_locks.py",
+    "tests/spark/test_executors.py",
+    "tests/spark/test_pipeline.py",
+)
+"""The files that take longest (a minute or more of one xdist worker, ``--cpu-report``),
+handed out first; the others follow, most tests first (xdist's own order, which put these
+files of few long tests last: the suite's tail). The JVM files two at a time, the second two
+once the first short files are done: four Spark applications at once on 2 cores time out."""
+
+
+def _file(item: pytest.Item) -> str:
+    return item.nodeid.partition("::")[0]
+
+
+def _longest_first(items: list[pytest.Item]) -> None:
+    rank = {name: at for at, name in enumerate(LONGEST_FIRST)}
+    counts = Counter(_file(item) for item in items)
+
+    def order(item: pytest.Item) -> tuple[int, int]:
+        file = _file(item)
+        return (rank[file], 0) if file in rank else (len(rank), -counts[file])
+
+    items.sort(key=order)  # stable: a file's tests stay in their order
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _longest_first(items)
     if not config.getoption("--quick"):
         return
     kept, left_out = [], []
