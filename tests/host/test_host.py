@@ -209,9 +209,13 @@ async def test_metrics_count_what_moved(tmp_path: Path) -> None:
     directory, settings = project(tmp_path, METERED)
     total = 300
     host = Host(HostConfig(directory=directory, metrics_port=0, progress=False))
-    host.config.stop_when = lambda h: (
-        metrics.counts("metered")["received"] >= total and metrics.counts("metered")["backlog"] == 0
-    )
+
+    def moved() -> bool:
+        counts = metrics.counts("metered")
+        return counts["received"] >= total and counts["backlog"] == 0
+
+    scraped = asyncio.Event()  # the host stops once /metrics was read, not before
+    host.config.stop_when = lambda h: scraped.is_set()
     run = asyncio.create_task(host.run())
     while not host.healthy:
         assert not run.done(), run.result()
@@ -225,8 +229,14 @@ async def test_metrics_count_what_moved(tmp_path: Path) -> None:
                               application_properties={"keep": int(i % 3 != 0)})
             for i in range(total)
         ])  # fmt: skip
+    deadline = asyncio.get_running_loop().time() + 120
+    while not moved():
+        assert not run.done(), run.result()
+        assert asyncio.get_running_loop().time() < deadline, metrics.counts("metered")
+        await asyncio.sleep(0.05)
     url = f"http://127.0.0.1:{host.config.metrics_port}/metrics"
     body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read().decode())
+    scraped.set()
     assert await asyncio.wait_for(run, 120) == 0
     counts = metrics.counts("metered")
     assert (counts["received"], counts["forwarded"], counts["filtered"]) == (300, 200, 100)
