@@ -33,6 +33,7 @@ from replication.spark.runner import SparkPipeline
 from tests.broker.conftest import BrokerHandle, dead_letters, make_config
 from tests.failover.dns_server import ALIAS, SB_ZONES, DnsServer, seed_zone
 from tests.spark.crash import MARKER
+from tests.spark.stall import release
 from tests.spark.support import driver_env
 
 pytestmark = pytest.mark.timeout(300)
@@ -367,8 +368,12 @@ DROPPED = """\
 pipelines:
   - name: dropped
     source: {connection: Bus, queue: src}
+    steps:
+      - transform: {callable: "tests.spark.stall:stall_once", callable_takes: message}
     target: {connection: Bus, queue: dst}
 """
+"""The copy with ``stall.py``'s step: the marked message holds its task (and its receiving
+connection) until the test lets it go."""
 
 
 def test_a_dropped_source_connection_is_reopened_by_the_next_task(
@@ -379,23 +384,26 @@ def test_a_dropped_source_connection_is_reopened_by_the_next_task(
     the same Python workers open new connections. Nothing is lost; what was sent and not
     completed is removed by the target's duplicate detection."""
     broker: BrokerHandle = broker_factory(CONFIG)
-    total = 4000
-    send(broker, "src", [ServiceBusMessage(b"d" * 64, message_id=f"d-{i}")
-                         for i in range(total)], per=250)  # fmt: skip
+    total, marked = 4000, 1000  # micro-batches of 400: the stall comes in the third
+    marker = tmp_path / "stalled"
+    messages = [
+        ServiceBusMessage(
+            b"d" * 64,
+            message_id=f"d-{i}",
+            application_properties={"stall": str(marker)} if i == marked else None,
+        )
+        for i in range(total)
+    ]
+    send(broker, "src", messages, per=250)
     settings = {"Bus": broker.connection_string}
     pipeline, path = app(tmp_path, DROPPED, settings)
-    dropped: list[int] = []
     with streaming(spark, pipeline, path, settings, tmp_path / "checkpoint",
                    max_per_trigger=400, name="spark-dropped") as runner:  # fmt: skip
-        for threshold in (200, 1200):  # early: a loaded machine may finish the rest first
-            wait_until(lambda t=threshold: broker.count("dst") >= t or not runner.is_alive())
-
-            def drop() -> bool:  # receivers live while a task runs: try until one is
-                dropped.append(broker.drop_receiving_connections())
-                return dropped[-1] > 0 or not runner.is_alive()
-
-            wait_until(drop, timeout=60)
-    assert sum(dropped) >= 1, "no receiving connection was dropped: the test proves nothing"
+        wait_until(lambda: marker.exists() or not runner.is_alive())
+        assert marker.exists(), "the marked message never held its task"
+        dropped = broker.drop_receiving_connections()  # while the stalled task holds its batch
+        release(marker)
+    assert dropped >= 1, "no receiving connection was dropped: the test proves nothing"
     ids = broker.message_ids("dst")
     assert set(ids) == {f"d-{i}" for i in range(total)}
     assert len(ids) == total
