@@ -217,8 +217,14 @@ def test_a_killed_driver_restarted_on_its_checkpoint_loses_nothing(
     broker = loaded(broker_factory)
     folder = app(tmp_path / "app", broker)
     checkpoint = tmp_path / "checkpoint"
-    first = spark_submit(folder, "--available-now", "--checkpoint", str(checkpoint),
-                         "--max-messages-per-trigger", "500")  # fmt: skip
+    first = spark_submit(
+        folder,
+        "--available-now",
+        "--checkpoint",
+        str(checkpoint),
+        "--max-messages-per-trigger",
+        "500",
+    )
     wait_until(lambda: broker.count("dst") >= 1000, first)
     first.kill()
     assert broker.count("src") > 0, "the first run finished before the kill"

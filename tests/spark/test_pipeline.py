@@ -242,10 +242,24 @@ pipelines:
     total = 2000  # the first run (micro-batches of 250) is killed once 500 arrived
     fill(broker, "src", [ServiceBusMessage(b"x" * 32, message_id=f"k-{i}") for i in range(total)])
     first = processes.start(
-        [sys.executable, "-m", "replication", "spark", "--pipeline", "copy", "--dir",
-         str(folder), "--max-messages-per-trigger", "250"],
-        cwd=folder, env=driver_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "replication",
+            "spark",
+            "--pipeline",
+            "copy",
+            "--dir",
+            str(folder),
+            "--max-messages-per-trigger",
+            "250",
+        ],
+        cwd=folder,
+        env=driver_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline = time.monotonic() + 180
     while broker.count("dst") < 500:
         assert first.poll() is None, first.communicate()[0][-3000:]
