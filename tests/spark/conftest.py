@@ -14,7 +14,7 @@ from tests.broker.conftest import (  # noqa: F401  (fixtures, found by name)
     broker_factory,
 )
 from tests.broker.conftest import pytest_configure as _broker_markers
-from tests.spark.support import JVM_OPTIONS
+from tests.spark.support import JVM_OPTIONS, JVM_SESSION
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -31,7 +31,9 @@ def spark() -> Iterator[Any]:
     import os
     import sys
 
+    from pyspark import SparkConf, SparkContext
     from pyspark.errors import PySparkRuntimeError
+    from pyspark.java_gateway import launch_gateway
     from pyspark.sql import SparkSession
 
     # the Python workers must be this interpreter (with pyarrow and this package)
@@ -39,22 +41,24 @@ def spark() -> Iterator[Any]:
 
     from replication.spark import register
 
-    builder = (
-        SparkSession.builder.master("local[2]")
-        .appName("replication-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.extraJavaOptions", JVM_OPTIONS)
+    conf = (
+        SparkConf()
+        .setMaster("local[2]")
+        .setAppName("replication-tests")
+        .set("spark.ui.enabled", "false")
+        .set("spark.sql.shuffle.partitions", "2")
+        .set("spark.sql.session.timeZone", "UTC")
+        .set("spark.driver.bindAddress", "127.0.0.1")
+        .set("spark.driver.extraJavaOptions", JVM_OPTIONS)
     )
     try:
-        session = builder.getOrCreate()
+        gateway = launch_gateway(conf, popen_kwargs=JVM_SESSION)
     except PySparkRuntimeError as exc:  # a JVM launch lost to a fork race (tests/conftest.py)
         if "JAVA_GATEWAY_EXITED" not in str(exc):
             raise
         warnings.warn(f"the Spark JVM did not start, starting it once more: {exc}", stacklevel=1)
-        session = builder.getOrCreate()
+        gateway = launch_gateway(conf, popen_kwargs=JVM_SESSION)
+    session = SparkSession(SparkContext(conf=conf, gateway=gateway))
     register(session)
     yield session
     session.stop()

@@ -19,6 +19,18 @@ C1 only and the one-thread collector: a ``local[2]`` session and two small jobs 
 of wall time instead of 29-36 s (load average 8-10). Benchmarks keep the JVM's defaults."""
 JVM_ENV = {"JAVA_TOOL_OPTIONS": JVM_OPTIONS}
 """``JVM_OPTIONS`` for every JVM started in an environment (a driver's, a cluster's)."""
+JVM_SESSION = {"start_new_session": True}
+"""How the tests' ``local[2]`` JVM is started (pyspark's ``launch_gateway(popen_kwargs=)``):
+in a session of its own, as a cluster's processes are (``cluster.Process``) and as a driver
+is under spark-submit's launchers. A streaming query starts a Python process for its
+reader that must connect back within 10 s: ``PythonWorkerFactory.createSimpleWorker``
+waits ``Selector.select(10000)``, hard-coded in Spark 4.3, with no setting. Linux's
+autogroup scheduler shares the CPU between sessions, so with two CPU-burning processes of
+other sessions beside the suite, everything in the suite's one session (six xdist workers,
+their brokers, the JVM and its Python processes) got a third of the machine, and that
+process, which imports pyspark and pyarrow (0.45 CPU-s), took more than 10 s: five Spark
+tests failed with "Python worker failed to connect back" in each such run. In a session
+of its own the JVM and the processes it starts get their own share."""
 
 
 def driver_env(**more: str) -> dict[str, str]:
