@@ -65,6 +65,20 @@ def _starts_processes(path: Path) -> bool:
     return bool(STARTS_PROCESSES.search(path.read_text(encoding="utf-8")))
 
 
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """--quick leaves out every test of a module that starts processes: such a module is not
+    even imported (each xdist worker collects the whole suite, and would import it, with all
+    it imports, for nothing)."""
+    if (
+        config.getoption("--quick")
+        and collection_path.name.startswith("test_")
+        and collection_path.suffix == ".py"
+        and _starts_processes(collection_path)
+    ):
+        return True
+    return None
+
+
 LONGEST_FIRST = (
     "tests/spark/test_cluster.py",
     "tests/spark/test_datasource.py",
