@@ -48,6 +48,17 @@ STARTS_PROCESSES = re.compile(
     r"\bsubprocess\b|\bPopen\b|sys\.executable|\bpyspark\b|tests\.spark\.cluster"
 )
 """What a module that starts a process (or a JVM: pyspark, the cluster) says."""
+STARTS_PROCESSES_MARK = "starts_processes"
+"""The mark of a test whose code under test starts a process of its own (the local host's
+function worker: ``HostConfig.worker_process``), which neither its fixtures nor its text say."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{STARTS_PROCESSES_MARK}: the code under test starts another process (the local "
+        "host's function worker); --quick leaves the test out",
+    )
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -123,6 +134,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             bool(fixtures & OTHER_PROCESSES)
             or _starts_processes(item.path)
             or item.get_closest_marker("slow") is not None
+            or item.get_closest_marker(STARTS_PROCESSES_MARK) is not None
         )
         (left_out if slow else kept).append(item)
     if left_out:
