@@ -2,6 +2,7 @@
 ``processes`` fixture (child processes ended with their process groups), and ``--quick``
 (the inner loop: only tests that need no other process, no JVM and no browser)."""
 
+import gc
 import os
 import re
 from collections import Counter
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from replication.gc_tuning import GC_THRESHOLDS, collect_garbage_for_throughput
 from tests.processes import Processes
 
 pytest_plugins = ["tests.cpu_report"]  # --cpu-report: wall and CPU seconds per test file
@@ -23,6 +25,11 @@ settings.register_profile(
     "dev", max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+# The cycle collector as the broker and the host run it (gc_tuning), from before collection:
+# with the defaults it walked the young objects every 700 allocations, and the whole heap
+# often, while each xdist worker imported and collected the suite (3.25 CPU s, tuned 2.0).
+gc.set_threshold(*GC_THRESHOLDS)
 
 # The Functions Service Bus binding's settlement client runs gRPC threads in the xdist worker
 # that ran a host test; pyspark then forks its JVM launcher with a preexec_fn, and gRPC's fork
@@ -48,6 +55,17 @@ STARTS_PROCESSES = re.compile(
     r"\bsubprocess\b|\bPopen\b|sys\.executable|\bpyspark\b|tests\.spark\.cluster"
 )
 """What a module that starts a process (or a JVM: pyspark, the cluster) says."""
+STARTS_PROCESSES_MARK = "starts_processes"
+"""The mark of a test whose code under test starts a process of its own (the local host's
+function worker: ``HostConfig.worker_process``), which neither its fixtures nor its text say."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{STARTS_PROCESSES_MARK}: the code under test starts another process (the local "
+        "host's function worker); --quick leaves the test out",
+    )
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -63,6 +81,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def _starts_processes(path: Path) -> bool:
     """A test module that runs something in another process itself (a CLI, a broker)."""
     return bool(STARTS_PROCESSES.search(path.read_text(encoding="utf-8")))
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """--quick leaves out every test of a module that starts processes: such a module is not
+    even imported (each xdist worker collects the whole suite, and would import it, with all
+    it imports, for nothing)."""
+    if (
+        config.getoption("--quick")
+        and collection_path.name.startswith("test_")
+        and collection_path.suffix == ".py"
+        and _starts_processes(collection_path)
+    ):
+        return True
+    return None
 
 
 LONGEST_FIRST = (
@@ -98,6 +130,12 @@ def _longest_first(items: list[pytest.Item]) -> None:
     items.sort(key=order)  # stable: a file's tests stay in their order
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The collected suite (modules, items) is frozen out of the collector's walks, as a
+    broker's or host's setup is (``collect_garbage_for_throughput``)."""
+    collect_garbage_for_throughput()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     _longest_first(items)
     if not config.getoption("--quick"):
@@ -109,6 +147,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             bool(fixtures & OTHER_PROCESSES)
             or _starts_processes(item.path)
             or item.get_closest_marker("slow") is not None
+            or item.get_closest_marker(STARTS_PROCESSES_MARK) is not None
         )
         (left_out if slow else kept).append(item)
     if left_out:

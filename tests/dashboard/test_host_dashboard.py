@@ -155,6 +155,7 @@ async def test_a_failover_switch_shows_where_from_where_to_and_why(tmp_path: Pat
         assert await asyncio.wait_for(run, 60) == 0
 
 
+@pytest.mark.starts_processes  # the host's worker
 async def test_the_page_sits_beside_metrics_and_no_ui_turns_it_off(tmp_path: Path) -> None:
     directory, _ = project(tmp_path, PLAIN)
     for ui in (True, False):

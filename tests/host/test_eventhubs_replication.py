@@ -4,6 +4,7 @@ Event Hubs -> Event Hubs, and a loop guard in an active/active pair of event hub
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -161,8 +162,10 @@ pipelines:
             sent.append((None, partition, event))
     await send_events(broker.connection_string, "source-hub", sent)
     await run_host(app, settings, tmp_path, events_done(len(sent)))
-    source = await read_hub(broker.connection_string, "source-hub", len(sent))
-    target = await read_hub(broker.connection_string, "target-hub", len(sent))
+    source, target = await asyncio.gather(  # side by side: each read waits out a close
+        read_hub(broker.connection_string, "source-hub", len(sent)),
+        read_hub(broker.connection_string, "target-hub", len(sent)),
+    )
 
     def placement(found: dict[str, list[EventData]]) -> dict[str, dict[str, list[str]]]:
         """Partition -> stream (key, or p<n> for keyless) -> its ids in partition order."""
@@ -199,17 +202,20 @@ pipelines:
     target: {connection: East, eventhub: mirror}
     loop_guard: true
 """, settings)  # fmt: skip
-    for side, connection in (("east", east.connection_string), ("west", west.connection_string)):
+    sides = (("east", east.connection_string), ("west", west.connection_string))
+    sends = []
+    for side, connection in sides:
         events = []
         for i in range(5):
             event = EventData(f"{side} {i}")
             event.message_id = f"{side}-{i}"
             events.append((f"k{i}", None, event))
-        await send_events(connection, "mirror", events)
+        sends.append(send_events(connection, "mirror", events))
+    await asyncio.gather(*sends)  # the two namespaces side by side
     # each side reads its 5 own events and the other side's 5 copies (dropped)
     await run_host(app, settings, tmp_path, events_done(20))
-    for connection in (east.connection_string, west.connection_string):
-        found = await read_hub(connection, "mirror", 10)
+    both = await asyncio.gather(*(read_hub(connection, "mirror", 10) for _, connection in sides))
+    for found in both:
         ids = sorted(str(text(e.message_id)) for events in found.values() for e in events)
         assert ids == sorted([f"east-{i}" for i in range(5)] + [f"west-{i}" for i in range(5)])
 
@@ -253,12 +259,17 @@ pipelines:
         return settled(10)(topic) and events_done(10)(runners)
 
     await run_host(app, settings, tmp_path, crossed)
-    found = await read_hub(west.connection_string, "mirror-hub", 10)
+
+    async def read_topic() -> list[str]:
+        async with (
+            ServiceBusClient.from_connection_string(east.connection_string) as client,
+            client.get_subscription_receiver("mirror", "check", max_wait_time=3) as receiver,
+        ):
+            return sorted(str(m.message_id) for m in await receiver.receive_messages(20, 3))
+
+    found, in_topic = await asyncio.gather(  # side by side: each read waits out a close
+        read_hub(west.connection_string, "mirror-hub", 10), read_topic()
+    )
     in_hub = sorted(str(text(e.message_id)) for evs in found.values() for e in evs)
-    async with (
-        ServiceBusClient.from_connection_string(east.connection_string) as client,
-        client.get_subscription_receiver("mirror", "check", max_wait_time=3) as receiver,
-    ):
-        in_topic = sorted(str(m.message_id) for m in await receiver.receive_messages(20, 3))
     both = sorted([f"east-{i}" for i in range(5)] + [f"west-{i}" for i in range(5)])
     assert in_hub == both and in_topic == both

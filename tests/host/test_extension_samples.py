@@ -50,6 +50,7 @@ async def test_the_extensions_sample_runs_unchanged(
     assert broker.count("QUEUE_NAME") == 0
 
 
+@pytest.mark.starts_processes  # the host's worker
 async def test_the_host_runs_a_function_app_without_a_pipeline_file(
     broker_factory: Any, tmp_path: Path
 ) -> None:

@@ -21,7 +21,7 @@ from tests.host.test_host import project
 from tests.loopback_http import LOOPBACK, REBOUND, peek_ids, request
 from tests.waiting import until
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.starts_processes]  # the host's worker
 
 PLAIN = """\
 pipelines:

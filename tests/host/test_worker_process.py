@@ -19,7 +19,7 @@ from replication.host.app import Host, HostConfig
 from replication.host.process import WorkerPool
 from tests.broker.conftest import BrokerHandle, make_config
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.starts_processes]
 
 APP = '''\
 import json

@@ -11,14 +11,13 @@ from pathlib import Path
 
 import pytest
 from lark import Token, Tree
-from pycep import BicepParser
 
 from replication.deploy import APP_SETTINGS, bicep_parameters, required_app_settings
 from replication.deploy.parameters import parameters_file
 from replication.failover.dns import DnsResolver
 from tests.failover.dns_server import DnsServer
 
-from .bicep_eval import Template, Unknown, Unsupported
+from .bicep_eval import Template, Unknown, Unsupported, pycep
 from .support import (
     EXAMPLE,
     INFRA,
@@ -39,7 +38,7 @@ FLEX_REFUSES = {
 
 @pytest.mark.parametrize("path", list(bicep_files()), ids=lambda p: p.name)
 def test_every_template_parses_with_pycep(path: Path) -> None:
-    parsed = BicepParser().parse(file_path=path)
+    parsed = pycep().parse(file_path=path)
     assert parsed.get("resources") or parsed.get("modules")
 
 
