@@ -86,7 +86,8 @@ class ReplicationTask:
     def plan(self, message: Message, now: datetime | None = None) -> Outcome:
         if self.session_id_from_key and message.session_id is None and message.partition_key:
             message = message.copy(session_id=message.partition_key)
-        outcome = run_chain(message, self.steps)
+        steps = self.steps  # none: the message itself, as run_chain says, without the call
+        outcome = run_chain(message, steps) if steps else Outcome([message])
         outputs = []
         marked = self.loop_guard or self.source_namespace is not None  # else no path to read
         for output in outcome.outputs:
