@@ -14,8 +14,10 @@ Starts the embedded broker as a subprocess (queues ``src``, ``dst``, ``plain``),
    (none), stamping, session-ordered batched send, then complete every source message. As for
    the reference, the target's link is opened (one warm-up message to ``dst``) before the
    clock starts; connecting and attaching the receiver are timed. The process's cycle
-   collector is tuned first (``gc_tuning``), as ``start`` tunes the local host's, whose
-   pipelines run this pump (it stays tuned for what this process runs after).
+   collector is tuned first (``gc_tuning``), as in every process of the app that moves
+   messages (the broker, the local host, which runs transactional pipelines with this pump,
+   its language workers, Spark's Python workers); it stays tuned for what this process runs
+   after.
    ``--backend`` picks the pump's receive side: ``amqp`` (default, the faster: our own AMQP
    stack, ranged settlement) or ``sdk`` (the azure-servicebus receiver); ``--send-backend``
    its send side: ``amqp`` (default: ``servicebus.sender``) or ``sdk``.
@@ -219,7 +221,7 @@ async def replicate(
     task = ReplicationTask("bench")
     async with pool(None) as sender:  # the target link up and authorised before the clock,
         await sender.send_messages([Message(b"warm-up")])  # as for the reference
-    collect_garbage_for_throughput()  # as ``start`` runs its pipelines' pumps (host/main.py)
+    collect_garbage_for_throughput()  # as the app's processes that move messages run
     started = time.perf_counter()
     jobs = [
         asyncio.create_task(
