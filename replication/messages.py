@@ -69,6 +69,14 @@ class Message:
             setattr(new, name, value)
         return new
 
+    def with_properties(self, properties: dict[str, PropertyValue]) -> Message:
+        """A copy whose application properties are ``properties`` (taken as they are, not
+        copied): ``copy(application_properties=properties)`` without the keyword handling,
+        for the stamp every replica gets."""
+        new = _copy_fields(self)
+        new.application_properties = properties
+        return new
+
     @property
     def order_key(self) -> tuple[str | None, str | None]:
         """Messages with the same key must leave in the order they arrived."""

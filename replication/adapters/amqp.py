@@ -30,8 +30,9 @@ from operator import attrgetter
 from typing import Any, Final
 
 from ..amqp import codec, scan
-from ..amqp.composite import encoder
-from ..amqp.message import BodyType, Header, Properties, _enc_string_keyed_map, decode_message
+from ..amqp.composite import encoder, fields_encoder
+from ..amqp.errors import EncodeError
+from ..amqp.message import BodyType, Header, Properties, decode_message
 from ..amqp.message import Message as AmqpMessage
 from ..amqp.types import int32, timestamp
 from ..messages import Message, PropertyValue
@@ -275,7 +276,8 @@ def _other_body(body: Any) -> bytes:
 # ---------------------------------------------------------------------- encoding
 
 
-_write_header, _write_properties = encoder(Header), encoder(Properties)
+_write_header = encoder(Header)
+_write_properties_fields = fields_encoder(Properties)
 
 
 def encode(message: Message, *, event_hub: bool = False) -> bytes:
@@ -302,31 +304,50 @@ def encode(message: Message, *, event_hub: bool = False) -> bytes:
         out += b"\x00\x53\x72"
         codec.encode_symbol_keyed_map(out, annotations)
     message_id = message.message_id
-    properties = Properties(  # in its fields' order: a keyword call costs three times as much
-        str(uuid.uuid4()) if message_id is None else message_id,
-        None,  # user-id
-        message.to,
-        message.subject,
-        message.reply_to,
-        message.correlation_id,
-        message.content_type,
-        None,  # content-encoding
-        None,  # absolute-expiry-time
-        None,  # creation-time
-        session_id,  # group-id
-        None,  # group-sequence
-        message.reply_to_session_id,  # reply-to-group-id
+    _write_properties_fields(  # the values in its fields' order, no ``Properties`` built
+        out,
+        (
+            str(uuid.uuid4()) if message_id is None else message_id,
+            None,  # user-id
+            message.to,
+            message.subject,
+            message.reply_to,
+            message.correlation_id,
+            message.content_type,
+            None,  # content-encoding
+            None,  # absolute-expiry-time
+            None,  # creation-time
+            session_id,  # group-id
+            None,  # group-sequence
+            message.reply_to_session_id,  # reply-to-group-id
+        ),
     )
-    _write_properties(out, properties)
     application = message.application_properties
     if application:
         out += b"\x00\x53\x74"
-        _enc_string_keyed_map(
-            out, {key: property_value(value) for key, value in application.items()}
-        )
+        _write_application_properties(out, application)
     out += b"\x00\x53\x75"
     codec._enc_binary(out, message.body)
     return bytes(out)
+
+
+def _write_application_properties(out: bytearray, application: dict[Any, Any]) -> None:
+    """The map ``_enc_string_keyed_map`` writes of the ``property_value`` of each value,
+    written straight: strings and 32-bit ints (most values, and every stamp) without the
+    map of converted values and an ``int32`` made for each."""
+    body = bytearray()
+    for key, value in application.items():
+        if not isinstance(key, str):
+            raise EncodeError(f"application-properties keys must be strings, got {key!r}")
+        codec._enc_string(body, key)
+        kind = type(value)
+        if kind is str:
+            codec._enc_string(body, value)
+        elif kind is int and value in _INT32:
+            codec._enc_int(body, value)
+        else:
+            codec.encode_into(body, property_value(value))
+    codec.write_compound(out, body, 2 * len(application), 0xC1)
 
 
 def property_value(value: Any) -> Any:

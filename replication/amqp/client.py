@@ -8,8 +8,10 @@ use the azure-servicebus SDK.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 import uuid
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +58,59 @@ class ReceivedMessage:
             self.delivery,
             Modified(delivery_failed=delivery_failed, undeliverable_here=undeliverable_here),
         )
+
+
+class Arrivals:
+    """The messages that arrived and were not taken yet, oldest first, and their readers:
+    the part of ``asyncio.Queue`` a receiver uses (no bound, no task counts), without its
+    bookkeeping on every put and get (1.3 µs a message against 0.06; issue 42)."""
+
+    __slots__ = ("_getters", "_items")
+
+    def __init__(self) -> None:
+        self._items: deque[ReceivedMessage] = deque()
+        self._getters: deque[asyncio.Future[None]] = deque()
+
+    def put_nowait(self, item: ReceivedMessage) -> None:
+        self._items.append(item)
+        self._wake_next()
+
+    def get_nowait(self) -> ReceivedMessage:
+        """The oldest (``IndexError`` when there is none)."""
+        return self._items.popleft()
+
+    async def get(self) -> ReceivedMessage:
+        """The oldest, once there is one; readers are served in the order they came."""
+        while not self._items:
+            getter = asyncio.get_running_loop().create_future()
+            self._getters.append(getter)
+            try:
+                await getter
+            except BaseException:
+                getter.cancel()
+                with contextlib.suppress(ValueError):
+                    self._getters.remove(getter)
+                if self._items and not getter.cancelled():
+                    self._wake_next()  # woken, then cancelled: the next reader's turn
+                raise
+        return self._items.popleft()
+
+    def empty(self) -> bool:
+        return not self._items
+
+    def qsize(self) -> int:
+        return len(self._items)
+
+    def items(self) -> list[ReceivedMessage]:
+        return list(self._items)
+
+    def _wake_next(self) -> None:
+        getters = self._getters
+        while getters:
+            getter = getters.popleft()
+            if not getter.done():
+                getter.set_result(None)
+                return
 
 
 class _LinkEndpoint:
@@ -179,7 +234,7 @@ class Receiver(_LinkEndpoint):
         self.credit = credit
         self.credit_on_take = credit_on_take
         self.decode = decode
-        self.queue: asyncio.Queue[ReceivedMessage] = asyncio.Queue()
+        self.queue = Arrivals()
         self._answers: dict[int, asyncio.Future[Any]] = {}
         """id(delivery) -> the peer's answer to a state sent unsettled (``update``)."""
         self.detached.add_done_callback(self._fail_answers)
@@ -216,7 +271,7 @@ class Receiver(_LinkEndpoint):
 
     def unread(self) -> list[ReceivedMessage]:
         """The messages that arrived but were not taken yet, oldest first."""
-        return list(self.queue._queue)  # type: ignore[attr-defined]  # asyncio.Queue's deque
+        return self.queue.items()
 
     def release_unread(self) -> int:
         """Releases every message that arrived but was not taken (before closing the link:
@@ -424,13 +479,7 @@ class Client:
         return receiver
 
     def _on_event(self, driver: ConnectionDriver, event: ev.Event) -> None:
-        if isinstance(event, ev.LinkAttached):
-            link = event.link
-            terminus = link.remote_target if link.is_sender else link.remote_source
-            waiter = self._link_waiters.get(id(link))
-            if terminus is not None and waiter and not waiter.done():  # None: refusal follows
-                waiter.set_result(event.link)
-        elif isinstance(event, ev.DeliveryReceived):
+        if isinstance(event, ev.DeliveryReceived):  # the most frequent first: every message
             endpoint = self._endpoints.get(id(event.link))
             if isinstance(endpoint, Receiver):
                 endpoint._on_delivery(event.delivery)
@@ -438,6 +487,12 @@ class Client:
             endpoint = self._endpoints.get(id(event.link))
             if isinstance(endpoint, Sender | Receiver):
                 endpoint._on_update(event.delivery)
+        elif isinstance(event, ev.LinkAttached):
+            link = event.link
+            terminus = link.remote_target if link.is_sender else link.remote_source
+            waiter = self._link_waiters.get(id(link))
+            if terminus is not None and waiter and not waiter.done():  # None: refusal follows
+                waiter.set_result(event.link)
         elif isinstance(event, ev.LinkDetached):
             # links detached by the peer's close carry no error of their own: use the close's
             error = event.error or driver.connection.remote_error

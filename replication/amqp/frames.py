@@ -13,6 +13,8 @@ from typing import Any, Final
 
 from . import codec, message, outcomes, performatives, terminus  # noqa: F401 - register types
 from .errors import DecodeError, FramingError
+from .performatives import Transfer
+from .types import ubyte
 
 AMQP_HEADER: Final = b"AMQP\x00\x01\x00\x00"
 TLS_HEADER: Final = b"AMQP\x02\x01\x00\x00"
@@ -125,11 +127,107 @@ def transfer_frame(
     return b"".join(
         (
             _HEADER.pack(size, 2, FRAME_AMQP, channel),
-            b"\x00\x53\x14\xc0",
+            _TRANSFER_LIST8,
             bytes((len(fields) + 1, 11)),
             fields,
             payload,
         )
+    )
+
+
+_TRANSFER_LIST8: Final = b"\x00\x53\x14\xc0"
+"""A transfer performative as peers write it: descriptor 0x14, its fields an 8-bit list."""
+_UINT: Final = 0
+_BINARY: Final = 1
+_BOOLEAN: Final = 2
+_UBYTE: Final = 3
+_STATE: Final = 4
+_KINDS: Final = bytes(
+    (
+        _UINT,  # handle
+        _UINT,  # delivery-id
+        _BINARY,  # delivery-tag
+        _UINT,  # message-format
+        _BOOLEAN,  # settled
+        _BOOLEAN,  # more
+        _UBYTE,  # rcv-settle-mode
+        _STATE,  # state
+        _BOOLEAN,  # resume
+        _BOOLEAN,  # aborted
+        _BOOLEAN,  # batchable
+    )
+)
+"""The transfer's fields in order (``performatives.Transfer``): what each may hold here (the
+delivery state is read by the general decoder only). Bytes, not a tuple: mypyc makes a
+``Final`` tuple of ints anew wherever it is read."""
+
+
+def read_transfer(data: bytes) -> Transfer | None:
+    """The transfer performative that starts ``data``, read straight from its fields (every
+    delivery arrives in one): the same ``Transfer``, its values of the same types, as the
+    general decoder makes of it (tests/amqp/test_transfer_frame.py holds the two together).
+    None for anything else, and for what this does not read (a delivery state, a field in
+    another encoding, a malformed list): the general decoder reads it, or says what is wrong."""
+    if not data.startswith(_TRANSFER_LIST8) or len(data) < 6:
+        return None
+    stop = 5 + data[4]
+    count = data[5]
+    if count > 11 or stop > len(data):
+        return None
+    values: list[Any] = [None] * 11
+    pos = 6
+    try:
+        for index in range(count):
+            code = data[pos]
+            pos += 1
+            if code == 0x40:  # null: the field's default
+                continue
+            kind = _KINDS[index]
+            value: Any
+            if kind == _UINT:
+                if code == 0x52:
+                    value = codec._SMALL_UINTS[data[pos]]
+                    pos += 1
+                elif code == 0x43:
+                    value = codec._SMALL_UINTS[0]
+                elif code == 0x70:
+                    value, pos = codec._dec_uint(data, pos)
+                else:
+                    return None
+            elif kind == _BOOLEAN:
+                if code == 0x41:
+                    value = True
+                elif code == 0x42:
+                    value = False
+                else:
+                    return None
+            elif kind == _BINARY:
+                if code != 0xA0:
+                    return None
+                value = data[pos + 1 : pos + 1 + data[pos]]
+                pos += 1 + data[pos]
+            elif kind == _UBYTE and code == 0x50:
+                value = ubyte(data[pos])
+                pos += 1
+            else:
+                return None
+            values[index] = value
+    except (IndexError, struct.error):  # runs past the data: the general decoder says so
+        return None
+    if pos != stop or values[0] is None:  # handle is mandatory
+        return None
+    return Transfer(
+        values[0],
+        values[1],
+        values[2],
+        values[3],
+        values[4],
+        values[5] is True,  # more, resume, aborted, batchable: false when null
+        values[6],
+        None,
+        values[8] is True,
+        values[9] is True,
+        values[10] is True,
     )
 
 
@@ -218,9 +316,13 @@ class FrameReader:
         self._consume(size)
         if not data:
             return Frame(frame_type, channel, None)
-        body, offset = codec.decode_at(data, 0)
-        if not hasattr(type(body), "DESCRIPTOR"):
-            raise DecodeError(f"frame body is not a performative: {body!r}")
+        body: Any = read_transfer(data)  # Any: else mypyc holds the general decoder's to it
+        if body is not None:  # every delivery's frame
+            offset = 5 + data[4]  # where its list ends
+        else:
+            body, offset = codec.decode_at(data, 0)
+            if not hasattr(type(body), "DESCRIPTOR"):
+                raise DecodeError(f"frame body is not a performative: {body!r}")
         return Frame(frame_type, channel, body, data[offset:] if offset < len(data) else b"")
 
     def _consume(self, count: int) -> None:

@@ -13,7 +13,6 @@ with an invalid one. So the two can never disagree on what a valid message means
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -208,9 +207,10 @@ def string_map(data: bytes, pos: int) -> dict[Any, Any]:
     return out
 
 
-def pick(data: bytes, pos: int, wanted: Mapping[bytes, str]) -> dict[str, Any]:
+def pick(data: bytes, pos: int, wanted: dict[bytes, str]) -> dict[str, Any]:
     """From a symbol-keyed map (annotations), the values of the ``wanted`` keys (encoded key
-    -> name to give it), the others skipped undecoded."""
+    -> name to give it), the others skipped undecoded. ``wanted`` is a dict, not any mapping:
+    compiled, each key is then looked up directly, not through a ``get`` method call."""
     count, item, stop = _map_bounds(data, pos)
     out: dict[str, Any] = {}
     for _ in range(count // 2):

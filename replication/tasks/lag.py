@@ -30,27 +30,35 @@ def record_lag(
     accepted."""
     hops: dict[str, list[float]] = {}
     paths: dict[str, list[float]] = {}
-    enqueued: dict[int, float | None] = {}
+    last: datetime | None = None
+    start = 0.0
     for output, owner, accepted in zip(outputs, owners, result.accepted_at, strict=True):
         if accepted is None:
             continue
-        start = enqueued.get(owner, -1.0)
-        if start == -1.0:
-            moment = sources[owner].enqueued_time
-            start = enqueued[owner] = moment.timestamp() if moment is not None else None
-        if start is None:
+        moment = sources[owner].enqueued_time
+        if moment is None:
             continue  # never on a broker (nothing to measure from)
+        if moment is not last:  # a batch's messages mostly share one (adapters.amqp._time)
+            last, start = moment, moment.timestamp()
         target = output.target or DEFAULT_TARGET
-        hops.setdefault(target, []).append(accepted - start)
+        _lags(hops, target).append(accepted - start)
         stamps = output.application_properties.get(ENQUEUE_TIME)
         if isinstance(stamps, str) and SEPARATOR in stamps:
             first = _first_hop(stamps)
             if first is not None:
-                paths.setdefault(target, []).append(accepted - first)
+                _lags(paths, target).append(accepted - first)
     for target, lags in hops.items():
         metrics.LAG.record(pipeline, target, HOP, lags)
     for target, lags in paths.items():
         metrics.LAG.record(pipeline, target, PATH, lags)
+
+
+def _lags(by_target: dict[str, list[float]], target: str) -> list[float]:
+    """``by_target``'s list for ``target`` (not ``setdefault``: that makes a list per copy)."""
+    lags = by_target.get(target)
+    if lags is None:
+        lags = by_target[target] = []
+    return lags
 
 
 def _first_hop(stamps: str) -> float | None:

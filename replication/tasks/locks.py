@@ -124,18 +124,24 @@ class LockKeeper:
         """Keeps these messages' locks (``limited``: for at most ``max_duration``)."""
         now = self.clock()
         first = float("inf")
+        unknown = now + 2 * FIRST_RENEWAL
+        locked, until = None, unknown  # the last expiry read: a batch's mostly share one
         for message in messages:
             token = held_key(message)
             if token is None:
                 continue
             held = self._held.get(token)
             if held is None:
-                until = _seconds(message.locked_until, now + 2 * FIRST_RENEWAL)
+                if message.locked_until is not locked:
+                    locked = message.locked_until
+                    until = _seconds(locked, unknown)
                 held = self._held[token] = _Held(message, now, now, until, limited)
             else:
                 held.limited = limited
                 held.since = now
-            first = min(first, held.renew_at)
+            renew_at = held.renew_at
+            if renew_at < first:
+                first = renew_at
         if first < self._wake_at or self._session_given_up:
             self._wake()
 

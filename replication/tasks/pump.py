@@ -496,17 +496,27 @@ def settle_amqp(
     the pump stopped (a shutdown is not their fault); an SDK plain receiver cannot release,
     it abandons (counted as abandoned). With ``transaction`` (our receiver only) the
     completes and dead-letters are part of it (applied at its commit)."""
-    completes = [s for s in settlements if s.decision is Decision.COMPLETE]
-    done = [s.message for s in completes]
+    done: list[Message] = []
+    others: list[Settlement] = []
+    filtered = diverted = 0
+    for item in settlements:  # one pass: this runs for every message
+        if item.decision is Decision.COMPLETE:
+            done.append(item.message)
+            if item.outputs == 0:
+                filtered += 1
+            if item.reason:  # a diverted dead-letter
+                diverted += 1
+        else:
+            others.append(item)
     if transaction is None:
         stats.completed += receiver.complete(done)
     else:
         assert isinstance(receiver, AmqpReceiver)
         stats.completed += receiver.complete(done, transaction=transaction)
-    stats.filtered += sum(1 for s in completes if s.outputs == 0)
-    stats.to_error_target += sum(1 for s in completes if s.reason)  # a diverted dead-letter
+    stats.filtered += filtered
+    stats.to_error_target += diverted
     releases = isinstance(receiver, AmqpReceiver) or receiver.session_id is not None
-    for item in settlements:
+    for item in others:
         if item.decision is Decision.DEAD_LETTER:
             if transaction is None:
                 stats.dead_lettered += receiver.dead_letter(
@@ -519,7 +529,7 @@ def settle_amqp(
                 )
         elif _let_go(item) and releases:
             stats.released += receiver.release([item.message])
-        elif item.decision is not Decision.COMPLETE:  # abandon, or a plain SDK receiver's let-go
+        else:  # abandon, or a plain SDK receiver's let-go
             stats.abandoned += receiver.abandon([item.message])
 
 

@@ -62,7 +62,7 @@ def stamp(message: Message, now: datetime | None = None) -> Message:
             props[OFFSET] = f"{offsets}{SEPARATOR}{message.offset or ''}"
         else:
             props[OFFSET] = _append(offsets, message.offset or "")
-    return message.copy(application_properties=props)
+    return message.with_properties(props)
 
 
 def hops(message: Message) -> list[tuple[str, str]]:

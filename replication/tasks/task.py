@@ -86,19 +86,22 @@ class ReplicationTask:
     def plan(self, message: Message, now: datetime | None = None) -> Outcome:
         if self.session_id_from_key and message.session_id is None and message.partition_key:
             message = message.copy(session_id=message.partition_key)
-        outcome = run_chain(message, self.steps)
+        steps = self.steps  # none: the message itself, as run_chain says, without the call
+        outcome = run_chain(message, steps) if steps else Outcome([message])
         outputs = []
+        marked = self.loop_guard or self.source_namespace is not None  # else no path to read
         for output in outcome.outputs:
-            path = passed_through(output)
-            target_ns = self.target_namespaces.get(output.target)
-            if self.loop_guard and target_ns is not None and target_ns in path:
-                log.debug(
-                    "%s: %s already passed %s, not sent back",
-                    self.name,
-                    output.message_id,
-                    target_ns,
-                )
-                continue
+            path = passed_through(output) if marked else []
+            if self.loop_guard:
+                target_ns = self.target_namespaces.get(output.target)
+                if target_ns is not None and target_ns in path:
+                    log.debug(
+                        "%s: %s already passed %s, not sent back",
+                        self.name,
+                        output.message_id,
+                        target_ns,
+                    )
+                    continue
             if self.source_namespace is not None and (
                 not path or path[-1] != self.source_namespace
             ):
@@ -189,5 +192,7 @@ async def _process(
             if session is not None:
                 failed_sessions.add(session)
         else:
-            settlements.append(Settlement(message, Decision.COMPLETE, outputs=len(outcome.outputs)))
+            settlements.append(  # by position: a keyword call costs twice as much
+                Settlement(message, Decision.COMPLETE, "", "", len(outcome.outputs))
+            )
     return settlements

@@ -13,7 +13,7 @@ from azure.functions import meta
 from azure.functions.servicebus import ServiceBusMessageInConverter
 from azure.servicebus import ServiceBusMessage
 
-from replication.messages import Message, from_functions, from_received, to_sdk
+from replication.messages import Message, PropertyValue, from_functions, from_received, to_sdk
 from replication.tasks.stamping import ENQUEUE_TIME, SEQUENCE, hops, iso_utc, stamp
 from tests.broker.conftest import BrokerHandle, make_config
 
@@ -142,3 +142,15 @@ def test_copy_keeps_every_field_and_changes_only_the_named_ones() -> None:
     assert copy.application_properties is not original.application_properties
     with pytest.raises(TypeError, match=r"no field\(s\) colour"):
         original.copy(colour="red")
+
+
+def test_with_properties_is_a_copy_holding_the_given_properties() -> None:
+    """What a stamp makes: every other field as ``copy`` keeps it, the dict itself taken."""
+    original = Message(b"b", message_id="m", session_id="s", to="t", sequence_number=7)
+    original.application_properties = {"k": 1}
+    original.source = object()
+    properties: dict[str, PropertyValue] = {"k": 1, "stamp": "x"}
+    replica = original.with_properties(properties)
+    assert replica == original.copy(application_properties={"k": 1, "stamp": "x"})
+    assert replica.application_properties is properties and replica.source is original.source
+    assert original.application_properties == {"k": 1}
