@@ -14,10 +14,10 @@ Starts the embedded broker as a subprocess (queues ``src``, ``dst``, ``plain``),
    (none), stamping, session-ordered batched send, then complete every source message. As for
    the reference, the target's link is opened (one warm-up message to ``dst``) before the
    clock starts; connecting and attaching the receiver are timed. The process's cycle
-   collector is tuned first (``gc_tuning``), as in every process of the app that moves
-   messages (the broker, the local host, which runs transactional pipelines with this pump,
-   its language workers, Spark's Python workers); it stays tuned for what this process runs
-   after.
+   collector is tuned (``gc_tuning``), as in every process of the app that moves messages
+   (the broker, the local host, which runs transactional pipelines with this pump, its
+   language workers, Spark's Python workers), and before the reference runs: both sides of
+   the ratio run with the same collector, so the ratio compares code, not settings.
    ``--backend`` picks the pump's receive side: ``amqp`` (default, the faster: our own AMQP
    stack, ranged settlement) or ``sdk`` (the azure-servicebus receiver); ``--send-backend``
    its send side: ``amqp`` (default: ``servicebus.sender``) or ``sdk``.
@@ -437,6 +437,7 @@ async def run(args: argparse.Namespace) -> None:
         try:
             items = messages(args.messages, args.size)
             await send_all(connection_string, "src", items, args.batch)  # load, untimed
+            collect_garbage_for_throughput()  # for the reference too (see the module)
             reference = await send_all(connection_string, "plain", items, args.batch)
             ours = [from_received_like(item) for item in items]
             sender_alone = await send_ours(connection_string, "plain", ours, args.batch)
