@@ -30,8 +30,11 @@ from .conftest import HOST, BrokerHandle, QuickCloseClient, body_bytes, wait_for
 
 TIMEOUT = 1.0
 """The listener's sniff and HTTP header/body timeouts in these tests."""
-ANSWER_WITHIN = TIMEOUT + 4.0
-"""How long a junk connection may wait for its answer or its close (timeout + slack)."""
+ANSWER_WITHIN = TIMEOUT + 29.0
+"""How long a junk connection may wait for its answer or its close: a guard against a
+connection left hanging, not a speed check (answers come within the timeout). The 400
+clients and the broker share one process: 4 s of slack ran out in a CI run beside two CPU
+burners."""
 PREFIXES = [
     b"", b"A", b"AMQP", b"AMQP\x00\x01\x00\x00", b"AMQP\x03\x01\x00\x00", b"AMQP\x00\x01\x00",
     b"\x16", b"\x16\x03", b"\x16\x03\x01\x00\x05", b"\x16\x03\x03\x02\x00\x01",
