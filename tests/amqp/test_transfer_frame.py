@@ -28,21 +28,33 @@ uint = st.one_of(st.integers(0, 0x1FF), st.integers(0, 0xFFFFFFFF))
 
 @settings(max_examples=500)
 @given(
-    channel=st.integers(0, 0xFFFF), handle=uint, delivery_id=uint,
-    tag=st.binary(max_size=32), message_format=uint,
-    settled=st.sampled_from([None, True, False]), payload=st.binary(max_size=300),
-)  # fmt: skip
+    channel=st.integers(0, 0xFFFF),
+    handle=uint,
+    delivery_id=uint,
+    tag=st.binary(max_size=32),
+    message_format=uint,
+    settled=st.sampled_from([None, True, False]),
+    payload=st.binary(max_size=300),
+)
 def test_the_same_bytes_as_the_general_encoder(
-    channel: int, handle: int, delivery_id: int, tag: bytes, message_format: int,
-    settled: bool | None, payload: bytes,
-) -> None:  # fmt: skip
+    channel: int,
+    handle: int,
+    delivery_id: int,
+    tag: bytes,
+    message_format: int,
+    settled: bool | None,
+    payload: bytes,
+) -> None:
     fast = transfer_frame(
         channel, handle, delivery_id, tag, message_format, settled, payload, 1 << 20
     )
     transfer = Transfer(
-        handle=handle, delivery_id=delivery_id, delivery_tag=tag,
-        message_format=message_format, settled=settled,
-    )  # fmt: skip
+        handle=handle,
+        delivery_id=delivery_id,
+        delivery_tag=tag,
+        message_format=message_format,
+        settled=settled,
+    )
     assert [fast] == encode_transfer_frames(channel, transfer, payload, 1 << 20)
 
 
@@ -61,8 +73,11 @@ def test_proton_reads_the_frame() -> None:
     assert decoded is not None
     body = decoded.body  # type: ignore[union-attr]
     assert (body.handle, body.delivery_id, body.delivery_tag, body.settled) == (
-        1, 70_000, b"tag-1", True,
-    )  # fmt: skip
+        1,
+        70_000,
+        b"tag-1",
+        True,
+    )
     assert decoded.payload == b"payload"  # type: ignore[union-attr]
     data = proton.Data()
     used = data.decode(frame[8:])
@@ -81,24 +96,49 @@ def _fields(transfer: object) -> list[tuple[object, type]]:
 
 @settings(max_examples=500)
 @given(
-    handle=uint, delivery_id=st.none() | uint, tag=st.none() | st.binary(max_size=40),
-    message_format=st.none() | uint, settled=st.sampled_from([None, True, False]),
-    more=st.booleans(), rcv_settle_mode=st.none() | st.integers(0, 1),
-    state=st.sampled_from([None, Accepted(), Released()]), resume=st.booleans(),
-    aborted=st.booleans(), batchable=st.booleans(), payload=st.binary(max_size=40),
-)  # fmt: skip
+    handle=uint,
+    delivery_id=st.none() | uint,
+    tag=st.none() | st.binary(max_size=40),
+    message_format=st.none() | uint,
+    settled=st.sampled_from([None, True, False]),
+    more=st.booleans(),
+    rcv_settle_mode=st.none() | st.integers(0, 1),
+    state=st.sampled_from([None, Accepted(), Released()]),
+    resume=st.booleans(),
+    aborted=st.booleans(),
+    batchable=st.booleans(),
+    payload=st.binary(max_size=40),
+)
 def test_the_fast_reader_makes_what_the_general_decoder_makes(
-    handle: int, delivery_id: int | None, tag: bytes | None, message_format: int | None,
-    settled: bool | None, more: bool, rcv_settle_mode: int | None, state: object,
-    resume: bool, aborted: bool, batchable: bool, payload: bytes,
-) -> None:  # fmt: skip
+    handle: int,
+    delivery_id: int | None,
+    tag: bytes | None,
+    message_format: int | None,
+    settled: bool | None,
+    more: bool,
+    rcv_settle_mode: int | None,
+    state: object,
+    resume: bool,
+    aborted: bool,
+    batchable: bool,
+    payload: bytes,
+) -> None:
     """Every frame read goes through ``read_transfer`` first: for any transfer the general
     encoder writes, it reads the same fields, of the same types, as the general decoder, or
     leaves the frame to it (a delivery state); the payload follows either way."""
     transfer = Transfer(
-        handle, delivery_id, tag, message_format, settled, more, rcv_settle_mode, state,
-        resume, aborted, batchable,
-    )  # fmt: skip
+        handle,
+        delivery_id,
+        tag,
+        message_format,
+        settled,
+        more,
+        rcv_settle_mode,
+        state,
+        resume,
+        aborted,
+        batchable,
+    )
     (frame,) = encode_transfer_frames(0, transfer, payload, 1 << 20)
     data = frame[8:]
     general, offset = decode_at(data, 0)
