@@ -72,7 +72,21 @@ class MessageAnnotations:
     value: dict[Any, Any]
 
 
-@described_wrapper(0x74, "amqp:application-properties:map", _enc_string_keyed_map, _is_map)
+def _is_string_keyed_map(value: Any) -> bool:
+    """A map whose keys are strings, as the spec restricts application properties: a peer's
+    other key is a decode error (the broker rejects the transfer), not a message that reads
+    but cannot be forwarded."""
+    if not isinstance(value, dict):
+        return False
+    for key in value:
+        if not isinstance(key, str):
+            raise DecodeError(f"application-properties keys must be strings, got {key!r}")
+    return True
+
+
+@described_wrapper(
+    0x74, "amqp:application-properties:map", _enc_string_keyed_map, _is_string_keyed_map
+)
 @dataclass(slots=True)
 class ApplicationProperties:
     value: dict[str, Any]

@@ -197,8 +197,10 @@ def string_map(data: bytes, pos: int) -> dict[Any, Any]:
             key_end = item + 2 + data[item + 1]
             key: Any = data[item + 2 : key_end].decode("utf-8")
             item = key_end
-        else:
+        elif code == 0xB1 or code == 0xA3 or code == 0xB3:
             key, item = DECODERS[code](data, item + 1)
+        else:  # not a string: the general decoder names the error
+            raise Unusual(f"offset {item}: an application-properties key {code:#04x}")
         out[key], item = DECODERS[data[item]](data, item + 1)
     if item != stop or count % 2:
         raise Unusual(

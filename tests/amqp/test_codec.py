@@ -1018,6 +1018,10 @@ BAD_MESSAGES = [  # (wire, what the DecodeError says)
     (encode(Accepted()), "not a message section: Accepted()"),  # a composite, not a section
     (encode(Data(b"a"))[:-1], "binary of 1 bytes overruns the buffer"),  # truncated
     (h("00 53 75 a1 01 61"), "amqp:data:binary holds the wrong type: str"),
+    (  # {"a": 1, b"b": [True]}: the codec fuzzer's find, which read but could not be written
+        h("00 53 74 c1 0d 04 a1 01 61 55 01 a0 01 62 c0 02 01 41"),
+        "application-properties keys must be strings, got b'b'",
+    ),
 ]
 
 

@@ -92,6 +92,13 @@ def test_a_map_with_a_key_and_no_value_is_declined() -> None:
         scan.pick(payload, scan.scan(payload).annotations_at, {})
 
 
+def test_a_non_string_application_property_key_is_declined() -> None:
+    """The general decoder then names the error (a binary key here)."""
+    payload = b"\x00\x53\x74\xc1\x05\x02\xa0\x01k\x41" + b"\x00\x53\x75\xa0\x00"
+    with pytest.raises(scan.Unusual, match="offset 6: an application-properties key 0xa0"):
+        scan.string_map(payload, scan.scan(payload).application_properties_at)
+
+
 def test_skip_at_passes_over_every_kind_of_value() -> None:
     values = [None, True, 7, 2**40, "s" * 300, symbol("sym"), b"b", [1, "two"], {"k": [1, 2]}]
     encoded = bytearray()

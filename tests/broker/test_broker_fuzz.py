@@ -715,6 +715,42 @@ def test_session_and_link_errors_keep_the_connection(
         client.close()
 
 
+NON_STRING_KEY = b"\x00\x53\x74\xc1\x0d\x04\xa1\x01aU\x01\xa0\x01b\xc0\x02\x01A"
+"""Application properties {"a": 1, b"b": [True]}: a binary key, which the spec forbids."""
+
+
+@pytest.mark.timeout(60)
+def test_a_non_string_application_property_key_is_rejected_as_a_decode_error(
+    broker_factory: Callable[..., BrokerHandle],
+) -> None:
+    """The codec fuzzer's find: such a message used to be stored, and a replicator reading it
+    could not forward it. The broker rejects the transfer with ``amqp:decode-error``, naming
+    the key; the link stays, and the queue holds only the next, valid message."""
+    broker = broker_factory(CONFIG)
+    client = fuzz_connection(broker.port)
+    try:
+        body = b"\x00\x53\x75\xa0\x01x"
+        for delivery_id, payload in enumerate((NON_STRING_KEY + body, b"\x00\x53\x75\xa0\x01y")):
+            transfer = Transfer(
+                handle=0,
+                delivery_id=delivery_id,
+                delivery_tag=b"t%d" % delivery_id,
+                message_format=0,
+                settled=False,
+            )
+            client.send(encode_frame(0, transfer, payload))
+            disposition = client.expect(Disposition)
+            if delivery_id == 0:
+                assert isinstance(disposition.state, Rejected)
+                assert str(disposition.state.error.condition) == DECODE_ERROR
+                assert "keys must be strings, got b'b'" in disposition.state.error.description
+            else:
+                assert isinstance(disposition.state, Accepted)
+    finally:
+        client.close()
+    assert broker.count(FUZZ_QUEUE) == 1
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("then", ["detach", "end", "close"])
 def test_attach_withdrawn_in_the_same_write(
