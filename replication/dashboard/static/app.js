@@ -510,4 +510,7 @@ $("dl-delete").addEventListener("click", guarded(() => settle("delete", false)))
 $("dl-delete-all").addEventListener("click", guarded(() => settle("delete", true)));
 $("sessions-refresh").addEventListener("click", guarded(loadSessions));
 window.addEventListener("resize", drawChart);
-start();
+// Once every script of the page has run: the overview's event has listeners in the scripts
+// after this one (eventhubs.js), and a quick answer must not come before they are there.
+if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+else start();
