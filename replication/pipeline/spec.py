@@ -289,7 +289,12 @@ class PipelineSpec(_Spec):
     )
     batch_size: int = Field(100, ge=1, description="maxMessageBatchSize of the trigger.")
     concurrency: int | None = Field(
-        None, ge=1, description="maxConcurrentCalls (maxConcurrentSessions with sessions)."
+        None,
+        ge=1,
+        description="Batches the local host handles at once: maxConcurrentCalls (at most 4), or "
+        "maxConcurrentSessions with sessions. In Azure the Service Bus extension runs a batch "
+        "function, as every generated one is, one batch (one session) at a time per instance, "
+        "and scales out by instances ([The local host](local-host.md#concurrency)).",
     )
     backend: Literal["amqp", "sdk"] = Field(
         "amqp",
