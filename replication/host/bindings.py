@@ -8,10 +8,10 @@ them. The worker hands that to the extension's ``ServiceBusConverter``, which fi
 first ``x-opt-lock-token`` in the content, takes the lock token from the 16 bytes before
 and decodes the AMQP message from the bytes *after* that symbol (with uamqp). So the
 message bytes here start with a delivery-annotations section holding only the lock token,
-and the message as it was received follows whole: header, annotations (enqueued time,
-sequence number, locked-until), properties, application properties, body. (With the
-sections in wire order, header first, the converter would skip the header and the message
-annotations of our broker, which also carry ``x-opt-lock-token``.)
+and the message as it was received follows: header, annotations (enqueued time, sequence
+number, locked-until), properties, application properties, body, without the delivery
+annotations it came with (Service Bus sends the lock token there too). (With the sections
+in wire order, header first, the converter would skip the header.)
 
 The settlement argument (``ServiceBusMessageActions``) is the extension's own client: it
 reads ``--host``, ``--port`` and ``--functions-grpc-max-message-length`` from the worker's
@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import azurefunctions.extensions.bindings.servicebus  # noqa: F401  (registers its converters)
 from azurefunctions.extensions.base import Datum, get_binding_registry
 
+from ..amqp.codec import skip_at
 from ..amqp.message import Message as AmqpMessage
 from ..amqp.message import encode_message
 from ..symbols import LOCK_TOKEN
@@ -72,10 +73,18 @@ def _annotations_head() -> bytes:
 
 
 ANNOTATIONS_HEAD = _annotations_head()
+_HEADER = b"\x00\x53\x70"
+_DELIVERY_ANNOTATIONS = b"\x00\x53\x71"
 
 
 def binding_content(payload: bytes, lock_token: uuid.UUID) -> bytes:
-    """The content for one received message (``payload``: its transfer bytes)."""
+    """The content for one received message (``payload``: its transfer bytes). The delivery
+    annotations Service Bus sends (the lock token again) give way to the head: one section
+    of them, as in the content Azure's host writes, and none for uamqp to convert twice."""
+    header_end = skip_at(payload, len(_HEADER)) if payload.startswith(_HEADER) else 0
+    if payload.startswith(_DELIVERY_ANNOTATIONS, header_end):
+        after = skip_at(payload, header_end + len(_DELIVERY_ANNOTATIONS))
+        payload = payload[:header_end] + payload[after:]
     return b"".join((lock_token.bytes_le, ANNOTATIONS_HEAD, lock_token.bytes, payload))
 
 

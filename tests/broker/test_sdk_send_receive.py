@@ -215,6 +215,10 @@ def test_delivery_metadata_on_short_lock_queue(broker: BrokerHandle) -> None:
             # The lock token is the delivery tag read as a little-endian UUID.
             tag = bytes(message._delivery_tag)
             assert str(message.lock_token) == str(uuid.UUID(bytes_le=tag))
+            # and, as Service Bus sends it too, a delivery annotation, not a message one
+            raw = message.raw_amqp_message
+            assert raw.delivery_annotations == {b"x-opt-lock-token": message.lock_token}
+            assert b"x-opt-lock-token" not in raw.annotations
             receiver.complete_message(message)
 
 

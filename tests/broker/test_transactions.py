@@ -342,7 +342,7 @@ def test_update_disposition_over_management_in_a_transaction(broker: BrokerHandl
         receiver = conn.create_receiver("q", credit=1)
         requests = conn.create_sender("q/$management")
         responses = conn.create_receiver("q/$management", credit=10)
-        token = receiver.receive(timeout=TIMEOUT).annotations[symbol("x-opt-lock-token")]
+        token = receiver.receive(timeout=TIMEOUT).instructions[symbol("x-opt-lock-token")]
 
         def request(txn: bytes, status: str = "completed") -> Message:
             send_in(conn, requests, Message(

@@ -33,9 +33,11 @@ from replication.adapters.amqp import decode_to_message, encode
 from replication.adapters.fields import FIELDS, Field
 from replication.adapters.functions import from_functions, to_functions_message
 from replication.adapters.sdk import from_received, to_sdk
+from replication.adapters.values import text
 from replication.amqp.message import Header, Properties, encode_message
 from replication.amqp.message import Message as AmqpMessage
 from replication.amqp.types import timestamp
+from replication.host import bindings
 from replication.messages import Message, PropertyValue
 from replication.spark import rows as spark_rows
 from replication.tasks.stamping import ENQUEUE_TIME, SEQUENCE
@@ -244,6 +246,48 @@ def test_a_delivery_is_read_where_the_table_says(form: str, session: bool) -> No
     if form != "eventhubs":  # every Service Bus form reads every field of a delivery
         assert kept == [f for f in FIELDS if f.servicebus]
     assert values(back, kept) == values(message, kept)
+
+
+def through_functions_binding(payload: bytes) -> ServiceBusReceivedMessage:
+    """The SDK message the Functions extension decodes (with uamqp) from the binding data."""
+    content = bindings.binding_content(payload, uuid.uuid4())
+    (received,) = bindings.decode([content], True, list[ServiceBusReceivedMessage])
+    return received
+
+
+IDENTIFIERS = ["text-id", 42, uuid.UUID(int=7), b"utf-8 binary id"]
+"""What a message id or correlation id may be on the wire (string, ulong, uuid, binary)."""
+
+
+@pytest.mark.parametrize("decoded", [sdk_received, through_functions_binding])
+@pytest.mark.parametrize("identifier", [*IDENTIFIERS, None], ids=str)
+def test_the_sdk_reader_agrees_with_the_sdks_own_getters(
+    decoded: Callable[[bytes], ServiceBusReceivedMessage], identifier: Any
+) -> None:
+    """``from_received`` reads the properties section itself (faster); it gives what the
+    SDK's getters give, made text. ``None``: a message without a properties section."""
+    properties = None
+    if identifier is not None:
+        properties = Properties(
+            message_id=identifier,
+            correlation_id=identifier,
+            group_id="s",
+            reply_to_group_id="r",
+            to="t",
+            subject="x",
+            content_type="c",
+            reply_to="rt",
+        )
+    received = decoded(encode_message(AmqpMessage(properties=properties, body=[b"b"])))
+
+    read = from_received(received)
+
+    texts = [f for f in FIELDS if f.sdk and f.kind == "text"]
+    assert {f.name: getattr(read, f.name) for f in texts} == {
+        f.name: text(getattr(received, f.sdk or "")) for f in texts
+    }
+    if identifier is not None:
+        assert read.message_id == text(identifier) and read.session_id == "s"
 
 
 def test_a_capture_record_without_a_message_id_gets_one_from_its_place() -> None:
