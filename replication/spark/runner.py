@@ -339,11 +339,9 @@ def _watch(queries: list[StreamingQuery]) -> None:
 
 
 def _serve_metrics(port: int) -> None:
-    from prometheus_client import start_http_server
+    from .metrics_server import serve_metrics
 
-    from ..metrics import REGISTRY
-
-    server, _ = start_http_server(port, addr="127.0.0.1", registry=REGISTRY)
+    server = serve_metrics(port)
     log.info("metrics on http://127.0.0.1:%d/metrics", server.server_port)
 
 
