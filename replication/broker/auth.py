@@ -88,6 +88,35 @@ def normalize_resource(uri: str) -> str:
     return text.rstrip("/").lower()
 
 
+def _covers(resource: str, target: str) -> bool:
+    """Whether the normalised ``target`` is ``resource`` or under it, path segment by
+    segment. Ports that both name must agree (locally, two namespaces may differ by port
+    only); a side without one takes the other's: the SDK drops ``:5671`` from its CBS
+    audience for a namespace named ``localhost:5671``, while the token was signed for it."""
+    resource_host, _, resource_path = resource.partition("/")
+    target_host, _, target_path = target.partition("/")
+    resource_name, resource_port = _host_and_port(resource_host)
+    target_name, target_port = _host_and_port(target_host)
+    if resource_name != target_name:
+        return False
+    if resource_port and target_port and resource_port != target_port:
+        return False
+    return (
+        not resource_path
+        or target_path == resource_path
+        or (target_path.startswith(resource_path + "/"))
+    )
+
+
+def _host_and_port(host: str) -> tuple[str, str]:
+    """``localhost:5671`` -> (``localhost``, ``5671``); ``[::1]:5671`` -> (``[::1]``, ...)."""
+    if host.startswith("["):
+        name, _, rest = host.partition("]")
+        return name + "]", rest.removeprefix(":")
+    name, colon, port = host.rpartition(":")
+    return (name, port) if colon else (host, "")
+
+
 def _entity_scope(resource: str) -> str:
     """The entity-path part of a normalised resource (``""`` for the whole namespace)."""
     return resource.partition("/")[2].strip("/")
@@ -236,8 +265,7 @@ class Authorizer:
                 description=f"SAS token expired at {parsed.expiry} (now {int(now)})."
             )
         resource = normalize_resource(parsed.resource)
-        target = normalize_resource(audience)
-        if not (target == resource or target.startswith(resource + "/")):
+        if not _covers(resource, normalize_resource(audience)):
             raise AuthorizationError(
                 description=(
                     f"SAS token for {parsed.resource!r} does not cover the audience {audience!r}."

@@ -3,6 +3,7 @@ PLAIN login, checked at attach, on each transfer and again as tokens expire."""
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterable
 
@@ -16,6 +17,8 @@ from .clock import Clock
 from .commit import GroupCommit
 from .errors import error, tracked
 from .peer import Peer
+
+log = logging.getLogger("replication.broker")
 
 TOKEN_GRACE_SECONDS = 20.0
 """A connection must put a token within this time (WIRE.md: Service Bus waits 20 s)."""
@@ -32,9 +35,11 @@ class Cbs:
     def authenticate_sasl(self, credentials: SaslCredentials) -> bool:
         if credentials.mechanism != PLAIN:
             return True  # ANONYMOUS / MSSBCBS authorise later through CBS
-        return self.authorizer.authenticate_plain(
-            credentials.username or "", credentials.password or ""
-        )
+        username = credentials.username or ""
+        if self.authorizer.authenticate_plain(username, credentials.password or ""):
+            return True
+        log.warning("SASL PLAIN login as %r refused: no such rule, or not its key", username)
+        return False
 
     def logged_in(self, peer: Peer, credentials: SaslCredentials | None) -> None:
         """SASL completed: a PLAIN login grants its rule's claims to the whole connection."""
@@ -84,6 +89,10 @@ class Cbs:
                 peer.allowed.clear()  # a token for an audience replaces the one before
             except AuthorizationError as exc:
                 status, description = 401, exc.description
+                # the SDKs show the client only a condition: the reason is here
+                log.warning(
+                    "put-token for %r from %s refused: %s", audience, peer.driver.peer, description
+                )
         if not delivery.settled:
             delivery.update(Accepted())
         if status >= 300:

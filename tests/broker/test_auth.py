@@ -161,6 +161,10 @@ def test_unencoded_signature_validates(authorizer: Authorizer) -> None:
         (QUEUE, f"{QUEUE}/$management"),
         ("sb://LOCALHOST:5672/Queue.1/", "amqps://localhost:5672/queue.1"),
         ("amqp://localhost:5672/queue.1", "https://LocalHost:5672/QUEUE.1/"),
+        # the SDK's audience for a namespace named localhost:5671 has no port
+        ("sb://localhost:5671/queue.1", "sb://localhost/queue.1"),
+        ("sb://localhost/queue.1", "sb://localhost:5672/queue.1"),
+        ("sb://[::1]:5671", "sb://[::1]/queue.1"),
     ],
 )
 def test_audience_matches(authorizer: Authorizer, sr: str, audience: str) -> None:
@@ -175,7 +179,9 @@ def test_audience_matches(authorizer: Authorizer, sr: str, audience: str) -> Non
         (QUEUE, NAMESPACE),  # an entity token does not grant the namespace
         (f"{NAMESPACE}/queue", QUEUE),  # prefixes match whole path segments only
         (QUEUE, "sb://otherhost:5672/queue.1"),
-        (QUEUE, "sb://localhost:5673/queue.1"),
+        (QUEUE, "sb://localhost:5673/queue.1"),  # another local namespace's port
+        ("sb://[::1]:5671/queue.1", "sb://[::1]:5672/queue.1"),
+        ("sb://localhost:5671/queue.1", "sb://localhostx/queue.1"),
         (QUEUE, ""),
     ],
 )
