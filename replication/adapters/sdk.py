@@ -25,8 +25,9 @@ _IN_PROPERTIES = tuple(
     if f.sdk and f.kind == "text" and f.amqp.section == "properties"
 )
 """The text fields of the properties section, read from the SDK's raw properties: each of
-the SDK's own getters first tests the properties' truth, which lists their attributes (a
-third of reading a message, for ten fields), then decodes UTF-8 bytes as ``text`` does."""
+the SDK's eight getters for them first tests the properties' truth, which lists their
+attributes (over half of reading a message: 27 -> 11 us), then decodes UTF-8 bytes as
+``text`` does."""
 _READ = tuple(
     (f.name, f.sdk, f.kind)
     for f in FIELDS

@@ -104,7 +104,7 @@ def _covers(resource: str, target: str) -> bool:
     return (
         not resource_path
         or target_path == resource_path
-        or (target_path.startswith(resource_path + "/"))
+        or target_path.startswith(resource_path + "/")
     )
 
 
