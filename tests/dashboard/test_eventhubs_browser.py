@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import pytest
 from azure.eventhub import EventData
 
 from replication.broker.eventhubs.partitioning import partition_for_key
+from tests.broker.conftest import LoopThread
 from tests.broker.eventhubs_support import eventhub_config, producer, receive
 from tests.dashboard.test_browser import _errors, _shot, _text, _until
 from tests.dashboard.test_browser import browser as browser  # the fixture, found by name
@@ -187,20 +187,10 @@ class LateScriptRelay:
 
     def __init__(self, port: int, late: bytes = b"/static/eventhubs.js") -> None:
         self.port, self.late = port, late
-        self.listening = 0
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        assert self._ready.wait(10), "the relay did not start"
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._answered = asyncio.Event()
-        server = self._loop.run_until_complete(asyncio.start_server(self._relay, "127.0.0.1", 0))
-        self.listening = server.sockets[0].getsockname()[1]
-        self._ready.set()
-        self._loop.run_forever()
+        self._answered = asyncio.Event()  # bound to the loop that first waits on it
+        self._loop = LoopThread("late-script-relay")
+        server = self._loop.run(asyncio.start_server(self._relay, "127.0.0.1", 0))
+        self.listening: int = server.sockets[0].getsockname()[1]
 
     async def _relay(self, browser: asyncio.StreamReader, back: asyncio.StreamWriter) -> None:
         dashboard, forth = await asyncio.open_connection("127.0.0.1", self.port)
@@ -231,15 +221,7 @@ class LateScriptRelay:
 
     def close(self) -> None:
         """Ends the connections still relayed (the page's event stream), then the loop."""
-        asyncio.run_coroutine_threadsafe(self._cancel_all(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-
-    async def _cancel_all(self) -> None:
-        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        for task in others:
-            task.cancel()
-        await asyncio.gather(*others, return_exceptions=True)
+        self._loop.close()
 
 
 def test_the_hubs_show_when_the_overview_comes_before_the_last_script(
