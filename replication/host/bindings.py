@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import azurefunctions.extensions.bindings.servicebus  # noqa: F401  (registers its converters)
 from azurefunctions.extensions.base import Datum, get_binding_registry
 
+from ..amqp import scan
 from ..amqp.codec import skip_at
 from ..amqp.message import Message as AmqpMessage
 from ..amqp.message import encode_message
@@ -73,8 +74,8 @@ def _annotations_head() -> bytes:
 
 
 ANNOTATIONS_HEAD = _annotations_head()
-_HEADER = b"\x00\x53\x70"
-_DELIVERY_ANNOTATIONS = b"\x00\x53\x71"
+_HEADER = bytes((0x00, 0x53, scan.HEADER))  # described by a smallulong: 00 53 code
+_DELIVERY_ANNOTATIONS = bytes((0x00, 0x53, scan.DELIVERY_ANNOTATIONS))
 
 
 def binding_content(payload: bytes, lock_token: uuid.UUID) -> bytes:

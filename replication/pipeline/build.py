@@ -20,7 +20,7 @@ from ..servicebus.connection_string import namespace_of
 from ..tasks.recovery_point import RecoveryPointProbe, peek_limit_setting
 from ..tasks.registry import build_step
 from ..tasks.steps import BoundStep, StepConfigError, StepContext
-from ..tasks.targets import Target
+from ..tasks.targets import DEFAULT_TARGET_NAME, Target
 from ..tasks.task import ReplicationTask
 from .settings import missing_reason, resolve_connection, setting_namespace
 from .spec import Endpoint
@@ -67,7 +67,7 @@ def build_pipeline(
     for key, (endpoint, loc) in pipeline.target_locs().items():
         resolved = resolve_connection(settings, endpoint.connection, role="target")
         if isinstance(resolved, str) and not resolved.startswith("!"):
-            failover = _failover(pipeline, endpoint, resolved, settings, key or "target")
+            failover = _failover(pipeline, endpoint, resolved, settings, key or DEFAULT_TARGET_NAME)
             targets[key] = Target(resolved, endpoint.entity, failover, endpoint.is_event_hub)
             target_namespaces[key] = namespace_of(resolved)
         else:

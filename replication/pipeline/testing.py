@@ -57,6 +57,7 @@ from ..tasks.editors.transcode import (
     load_avro_schema,
 )
 from ..tasks.steps import StepConfigError, StepContext, StepFailed
+from ..tasks.targets import DEFAULT_TARGET_NAME
 from .check import load_pipelines
 from .documents import Document, parse_document
 from .model import Pipeline, PipelineFile
@@ -454,7 +455,7 @@ def _target_names(pipeline: Pipeline) -> dict[str | None, list[str]]:
     for key, endpoint in pipeline.target_endpoints().items():
         names[key] = [
             f"{endpoint.connection}/{endpoint.entity}",
-            "target" if key is None else key,
+            DEFAULT_TARGET_NAME if key is None else key,
             endpoint.entity,
         ]
     return names

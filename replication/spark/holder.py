@@ -38,13 +38,13 @@ import http.client
 import json
 import logging
 import os
-import time
 import uuid
 from collections.abc import Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..clock import SYSTEM, Clock
 from ..messages import Message
 from ..servicebus.client import (
     AmqpReceiver,
@@ -93,11 +93,14 @@ class _Held:
 class Reading:
     """One task attempt's read of an assignment: its receivers, messages and registration."""
 
-    def __init__(self, options: Options, assignment: Assignment) -> None:
+    def __init__(self, options: Options, assignment: Assignment, clock: Clock = SYSTEM) -> None:
+        """``clock``: what the lock renewals, the registration's retries and the holder's
+        patience with an unreachable service are timed by."""
         if not assignment.commit_service:
             raise ValueError("an assignment of the servicebus source names its commit service")
         self.options = options
         self.assignment = assignment
+        self.clock = clock
         self.holder = uuid.uuid4().hex
         self.held: list[_Held] = []
         self.remaining = assignment.max_messages
@@ -165,7 +168,8 @@ class Reading:
                     return  # late: the rest of it is too
 
     def _keep(self, receiver: AmqpReceiver) -> _Held:
-        held = _Held(receiver, LockKeeper(receiver).start())
+        keeper = LockKeeper(receiver, clock=self.clock.time, sleep=self.clock.sleep)
+        held = _Held(receiver, keeper.start())
         self.held.append(held)
         return held
 
@@ -209,7 +213,7 @@ class Reading:
         until = receiver.session_locked_until or first.locked_until
         if until is not None and not self._lock_known:
             self._lock_known = True
-            self.lock_duration = max(5.0, until.timestamp() - time.time())
+            self.lock_duration = max(5.0, until.timestamp() - self.clock.time())
 
     def _failed(self, exc: SourceError, what: str) -> None:
         lost = isinstance(exc, MessageLockLost | SessionLockLost)
@@ -226,19 +230,19 @@ class Reading:
         )
 
     async def _register(self) -> None:
-        deadline = time.monotonic() + REGISTER_FOR
+        deadline = self.clock.monotonic() + REGISTER_FOR
         while True:
             try:
                 answer = await self._call("PUT", f"?messages={len(self.messages)}", 15.0)
                 break
             except (OSError, http.client.HTTPException, ValueError) as exc:
-                if time.monotonic() >= deadline:
+                if self.clock.monotonic() >= deadline:
                     raise CommitServiceUnreachable(
                         f"cannot reach the driver's commit service at "
                         f"{self.assignment.commit_service} ({exc}); where executors cannot "
                         "reach the driver, set the source's option receiveOn to 'driver'"
                     ) from exc
-                await asyncio.sleep(0.5)
+                await self.clock.sleep(0.5)
         if answer != OPEN:
             raise CommitServiceUnreachable(
                 f"batch {self.assignment.batch} is not open at the driver ({answer}): "
@@ -283,7 +287,7 @@ class Reading:
             try:
                 answer = await self._call("GET", f"?wait={LONG_POLL:g}", LONG_POLL + 15.0)
             except (OSError, http.client.HTTPException, ValueError) as exc:
-                now = time.monotonic()
+                now = self.clock.monotonic()
                 unreachable_since = unreachable_since or now
                 if now - unreachable_since >= self.lock_duration:
                     log.warning(
@@ -293,7 +297,7 @@ class Reading:
                         exc,
                     )
                     return UNREACHABLE
-                await asyncio.sleep(1.0)
+                await self.clock.sleep(1.0)
                 continue
             unreachable_since = None
             if answer != OPEN:
@@ -380,10 +384,13 @@ async def _spawn(coro: Coroutine[Any, Any, None]) -> None:
     task.add_done_callback(_HOLDING.discard)
 
 
-def read_assignment(options: Options, assignment: Assignment) -> Iterator[tuple[Any, ...]]:
-    """The rows of one assignment; the messages stay held until the commit (see the module)."""
+def read_assignment(
+    options: Options, assignment: Assignment, clock: Clock = SYSTEM
+) -> Iterator[tuple[Any, ...]]:
+    """The rows of one assignment; the messages stay held until the commit (see the module;
+    ``clock``: as ``Reading`` takes it)."""
     _check_reuse()
-    reading = Reading(options, assignment)
+    reading = Reading(options, assignment, clock)
     run_async(reading.receive())
     if reading.late or reading.errors:
         log.info(

@@ -15,8 +15,7 @@ from ..messages import Message
 from ..telemetry.lag import HOP, PATH
 from .sender import SendResult
 from .stamping import ENQUEUE_TIME, SEPARATOR
-
-DEFAULT_TARGET = "target"
+from .targets import DEFAULT_TARGET_NAME
 
 
 def record_lag(
@@ -40,7 +39,7 @@ def record_lag(
             continue  # never on a broker (nothing to measure from)
         if moment is not last:  # a batch's messages mostly share one (adapters.amqp._time)
             last, start = moment, moment.timestamp()
-        target = output.target or DEFAULT_TARGET
+        target = output.target or DEFAULT_TARGET_NAME
         _lags(hops, target).append(accepted - start)
         stamps = output.application_properties.get(ENQUEUE_TIME)
         if isinstance(stamps, str) and SEPARATOR in stamps:

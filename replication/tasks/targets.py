@@ -34,6 +34,10 @@ if TYPE_CHECKING:
     from ..servicebus.transactions import Transaction
     from .sender import SenderFor
 
+DEFAULT_TARGET_NAME = "target"
+"""What names a task's default target (key ``None``) where a name is needed: its lag
+metrics, its failover's logs, the targets a pipeline test's expected message may say (the
+pipeline field it comes from)."""
 SendBackend = Literal["amqp", "sdk"]
 BACKENDS: tuple[SendBackend, ...] = ("amqp", "sdk")
 FAILOVER_CLIENT_OPTIONS = {"retry_total": 1}

@@ -4,6 +4,7 @@ broker, and the verdicts that complete or give back what it holds (README "(b)")
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -13,6 +14,7 @@ from dataclasses import replace
 import pytest
 from azure.servicebus import ServiceBusMessage
 
+from replication.clock import ManualClock
 from replication.servicebus.client import SourceError
 from replication.spark import holder
 from replication.spark.assignment import Assignment
@@ -20,6 +22,7 @@ from replication.spark.commits import COMMITTED, OPEN, RELEASE, UNKNOWN, CommitS
 from replication.spark.holder import CommitServiceUnreachable, read_assignment
 from replication.spark.options import Options
 from tests.broker.conftest import BrokerHandle, make_config
+from tests.clock_steps import step
 from tests.spark.support import fill
 
 pytestmark = pytest.mark.timeout(60)
@@ -93,20 +96,29 @@ def test_an_unreachable_service_gives_back_after_one_lock_duration(
 ) -> None:
     """The driver died: the holder renews the locks (PT5S) while it cannot reach the
     service, for one lock duration, then gives the messages back: none was redelivered
-    by an expired lock."""
-    monkeypatch.setattr(holder, "LONG_POLL", 0.5)
-    broker = filled(broker_factory, 10)
+    by an expired lock. The broker and the holder share a ``ManualClock``, stepped a second
+    at a time once the locks' renewals are in (``clock_steps.step``)."""
+    monkeypatch.setattr(holder, "LONG_POLL", 0.5)  # the poll in flight at the shutdown
+    clock = ManualClock()
+    broker = broker_factory(CONFIG, clock=clock)
+    fill(broker, "q", [ServiceBusMessage(b"x", message_id=f"m-{i}") for i in range(10)])
     dying = CommitService("run-1")
     dying.planned(1)
-    started = time.monotonic()
-    assert len(list(read_assignment(options(broker), assignment(dying, 1)))) == 10
+    assert len(list(read_assignment(options(broker), assignment(dying, 1), clock))) == 10
     dying._server.shutdown()  # gone without a word, as when its process is killed
     dying._server.server_close()
-    time.sleep(2.0)
+    started = clock.monotonic()
+
+    async def steps(done: Callable[[], bool]) -> None:
+        while not done():
+            assert clock.monotonic() - started < 30.0, "the holder never gave back"
+            await step(broker, "q")
+
+    asyncio.run(steps(lambda: clock.monotonic() - started >= 2.0))
     with broker.client() as client, client.get_queue_receiver("q") as receiver:
-        assert receiver.receive_messages(max_message_count=10, max_wait_time=1) == []  # held
-    wait_until(lambda: not holder._HOLDING, timeout=30)
-    assert time.monotonic() - started >= 5.0  # one lock duration of trying
+        assert receiver.receive_messages(max_message_count=10, max_wait_time=0.5) == []  # held
+    asyncio.run(steps(lambda: not holder._HOLDING))
+    assert clock.monotonic() - started >= 5.0  # one lock duration of trying
     assert sorted(delivery_counts(broker)) == [0] * 10  # given back, not expired
 
 
