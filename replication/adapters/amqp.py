@@ -3,26 +3,27 @@
 
 Decoding fills every field as ``sdk.from_received`` fills it from the SDK's
 ``ServiceBusReceivedMessage``, with the same values (tests/servicebus/test_client.py holds
-the SDK up as the oracle). A delivery is read with ``amqp.scan``: the sections Service Bus
-sends, only the annotations a ``Message`` keeps (not the lock token, ...), the body bytes as
-they are; anything else (an amqp-value or amqp-sequence body, another encoding) goes through
-the general decoder, which raises ``DecodeError`` for a malformed one. Which header field,
-property, annotation or application property fills which ``Message`` field is
-``fields.FIELDS``' ``amqp`` column, written out in ``_message`` and ``encode`` (the receive
-and send paths' hot code, bench/replication.py; tests/tasks/test_adapters.py holds both to
-the table).
+the SDK up as the oracle), but that application properties keep their AMQP types, which the
+SDK's reader loses (``_properties``: equal values, of the plain types' subclasses, so a
+forwarded message's properties go out as they came in). A delivery is read with
+``amqp.scan``: the sections Service Bus sends, only the annotations a ``Message`` keeps (not
+the lock token, ...), the body bytes as they are; anything else (an amqp-value or
+amqp-sequence body, another encoding) goes through the general decoder, which raises
+``DecodeError`` for a malformed one. Which header field, property, annotation or
+application property fills which ``Message`` field is ``fields.FIELDS``' ``amqp`` column,
+written out in ``_message`` and ``encode`` (the receive and send paths' hot code,
+bench/replication.py; tests/tasks/test_adapters.py holds both to the table).
 
 Encoding writes what the SDK writes (docs/sdk-wire-notes.md section 3): a header only with a
 time to live (``ttl`` in ms); message annotations ``x-opt-partition-key`` (only without a
 session id, as ``to_sdk`` does) and ``x-opt-scheduled-enqueue-time`` (a timestamp);
 properties (a new ``str(uuid4())`` message-id when the message has none, as the SDK's
-constructor makes one); application properties with string keys (``property_value``); the
-body as one data section.
+constructor makes one); application properties with string keys (``property_value``; a
+received one goes out with the type it came with); the body as one data section.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -34,7 +35,7 @@ from ..amqp.composite import encoder, fields_encoder
 from ..amqp.errors import EncodeError
 from ..amqp.message import BodyType, Header, Properties, decode_message
 from ..amqp.message import Message as AmqpMessage
-from ..amqp.types import int32, timestamp
+from ..amqp.types import int32, long, timestamp, ulong
 from ..messages import Message, PropertyValue
 from ..symbols import (
     DEAD_LETTER_DESCRIPTION,
@@ -54,6 +55,7 @@ _CE_ZERO_MS = -62_135_596_800_000
 """What brokers write for "no time" (0001-01-01); the SDK makes it ``datetime.min``."""
 _PLAIN = (str, int, float, bool, bytes, type(None))
 _INT32 = range(-(2**31), 2**31)
+_ULONG_ONLY = range(2**63, 2**64)
 
 
 def _time(ms: Any) -> datetime | None:
@@ -240,21 +242,16 @@ def _message(
 
 
 def _properties(app: dict[Any, Any]) -> dict[str, PropertyValue]:
+    """The application properties as the codec decoded them, so that each goes out again
+    with its AMQP type (a .NET reader casts a long to ``long`` and a char to ``char``):
+    the codec's marker types kept (``int32``, ``timestamp``, ``decimal128``, ``char``...;
+    subclasses of the plain types, so steps and filters read them as those), binary kept
+    as bytes, and a long marked (``types.long``), which the SDK's rule would send as an int
+    when it fits. The SDK reader (``sdk.from_received``) cannot tell these apart."""
     out: dict[str, PropertyValue] = {}
     for key, value in app.items():
-        kind = type(value)
-        if kind is bytes:
-            with contextlib.suppress(UnicodeDecodeError):  # as sdk.from_received does
-                value = value.decode("utf-8")
-        elif kind not in _PLAIN:  # our codec's marker types: the plain values the SDK gives
-            if isinstance(value, str):
-                value = str(value)
-            elif isinstance(value, bool):
-                value = bool(value)
-            elif isinstance(value, int):
-                value = int(value)
-            elif isinstance(value, float):
-                value = float(value)
+        if type(value) is int:
+            value = long(value)
         out[key if type(key) is str else str(key)] = value
     return out
 
@@ -334,7 +331,8 @@ def encode(message: Message, *, event_hub: bool = False) -> bytes:
 def _write_application_properties(out: bytearray, application: dict[Any, Any]) -> None:
     """The map ``_enc_string_keyed_map`` writes of the ``property_value`` of each value,
     written straight: strings and 32-bit ints (most values, and every stamp) without the
-    map of converted values and an ``int32`` made for each."""
+    map of converted values and an ``int32`` made for each. Bytes go as binary: a received
+    binary value must stay one (``property_value``'s UTF-8 rule is for what the SDK sends)."""
     body = bytearray()
     for key, value in application.items():
         if not isinstance(key, str):
@@ -345,6 +343,8 @@ def _write_application_properties(out: bytearray, application: dict[Any, Any]) -
             codec._enc_string(body, value)
         elif kind is int and value in _INT32:
             codec._enc_int(body, value)
+        elif kind is bytes:
+            codec._enc_binary(body, value)  # binary as received stays binary
         else:
             codec.encode_into(body, property_value(value))
     codec.write_compound(out, body, 2 * len(application), 0xC1)
@@ -353,10 +353,14 @@ def _write_application_properties(out: bytearray, application: dict[Any, Any]) -
 def property_value(value: Any) -> Any:
     """An application property value as the SDK encodes it: ints as AMQP int when they fit
     32 bits (its ``encode_int``), else long; bytes as strings when they are UTF-8 (the SDK
-    decodes them, for parity with uamqp; it fails on other bytes, which go as binary here)."""
-    if type(value) is int and value in _INT32:
-        return int32(value)
-    if isinstance(value, bytes | bytearray):
+    decodes them, for parity with uamqp; it fails on other bytes, which go as binary here).
+    The codec's marker types (``types.long``, ``int32``, ``decimal128``...) as they are."""
+    if type(value) is int:
+        if value in _INT32:
+            return int32(value)
+        if value in _ULONG_ONLY:
+            return ulong(value)  # only a ulong holds it: one the SDK's reader gave as an int
+    if type(value) in (bytes, bytearray):  # not decimal128, a bytes subclass
         try:
             return bytes(value).decode("utf-8")
         except UnicodeDecodeError:

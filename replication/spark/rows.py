@@ -5,24 +5,49 @@ the same columns for the fields events carry (``Field.eventhubs``: no delivery c
 schedule), the event's ``offset``, the stamps and the ``partition`` it was read from.
 
 Application properties are typed in Service Bus (string, long, double, boolean, timestamp,
-duration, uuid, binary); a Spark map has one value type. So a row carries two maps with the
-same keys: ``application_properties`` (every value as text, easy to filter on:
-``application_properties['region'] = 'eu'``) and ``application_property_types`` (the type of
-each: ``string``, ``long``, ``double``, ``boolean``, ``timestamp`` (ISO 8601), ``duration``
-(seconds), ``uuid``, ``binary`` (base64), ``null``). Writing reads both back; a key without a
-type is a string, so a DataFrame built by hand needs only the first map.
+duration, uuid, binary, and every other AMQP type a sender may write); a Spark map has one
+value type. So a row carries two maps with the same keys: ``application_properties`` (every
+value as text, easy to filter on: ``application_properties['region'] = 'eu'``) and
+``application_property_types`` (the type of each: ``string``, ``long``, ``double``,
+``boolean``, ``timestamp`` (ISO 8601), ``duration`` (seconds), ``uuid``, ``binary``
+(base64), ``null``; and for a received value of another AMQP type its name: ``int``,
+``short``, ``byte``, ``ubyte``, ``ushort``, ``uint``, ``ulong``, ``float``, ``char``,
+``symbol``, ``decimal32`` and ``decimal64`` (their raw bits as an integer), ``decimal128``
+(its 16 bytes in hex), and ``amqp`` (its AMQP encoding in base64) for the rest, such as
+.NET's ``Uri``, ``TimeSpan`` and ``DateTimeOffset``, which it writes as described values).
+Writing reads both back and sends each value with its type; a key without a type is a
+string, so a DataFrame built by hand needs only the first map.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import uuid
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from ..adapters.fields import FIELDS as MESSAGE_FIELDS
 from ..adapters.values import text, utc
+from ..amqp import codec
+from ..amqp.types import (
+    byte,
+    char,
+    decimal32,
+    decimal64,
+    decimal128,
+    float32,
+    int32,
+    long,
+    short,
+    symbol,
+    timestamp,
+    ubyte,
+    uint,
+    ulong,
+    ushort,
+)
 from ..messages import Message, PropertyValue
 from ..tasks.stamping import ENQUEUE_TIME, SEQUENCE
 
@@ -108,13 +133,37 @@ def _as_dict(value: Any) -> dict[str, Any]:
     return dict(value.items() if isinstance(value, Mapping) else value)
 
 
+_AMQP_INTEGERS: dict[str, tuple[type[int], range]] = {
+    "byte": (byte, range(-(2**7), 2**7)),
+    "short": (short, range(-(2**15), 2**15)),
+    "int": (int32, range(-(2**31), 2**31)),
+    "ubyte": (ubyte, range(2**8)),
+    "ushort": (ushort, range(2**16)),
+    "uint": (uint, range(2**32)),
+    "ulong": (ulong, range(2**64)),
+    "decimal32": (decimal32, range(2**32)),
+    "decimal64": (decimal64, range(2**64)),
+}
+"""The AMQP integer types a received property may have besides long, by type name (the
+decimals as their raw IEEE 754 bits), with what they hold."""
+_NAME_OF_INTEGER = {kind: name for name, (kind, _) in _AMQP_INTEGERS.items()}
+_TEXTS: dict[str, type[str]] = {"char": char, "symbol": symbol}
+
+
 def _encode(value: PropertyValue) -> tuple[str, str | None]:
+    """(type, text) of one value: received values by their AMQP type (``adapters.amqp``
+    keeps it), so that a message written back sends each as it came."""
     if value is None:
         return "null", None
     if isinstance(value, bool):
         return "boolean", "true" if value else "false"
+    if isinstance(value, timestamp):
+        with contextlib.suppress(OverflowError):  # beyond a datetime's years: its milliseconds
+            return "timestamp", value.to_datetime().isoformat()
     if isinstance(value, int):
-        return "long", str(value)
+        return _NAME_OF_INTEGER.get(type(value), "long"), str(int(value))
+    if isinstance(value, float32):
+        return "float", repr(float(value))
     if isinstance(value, float):
         return "double", repr(value)
     if isinstance(value, datetime):
@@ -124,9 +173,28 @@ def _encode(value: PropertyValue) -> tuple[str, str | None]:
         return "duration", repr(value.total_seconds())
     if isinstance(value, uuid.UUID):
         return "uuid", str(value)
+    if isinstance(value, decimal128):
+        return "decimal128", bytes(value).hex()
     if isinstance(value, bytes | bytearray | memoryview):
         return "binary", base64.b64encode(bytes(value)).decode("ascii")
-    return "string", str(value)
+    if isinstance(value, char | symbol):
+        return type(value).__name__, str(value)
+    if isinstance(value, str):
+        return "string", str(value)
+    # a described value (.NET's Uri, TimeSpan, DateTimeOffset), a list, a map: its encoding
+    return "amqp", base64.b64encode(codec.encode(value)).decode("ascii")
+
+
+_TYPE_NAMES: tuple[str, ...] = (
+    "string",
+    "long",
+    "double",
+    "boolean",
+    "timestamp",
+    "duration",
+    "uuid",
+)
+_TYPE_NAMES += ("binary", "null", *_AMQP_INTEGERS, "float", *_TEXTS, "decimal128", "amqp")
 
 
 def _decode(kind: str, text: str | None, key: str) -> PropertyValue:
@@ -136,9 +204,27 @@ def _decode(kind: str, text: str | None, key: str) -> PropertyValue:
         if kind == "string":
             return text
         if kind == "long":
-            return int(text)
+            return long(text)  # sent as a long, as it was read or as the row says
+        if kind in _AMQP_INTEGERS:
+            integer, holds = _AMQP_INTEGERS[kind]
+            if int(text) not in holds:
+                raise ValueError("out of its range")
+            return integer(text)
         if kind == "double":
             return float(text)
+        if kind == "float":
+            return float32(text)
+        if kind in _TEXTS:
+            if kind == "char" and len(text) != 1:
+                raise ValueError("not one character")
+            return _TEXTS[kind](text)
+        if kind == "amqp":
+            return cast(PropertyValue, codec.decode(base64.b64decode(text, validate=True)))
+        if kind == "decimal128":
+            raw = bytes.fromhex(text)
+            if len(raw) != 16:
+                raise ValueError("not 16 bytes")
+            return decimal128(raw)
         if kind == "boolean":
             if text.lower() not in ("true", "false"):
                 raise ValueError(text)
@@ -157,7 +243,7 @@ def _decode(kind: str, text: str | None, key: str) -> PropertyValue:
         ) from None
     raise ValueError(
         f"application property {key!r}: unknown type {kind!r} (expected one of "
-        "string, long, double, boolean, timestamp, duration, uuid, binary, null)"
+        f"{', '.join(_TYPE_NAMES)})"
     )
 
 

@@ -34,9 +34,27 @@ from replication.adapters.fields import FIELDS, Field
 from replication.adapters.functions import from_functions, to_functions_message
 from replication.adapters.sdk import from_received, to_sdk
 from replication.adapters.values import text
-from replication.amqp.message import Header, Properties, encode_message
+from replication.amqp.errors import EncodeError
+from replication.amqp.message import Header, Properties, decode_message, encode_message
 from replication.amqp.message import Message as AmqpMessage
-from replication.amqp.types import timestamp
+from replication.amqp.types import (
+    Described,
+    byte,
+    char,
+    decimal32,
+    decimal64,
+    decimal128,
+    float32,
+    int32,
+    long,
+    short,
+    symbol,
+    timestamp,
+    ubyte,
+    uint,
+    ulong,
+    ushort,
+)
 from replication.host import bindings
 from replication.messages import Message, PropertyValue
 from replication.spark import rows as spark_rows
@@ -180,6 +198,47 @@ def test_our_encoding_keeps_what_the_sdk_cannot_send() -> None:
         sdk_bytes(Message(b"x", message_id="m", application_properties={"big": 2**40}))
     with pytest.raises(UnicodeDecodeError, match="can't decode byte 0xff"):
         sdk_bytes(Message(b"x", message_id="m", application_properties={"b": b"\xff"}))
+
+
+EVERY_AMQP_TYPE: dict[str, Any] = {
+    "string": "s", "long": 2**40, "small long": 7, "double": 0.25, "boolean": True,
+    "null": None, "uuid": uuid.UUID(int=5), "binary": b"\x00\xff", "utf-8 binary": b"abc",
+    "int": int32(-70_000), "short": short(-300), "byte": byte(-3), "ubyte": ubyte(3),
+    "ushort": ushort(300), "uint": uint(70_000), "ulong": ulong(2**64 - 1),
+    "float": float32(0.5), "char": char("€"), "symbol": symbol("sym"),
+    "timestamp": timestamp(1_764_000_000_123), "decimal32": decimal32(0x3200000C),
+    "decimal64": decimal64(0x31C0000000000007), "decimal128": decimal128(bytes(range(16))),
+    "uri": Described(symbol("com.microsoft:uri"), "https://example.com/"),
+}  # fmt: skip
+"""An application property of every AMQP type, as .NET's SDK writes some of them (decimal as
+decimal128, char, DateTime as timestamp, Uri as a described string)."""
+
+
+def typed(properties: dict[str, Any]) -> dict[str, tuple[type, Any]]:
+    return {key: (type(value), value) for key, value in properties.items()}
+
+
+@pytest.mark.parametrize("form", ["amqp", "spark_rows"])
+def test_a_received_property_goes_out_with_its_amqp_type(form: str) -> None:
+    """What a .NET reader of the copy casts to must be what the sender wrote: a long stays a
+    long (the SDK's rule would send 7 as an int), a decimal128 its 16 bytes, a ulong beyond
+    a long's range is sent, binary stays binary."""
+    wire = encode_message(AmqpMessage(body=[b"x"], application_properties=EVERY_AMQP_TYPE))
+    received = decode_to_message(wire)
+    if form == "spark_rows":
+        received = through_row(received)
+    sent = decode_message(encode(received)).application_properties
+    expected = {**EVERY_AMQP_TYPE, "small long": long(7)}  # the codec reads a long as int
+    assert typed(sent) == typed({**expected, "long": 2**40, "small long": 7})
+
+
+def test_an_int_only_a_ulong_holds_goes_as_a_ulong() -> None:
+    """One the SDK's reader gave as a plain int (the local host's functions): a long cannot
+    hold it, and the send failed for good, so the message was dead-lettered."""
+    sent = encode(Message(b"x", message_id="m", application_properties={"u": 2**63}))
+    assert typed(decode_message(sent).application_properties) == {"u": (ulong, 2**63)}
+    with pytest.raises(EncodeError, match="does not fit"):
+        encode(Message(b"x", message_id="m", application_properties={"u": 2**64}))
 
 
 def test_a_timestamp_property_comes_back_as_its_milliseconds_from_both() -> None:
