@@ -13,7 +13,17 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 
-class ubyte(int):
+class _Integer(int):
+    """An integer marker: its repr names its AMQP type, its text is the number's (what a
+    log line, ``peek`` or a format string shows of a property)."""
+
+    __slots__ = ()
+
+    def __str__(self) -> str:
+        return int.__repr__(self)
+
+
+class ubyte(_Integer):
     """AMQP ubyte (0..255)."""
 
     __slots__ = ()
@@ -22,7 +32,7 @@ class ubyte(int):
         return f"ubyte({int(self)})"
 
 
-class ushort(int):
+class ushort(_Integer):
     """AMQP ushort (0..65535)."""
 
     __slots__ = ()
@@ -31,7 +41,7 @@ class ushort(int):
         return f"ushort({int(self)})"
 
 
-class uint(int):
+class uint(_Integer):
     """AMQP uint (0..2**32-1)."""
 
     __slots__ = ()
@@ -40,7 +50,7 @@ class uint(int):
         return f"uint({int(self)})"
 
 
-class ulong(int):
+class ulong(_Integer):
     """AMQP ulong (0..2**64-1); also the type of numeric descriptors."""
 
     __slots__ = ()
@@ -49,7 +59,7 @@ class ulong(int):
         return f"ulong({int(self)})"
 
 
-class byte(int):
+class byte(_Integer):
     """AMQP byte (-128..127)."""
 
     __slots__ = ()
@@ -58,7 +68,7 @@ class byte(int):
         return f"byte({int(self)})"
 
 
-class short(int):
+class short(_Integer):
     """AMQP short (-32768..32767)."""
 
     __slots__ = ()
@@ -67,7 +77,7 @@ class short(int):
         return f"short({int(self)})"
 
 
-class int32(int):
+class int32(_Integer):
     """AMQP int (-2**31..2**31-1); a plain Python int is an AMQP long."""
 
     __slots__ = ()
@@ -76,7 +86,7 @@ class int32(int):
         return f"int32({int(self)})"
 
 
-class long(int):
+class long(_Integer):
     """AMQP long, marked where a plain ``int`` (an AMQP long to the codec too) would not stay
     one: the SDK's rule, which the replicator sends by, writes a plain int that fits 32 bits
     as an AMQP int, so a long read off the wire is kept as this to go out as a long again
@@ -96,8 +106,11 @@ class float32(float):
     def __repr__(self) -> str:
         return f"float32({float(self)!r})"
 
+    def __str__(self) -> str:
+        return float.__repr__(self)
 
-class decimal32(int):
+
+class decimal32(_Integer):
     """AMQP decimal32, carried as its raw 32 bits (IEEE 754 decimal32, BID)."""
 
     __slots__ = ()
@@ -106,7 +119,7 @@ class decimal32(int):
         return f"decimal32({int(self):#x})"
 
 
-class decimal64(int):
+class decimal64(_Integer):
     """AMQP decimal64, carried as its raw 64 bits."""
 
     __slots__ = ()
@@ -142,7 +155,7 @@ class symbol(str):
         return f"symbol({str(self)!r})"
 
 
-class timestamp(int):
+class timestamp(_Integer):
     """AMQP timestamp: milliseconds since the Unix epoch, UTC."""
 
     __slots__ = ()
