@@ -53,7 +53,6 @@ from .values import text
 
 _CE_ZERO_MS = -62_135_596_800_000
 """What brokers write for "no time" (0001-01-01); the SDK makes it ``datetime.min``."""
-_PLAIN = (str, int, float, bool, bytes, type(None))
 _INT32 = range(-(2**31), 2**31)
 _ULONG_ONLY = range(2**63, 2**64)
 
