@@ -82,7 +82,7 @@ def test_a_stream_reads_each_partition_once_and_a_restart_reads_only_new_events(
     row = next(r for r in rows if r.body == b"a3")
     assert row.partition == "0" and row.message_id == "id-a3" and int(row.offset) >= 0
     assert row.application_properties == {"name": "a3", "n": "2", "ok": "true"}
-    assert row.application_property_types == {"name": "string", "n": "long", "ok": "boolean"}
+    assert row.application_property_types == {"name": "string", "n": "int", "ok": "boolean"}
     assert row.enqueued_time is not None
     keyed = [r for r in rows if r.partition_key == "customer-7"]
     assert len(keyed) == 10 and len({r.partition for r in keyed}) == 1
