@@ -28,15 +28,17 @@ import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import azurefunctions.extensions.bindings.servicebus  # noqa: F401  (registers its converters)
 from azurefunctions.extensions.base import Datum, get_binding_registry
 
 from ..amqp import scan
 from ..amqp.codec import skip_at
+from ..amqp.errors import DecodeError
 from ..amqp.message import Message as AmqpMessage
-from ..amqp.message import encode_message
+from ..amqp.message import decode_message, encode_message
+from ..amqp.types import char, decimal32, decimal64, decimal128
 from ..symbols import LOCK_TOKEN
 
 if TYPE_CHECKING:
@@ -87,6 +89,47 @@ def binding_content(payload: bytes, lock_token: uuid.UUID) -> bytes:
         after = skip_at(payload, header_end + len(_DELIVERY_ANNOTATIONS))
         payload = payload[:header_end] + payload[after:]
     return b"".join((lock_token.bytes_le, ANNOTATIONS_HEAD, lock_token.bytes, payload))
+
+
+_UAMQP_CANNOT: Final = (decimal32, decimal64, decimal128, char)
+"""AMQP types uamqp, which the extension decodes with, cannot decode ("Cannot decode bytes");
+.NET's SDK writes ``decimal`` and ``char`` properties as decimal128 and char."""
+DECODE_FAILED: Final = "Failed to decode ServiceBus content"
+"""What the extension's converter says of a message it could not decode, alone or inside its
+error for the batch (the worker process sends it after "ValueError: ")."""
+
+
+def undecodable(payload: bytes) -> str | None:
+    """Why the extension cannot decode this delivery (its error names no message and no
+    value), or None: the first value of a type uamqp cannot decode, and where it is."""
+    try:
+        message = decode_message(payload)
+    except DecodeError as exc:
+        return f"it is no valid AMQP message ({exc})"
+    properties = message.application_properties or {}
+    annotations = message.message_annotations or {}
+    places = [(f"application property {key!r}", value) for key, value in properties.items()]
+    places += [(f"message annotation {key!r}", value) for key, value in annotations.items()]
+    places.append(("the body", message.body))
+    for where, value in places:
+        found = _first_undecodable(value)
+        if found is not None:
+            return f"{where} holds an AMQP {found}, which uamqp cannot decode"
+    return None
+
+
+def _first_undecodable(value: Any) -> str | None:
+    """The name of the first type uamqp cannot decode in ``value`` (lists and maps too)."""
+    if isinstance(value, _UAMQP_CANNOT):
+        return type(value).__name__
+    if isinstance(value, dict):
+        value = [part for pair in value.items() for part in pair]
+    if isinstance(value, list):
+        for item in value:
+            found = _first_undecodable(item)
+            if found is not None:
+                return found
+    return None
 
 
 def binding_datum(contents: list[bytes], many: bool) -> Datum:

@@ -305,7 +305,25 @@ class TriggerRunner:
             log.warning(
                 "%s: function failed on %d message(s): %s", self.trigger.name, len(batch), exc
             )
+            if invocation.contents is not None and bindings.DECODE_FAILED in str(exc):
+                self._say_what_cannot_be_decoded(batch)
             return "failed"
+
+    def _say_what_cannot_be_decoded(self, batch: list[Message]) -> None:
+        """The extension's error names no message: name each one it cannot decode, and
+        why. The batch fails on them every time, here as in Azure, until they and the
+        messages they keep coming with are dead-lettered (docs/local-host.md)."""
+        for message in batch:
+            why = bindings.undecodable(message.source.delivery.payload)
+            if why is not None:
+                log.error(
+                    "%s: the Functions Python worker cannot decode message %r (sequence "
+                    "number %s): %s; its batch fails until MaxDeliveryCount dead-letters it",
+                    self.trigger.name,
+                    message.message_id,
+                    message.sequence_number,
+                    why,
+                )
 
     def _settle_rest(
         self,

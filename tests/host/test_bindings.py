@@ -10,6 +10,7 @@ import pytest
 from azure.servicebus import ServiceBusReceivedMessage
 
 from replication.amqp.message import Message, Properties, encode_message
+from replication.amqp.types import char, decimal128
 from replication.broker import wire
 from replication.host import bindings
 
@@ -56,3 +57,34 @@ def test_the_extension_reads_every_section_of_a_delivery(sent_with_token: bool) 
     assert message.enqueued_time_utc == datetime.fromtimestamp(ENQUEUED_MS / 1000, UTC)
     assert message.locked_until_utc == datetime.fromtimestamp(LOCKED_UNTIL_MS / 1000, UTC)
     assert b"x-opt-lock-token" not in message.raw_amqp_message.annotations
+
+
+def test_what_the_extension_cannot_decode_is_named() -> None:
+    """uamqp cannot decode AMQP decimals or chars (.NET's ``decimal`` and ``char``
+    properties); the extension's error says only "Cannot decode bytes"."""
+    token = uuid.uuid4()
+    for value, kind in ((decimal128(bytes(16)), "decimal128"), (char("a"), "char")):
+        properties = {"ok": 1, "nested": [{"v": value}]}
+        bare = encode_message(
+            Message(
+                body=[b"x"],
+                properties=Properties(message_id="m"),
+                application_properties=properties,
+            )
+        )
+        payload = wire.delivery_payload(
+            bare=bare,
+            sender_annotations=None,
+            sequence_number=1,
+            enqueued_ms=ENQUEUED_MS,
+            delivery_count=0,
+            ttl_ms=None,
+            locked_until_ms=LOCKED_UNTIL_MS,
+            lock_token=token,
+        )
+        with pytest.raises(ValueError, match=rf"{bindings.DECODE_FAILED}: Cannot decode bytes"):
+            decoded(bindings.binding_content(payload, token))
+        why = f"application property 'nested' holds an AMQP {kind}, which uamqp cannot decode"
+        assert bindings.undecodable(payload) == why
+    assert bindings.undecodable(delivery(token)) is None
+    assert bindings.undecodable(b"\x00\x53") is not None  # no AMQP message at all

@@ -114,6 +114,39 @@ async def test_a_message_that_kills_every_worker_runs_out_of_deliveries(
     assert broker.count("work") == 0
 
 
+async def test_a_message_the_extension_cannot_decode_is_named_with_its_value(
+    broker_factory: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """.NET writes a ``decimal`` property as an AMQP decimal128, which uamqp (the extension's
+    decoder) cannot read: the invocation fails before the function runs, as in Azure, where
+    its error names neither the message nor the value. The host names both."""
+    from proton import Message, decimal128
+
+    from tests.broker.conftest import proton_connection
+
+    broker: BrokerHandle = broker_factory(make_config({"work": {"MaxDeliveryCount": 2}}))
+    connection = proton_connection(broker.port)
+    try:
+        price = decimal128(bytes(16))
+        connection.create_sender("work").send(
+            Message(body=b"x", id="priced", properties={"price": price})
+        )
+    finally:
+        connection.close()
+    send(broker, "ok")
+    host = project(tmp_path, broker)
+    host.config.stop_when = lambda h: (
+        h.runners[0].stats.completed >= 1 and h.runners[0].stats.abandoned >= 2
+    )
+    assert await host.run() == 0
+    assert [name for name, _, _ in seen(tmp_path)] == ["ok"]  # the function never saw it
+    named = [r.getMessage() for r in caplog.records if "cannot decode message" in r.getMessage()]
+    assert len(named) == 2 and all("'priced'" in line for line in named), named
+    assert "application property 'price' holds an AMQP decimal128" in named[0]
+    (dead,) = dead_letters(broker)
+    assert dead.message_id == "priced" and dead.dead_letter_reason == "MaxDeliveryCountExceeded"
+
+
 HUBBED = """\
 pipelines:
   - name: hubbed

@@ -46,7 +46,6 @@ from replication.amqp.types import (
     decimal128,
     float32,
     int32,
-    long,
     short,
     symbol,
     timestamp,
@@ -201,15 +200,31 @@ def test_our_encoding_keeps_what_the_sdk_cannot_send() -> None:
 
 
 EVERY_AMQP_TYPE: dict[str, Any] = {
-    "string": "s", "long": 2**40, "small long": 7, "double": 0.25, "boolean": True,
-    "null": None, "uuid": uuid.UUID(int=5), "binary": b"\x00\xff", "utf-8 binary": b"abc",
-    "int": int32(-70_000), "short": short(-300), "byte": byte(-3), "ubyte": ubyte(3),
-    "ushort": ushort(300), "uint": uint(70_000), "ulong": ulong(2**64 - 1),
-    "float": float32(0.5), "char": char("€"), "symbol": symbol("sym"),
-    "timestamp": timestamp(1_764_000_000_123), "decimal32": decimal32(0x3200000C),
-    "decimal64": decimal64(0x31C0000000000007), "decimal128": decimal128(bytes(range(16))),
+    "string": "s",
+    "long": 2**40,
+    "small long": 7,
+    "double": 0.25,
+    "boolean": True,
+    "null": None,
+    "uuid": uuid.UUID(int=5),
+    "binary": b"\x00\xff",
+    "utf-8 binary": b"abc",
+    "int": int32(-70_000),
+    "short": short(-300),
+    "byte": byte(-3),
+    "ubyte": ubyte(3),
+    "ushort": ushort(300),
+    "uint": uint(70_000),
+    "ulong": ulong(2**64 - 1),
+    "float": float32(0.5),
+    "char": char("€"),
+    "symbol": symbol("sym"),
+    "timestamp": timestamp(1_764_000_000_123),
+    "decimal32": decimal32(0x3200000C),
+    "decimal64": decimal64(0x31C0000000000007),
+    "decimal128": decimal128(bytes(range(16))),
     "uri": Described(symbol("com.microsoft:uri"), "https://example.com/"),
-}  # fmt: skip
+}
 """An application property of every AMQP type, as .NET's SDK writes some of them (decimal as
 decimal128, char, DateTime as timestamp, Uri as a described string)."""
 
@@ -228,8 +243,7 @@ def test_a_received_property_goes_out_with_its_amqp_type(form: str) -> None:
     if form == "spark_rows":
         received = through_row(received)
     sent = decode_message(encode(received)).application_properties
-    expected = {**EVERY_AMQP_TYPE, "small long": long(7)}  # the codec reads a long as int
-    assert typed(sent) == typed({**expected, "long": 2**40, "small long": 7})
+    assert typed(sent) == typed(EVERY_AMQP_TYPE)  # the codec reads a long as a plain int
 
 
 def test_an_int_only_a_ulong_holds_goes_as_a_ulong() -> None:
