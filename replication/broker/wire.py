@@ -316,13 +316,17 @@ def _decoded(payload: bytes) -> IncomingMessage:
 
 def parse_transfer(payload: bytes, message_format: int) -> list[IncomingMessage]:
     """The messages of one transfer: one, or each data section of a batch."""
+    return [parse_message(part) for part in transfer_parts(payload, message_format)]
+
+
+def transfer_parts(payload: bytes, message_format: int) -> list[bytes]:
+    """The encoded messages of one transfer: the payload, or each data section of a batch."""
     if message_format != BATCH_FORMAT:
-        return [parse_message(payload)]
+        return [payload]
     try:
-        parts = scan.scan(payload).data
+        return scan.scan(payload).data
     except scan.Unusual:  # the general decoder reads it, or says what is wrong
-        parts = [section.value for section in codec.decode_all(payload) if type(section) is Data]
-    return [parse_message(part) for part in parts]
+        return [section.value for section in codec.decode_all(payload) if type(section) is Data]
 
 
 def encode_annotations(annotations: dict[Any, Any]) -> bytes:

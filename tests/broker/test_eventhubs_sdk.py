@@ -18,6 +18,7 @@ from azure.eventhub import (
     EventHubProducerClient,
     TransportType,
 )
+from azure.eventhub.amqp import AmqpAnnotatedMessage
 from azure.eventhub.exceptions import EventHubError
 
 from replication.broker.auth import EMULATOR_KEY, EMULATOR_RULE_NAME
@@ -306,6 +307,45 @@ def test_a_consumer_can_track_where_the_partition_ends(hub: BrokerHandle) -> Non
     assert len(seen) == 3
     assert (seen[0]["sequence_number"], seen[0]["offset"]) == (2, last_offset)
     assert seen[0]["enqueued_time"] is not None and seen[0]["retrieval_time"] is not None
+
+
+def test_a_senders_delivery_annotations_reach_the_consumer(hub: BrokerHandle) -> None:
+    """As azure-eventhub's live tests check against Event Hubs (``test_send.py``): sent in a
+    batch, as a list and alone; beside the runtime metric a consumer asks for."""
+
+    def annotated(body: bytes) -> AmqpAnnotatedMessage:
+        return AmqpAnnotatedMessage(
+            data_body=body, delivery_annotations={"delann_key": "delann_value"}
+        )
+
+    with producer(hub.port) as client:
+        batch = client.create_batch(partition_id="0")
+        batch.add(annotated(b"batched"))
+        client.send_batch(batch)
+        client.send_batch([annotated(b"listed")], partition_id="0")
+        client.send_event(annotated(b"alone"), partition_id="0")
+    got: list[tuple[EventData, dict[str, Any]]] = []
+    reader = consumer(hub.port)
+
+    def on_event(context: Any, event: EventData | None) -> None:
+        if event is not None:
+            got.append((event, context.last_enqueued_event_properties))
+
+    read_until(
+        reader,
+        lambda: len(got) >= 3,
+        on_event=on_event,
+        partition_id="0",
+        starting_position="-1",
+        track_last_enqueued_event_properties=True,
+    )
+    assert [b"".join(e.raw_amqp_message.body) for e, _ in got] == [b"batched", b"listed", b"alone"]
+    for event, last in got:
+        annotations = event.raw_amqp_message.delivery_annotations
+        assert annotations[b"delann_key"] == b"delann_value"
+        assert last["sequence_number"] == 2  # the runtime metric, in the same section
+    for plain in receive(hub.port, 3, partition_id="0", starting_position="-1"):
+        assert plain.raw_amqp_message.delivery_annotations == {b"delann_key": b"delann_value"}
 
 
 def test_sas_rules_grant_send_and_listen_as_for_service_bus(broker_factory: StartBroker) -> None:

@@ -300,7 +300,8 @@ class EventHubsNode(Node):
             )
             return
         try:
-            messages = wire.parse_transfer(delivery.payload, delivery.message_format)
+            parts = wire.transfer_parts(delivery.payload, delivery.message_format)
+            messages = [wire.parse_message(part) for part in parts]
             key = next(filter(None, (partition_key_of(m.annotations) for m in messages)), None)
             if key is None and delivery.message_format == wire.BATCH_FORMAT:
                 key = partition_key_of(wire.parse_message(delivery.payload).annotations)
@@ -308,7 +309,8 @@ class EventHubsNode(Node):
             delivery.update(Rejected(error=error("amqp:decode-error", exc.description)))
             return
         partition = producer.partition or producer.hub.route(key)
-        partition.append([stored_event(m, key) for m in messages], now_ms(self.clock))
+        events = [stored_event(m, key, part) for m, part in zip(messages, parts, strict=True)]
+        partition.append(events, now_ms(self.clock))
         self._appended.add(partition)
         if not self._publish_pending:
             self._publish_pending = True

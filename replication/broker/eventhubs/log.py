@@ -33,7 +33,7 @@ CREATE TABLE IF NOT EXISTS event (
     byte_offset INTEGER NOT NULL,
     enqueued_ms INTEGER NOT NULL,
     partition_key TEXT,
-    annotations BLOB,            -- the sender's message-annotations section, encoded
+    annotations BLOB,            -- the sender's delivery- and message-annotations sections
     bare BLOB NOT NULL           -- properties .. footer, as the sender wrote them
 );
 CREATE TABLE IF NOT EXISTS event_partition (
@@ -61,6 +61,8 @@ class Event:
     enqueued_ms: int
     partition_key: str | None
     annotations: bytes | None
+    """The sender's delivery-annotations section, if it wrote one, then its
+    message-annotations section (the partition key among them)."""
     bare: bytes
 
 

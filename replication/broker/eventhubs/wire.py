@@ -1,11 +1,15 @@
 """Event Hubs event layout on the wire: what the broker keeps of a sent event, and the
 delivery a consumer gets.
 
-An event is kept as the sender's message-annotations (its partition key among them) and its
-bare message byte for byte; a delivery is a message-annotations section with the service's
-``x-opt-sequence-number`` (long), ``x-opt-offset`` (string), ``x-opt-enqueued-time``
-(timestamp) appended to the sender's entries, then the same bare bytes. Nothing is
-re-encoded on the way through.
+An event is kept as the sender's delivery-annotations and message-annotations (its
+partition key among them) and its bare message byte for byte; a delivery is the sender's
+delivery annotations (with the partition's runtime metric appended, for a consumer that
+asked for it), a message-annotations section with the service's ``x-opt-sequence-number``
+(long), ``x-opt-offset`` (string), ``x-opt-enqueued-time`` (timestamp) appended to the
+sender's entries, then the same bare bytes. Nothing is re-encoded on the way through. (Event
+Hubs hands a sender's delivery annotations to its consumers: azure-eventhub's live tests
+check it, ``tests/livetest/synctests/test_send.py``; the Python SDK writes them after the
+bare message, where they are found here.)
 """
 
 from __future__ import annotations
@@ -41,16 +45,29 @@ def partition_key_of(annotations: dict[Any, Any]) -> str | None:
 
 
 def stored_event(
-    message: wire.IncomingMessage, partition_key: str | None
+    message: wire.IncomingMessage, partition_key: str | None, payload: bytes = b""
 ) -> tuple[str | None, bytes | None, bytes]:
-    """``(partition key, annotations section, bare message)`` as the log keeps an event;
-    the key the event was routed by is written into its annotations when it lacks one."""
+    """``(partition key, annotations sections, bare message)`` as the log keeps an event:
+    the delivery-annotations section the sender wrote in ``payload`` (the message's bytes),
+    then its message annotations, in which the key the event was routed by is written when
+    they lack one."""
     annotations = {k: v for k, v in message.annotations.items() if k not in _SERVICE_KEYS}
     key = partition_key_of(annotations)
     if key is None and partition_key is not None:
         annotations[PARTITION_KEY] = key = partition_key
     section = wire.encode_annotations(annotations) if annotations else b""
+    section = _delivery_annotations_in(payload) + section
     return key, section or None, message.bare
+
+
+def _delivery_annotations_in(payload: bytes) -> bytes:
+    """The delivery-annotations section of one encoded message, wherever it is, or b""."""
+    pos = 0
+    while pos < len(payload):
+        start, pos = pos, codec.skip_at(payload, pos)
+        if payload.startswith(_DELIVERY_ANNOTATIONS_SECTION, start):
+            return payload[start:pos]
+    return b""
 
 
 def _symbol(value: Any) -> bytes:
@@ -70,20 +87,30 @@ def delivery_payload(event: Event, last: PartitionState | None = None, now_ms: i
     ``com.microsoft:enable-receiver-runtime-metric``) delivery annotations say where the
     partition ends, as of ``now_ms``."""
     out = bytearray()
+    annotations = event.annotations or b""
+    delivery_count, delivery_pairs = 0, bytearray()
+    if annotations.startswith(_DELIVERY_ANNOTATIONS_SECTION):  # the sender's
+        end = codec.skip_at(annotations, 0)
+        delivery_count, entries = scan.map_items(annotations, len(_DELIVERY_ANNOTATIONS_SECTION))
+        delivery_pairs += entries
+        annotations = annotations[end:]
     if last is not None:
+        metric = {
+            _LAST_SEQUENCE_NUMBER: last.last_sequence_number,
+            _LAST_OFFSET: str(last.last_offset),
+            _LAST_ENQUEUED_TIME: timestamp(last.last_enqueued_ms),
+            _RETRIEVAL_TIME: timestamp(now_ms),
+        }
+        for name, value in metric.items():
+            codec.encode_into(delivery_pairs, name)
+            codec.encode_into(delivery_pairs, value)
+        delivery_count += 2 * len(metric)
+    if delivery_count:
         out += _DELIVERY_ANNOTATIONS_SECTION
-        codec.encode_into(
-            out,
-            {
-                _LAST_SEQUENCE_NUMBER: last.last_sequence_number,
-                _LAST_OFFSET: str(last.last_offset),
-                _LAST_ENQUEUED_TIME: timestamp(last.last_enqueued_ms),
-                _RETRIEVAL_TIME: timestamp(now_ms),
-            },
-        )
+        codec.write_compound(out, delivery_pairs, delivery_count, 0xC1)
     count, pairs = 0, bytearray()
-    if event.annotations:
-        count, entries = scan.map_items(event.annotations, len(_ANNOTATIONS_SECTION))
+    if annotations:
+        count, entries = scan.map_items(annotations, len(_ANNOTATIONS_SECTION))
         pairs += entries
     pairs += _SEQUENCE_NUMBER_KEY
     pairs += _pack_int64(0x81, event.sequence_number)
