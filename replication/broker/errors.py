@@ -42,3 +42,8 @@ class QuotaExceededError(SendRefusedError):
 
     condition: ClassVar[str] = "amqp:resource-limit-exceeded"
     status: ClassVar[int] = 403
+
+
+class SessionRequiredError(SendRefusedError):
+    """A message without a session id is sent straight to a session-enabled queue (a
+    topic takes it: its session-enabled subscriptions dead-letter their copies)."""

@@ -7,11 +7,11 @@ from typing import Final
 
 from . import wire
 from .clock import Clock, now_ms
-from .errors import QuotaExceededError
+from .errors import QuotaExceededError, SessionRequiredError
 from .queue import Queue
 from .registry import Entity, queues_of, touch
 from .store import MessageStore
-from .topic import SessionRequiredError, Topic
+from .topic import Topic
 
 LINK_CREDIT: Final = 10_000
 """Credit for a sending peer; the SDK ignores credit and counts from 10,000 itself."""
@@ -51,10 +51,10 @@ class Intake:
         all of them or none)."""
         touch(entity, now)
         self._check_quota(entity)
+        if isinstance(entity, Topic):  # a session subscription dead-letters a sessionless copy
+            return
         for message in messages:
-            if isinstance(entity, Topic):
-                entity.admit(message, now)
-            elif entity.sessions_enabled and message.session_id is None:
+            if entity.sessions_enabled and message.session_id is None:
                 raise SessionRequiredError(
                     "The SessionId was not set on a message, and it cannot be sent to the "
                     f"entity '{entity.name}'. Entities that have session support enabled can "

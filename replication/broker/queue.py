@@ -224,7 +224,7 @@ class Queue:
                 message,
                 now,
                 SESSION_ID_IS_NULL,
-                ("Messages with a null session id are not allowed in a session-enabled entity."),
+                "Session enabled entity doesn't allow a message whose session identifier is null.",
             )
         ttl = effective_ttl(message.ttl_ms, self.settings.default_ttl)
         scheduled = message.scheduled_ms

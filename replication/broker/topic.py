@@ -16,7 +16,6 @@ from ..amqp.message import Header
 from ..symbols import SCHEDULED_ENQUEUE_TIME
 from . import wire
 from .clock import SYSTEM, Clock, now_ms
-from .errors import SendRefusedError
 from .queue import DEFAULT_MAX_SIZE_MB, Queue, effective_ttl, is_duplicate
 from .rules import FilterEvaluationError, RuleSet, message_facts
 from .store import STATE_SCHEDULED, MessageStore, StoredMessage
@@ -37,10 +36,6 @@ class TopicSettings:
     max_size_mb: int = DEFAULT_MAX_SIZE_MB
     """The quota of the topic with its subscriptions (theirs count here)."""
     auto_delete_on_idle: timedelta | None = None
-
-
-class SessionRequiredError(SendRefusedError):
-    """A message without a session id is sent where sessions are required."""
 
 
 @dataclass(slots=True, eq=False)
@@ -69,27 +64,6 @@ class Topic:
         return f"{self.name}{SUBSCRIPTIONS}{name}"
 
     # ------------------------------------------------------------------ send
-
-    def admit(self, message: wire.IncomingMessage, now: int) -> None:
-        """Refuses (before anything is written) a sessionless message that a session-enabled
-        subscription would receive: Service Bus fails such a send."""
-        if message.session_id is not None or message.scheduled_ms is not None:
-            return
-        facts = None
-        for sub in self.subscriptions.values():
-            if not sub.queue.sessions_enabled:
-                continue
-            facts = facts or message_facts(message, now)
-            try:
-                matched = bool(sub.rules.copies(message, facts))
-            except FilterEvaluationError:
-                matched = False  # it will go to the subscription's dead-letter queue
-            if matched:
-                raise SessionRequiredError(
-                    f"The SessionId was not set on a message, and it cannot be sent to the "
-                    f"entity '{self.name}': its subscription '{sub.queue.name}' requires "
-                    "sessions, and session-enabled entities only take messages with a SessionId."
-                )
 
     def is_duplicate(self, message_id: str | None, now: int) -> bool:
         return is_duplicate(self.store, self.entity, self.settings, message_id, now)

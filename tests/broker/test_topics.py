@@ -65,7 +65,8 @@ TOPICS = {
             }, "Rules": [sql_rule("short", "sys.To = 'short'")]},
         },
     },
-    "sessions": {"Subscriptions": {"ordered": {"Properties": {"RequiresSession": True}}}},
+    "sessions": {"Subscriptions": {"ordered": {"Properties": {"RequiresSession": True}},
+                                   "log": {}}},
 }  # fmt: skip
 CONFIG = make_config({"plain": {}}, topics=TOPICS)
 
@@ -246,16 +247,29 @@ def test_wrong_directions_are_refused(broker: BrokerHandle) -> None:
 def test_sessionless_message_to_a_topic_with_a_session_subscription(
     broker: BrokerHandle,
 ) -> None:
-    """Service Bus fails the send; the message lands nowhere. With a session id it goes."""
+    """Service Bus takes the send: the session-enabled subscription dead-letters its copy
+    ("Session ID is null", as its dead-letter docs list it), the others get theirs (the JS
+    SDK's own note, azure-sdk-for-js #1118). A session-enabled queue refuses such a send
+    (test_sessions.py)."""
     with broker.client(retry_total=0) as client:
         with client.get_topic_sender("sessions") as sender:
-            with pytest.raises(ServiceBusError, match="SessionId"):
-                sender.send_messages(ServiceBusMessage("no session"))
+            sender.send_messages(ServiceBusMessage("no session", message_id="n"))
             sender.send_messages(ServiceBusMessage("with session", session_id="s1"))
         with client.get_subscription_receiver("sessions", "ordered", session_id="s1") as r:
             (message,) = receive_n(r, 1)
             r.complete_message(message)
+        with client.get_subscription_receiver(
+            "sessions", "ordered", sub_queue=ServiceBusSubQueue.DEAD_LETTER
+        ) as r:
+            (dead,) = receive_n(r, 1)
+            r.complete_message(dead)
     assert str(message) == "with session"
+    assert (dead.message_id, dead.dead_letter_reason) == ("n", "Session ID is null")
+    assert dead.dead_letter_error_description == (
+        "Session enabled entity doesn't allow a message whose session identifier is null."
+    )
+    logged = sorted(str(m) for m in drain(broker, "log", topic="sessions"))
+    assert logged == ["no session", "with session"]
 
 
 def test_rules_survive_a_restart_and_config_changes_win(broker_factory) -> None:  # type: ignore[no-untyped-def]
