@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable
+from typing import Final
 
 from ..amqp.link import Delivery
 from ..amqp.message import decode_message
@@ -22,6 +23,8 @@ log = logging.getLogger("replication.broker")
 
 TOKEN_GRACE_SECONDS = 20.0
 """A connection must put a token within this time (WIRE.md: Service Bus waits 20 s)."""
+NO_COVERING_TOKEN: Final = "no token covers this entity"
+"""``problem``'s answer when no token put on the connection names the entity."""
 
 
 class Cbs:
@@ -60,7 +63,7 @@ class Cbs:
             return (
                 f"Unauthorized access. '{right}' claim(s) are required to perform this operation."
             )
-        last = "no token covers this entity"
+        last = NO_COVERING_TOKEN
         for grant in grants:
             if not grant.covers(entity) or grant.expired(now):
                 continue

@@ -16,6 +16,7 @@ from ..amqp.message import decode_message
 from ..amqp.outcomes import Accepted
 from ..amqp.types import AMQPType, Array, timestamp
 from . import wire
+from .cbs import NO_COVERING_TOKEN
 from .errors import SendRefusedError, tracked
 from .peer import Peer
 from .queue import (
@@ -34,11 +35,6 @@ Operation = Callable[..., tuple[int, Any]]
 MANAGEMENT_OPERATIONS: dict[str, Operation] = {}
 SEND_OPERATIONS = ("com.microsoft:schedule-message", "com.microsoft:cancel-scheduled-message")
 TOPIC_OPERATIONS = SEND_OPERATIONS
-MANAGE_OPERATIONS = (
-    "com.microsoft:add-rule",
-    "com.microsoft:remove-rule",
-    "com.microsoft:enumerate-rules",
-)
 
 
 class ManagementError(Exception):
@@ -83,14 +79,14 @@ def handle_request(broker: Broker, peer: Peer, entity: str, delivery: Delivery) 
             )
         if name in SEND_OPERATIONS and target.name.lower() not in broker.registry.sendable:
             raise ManagementError(400, "amqp:not-allowed", f"cannot send or schedule to '{entity}'")
-        right = (
-            "Send"
-            if name in SEND_OPERATIONS
-            else ("Manage" if name in MANAGE_OPERATIONS else "Listen")
-        )
+        # Listen for the rest, a subscription's rules too: the SDKs' rule managers need
+        # "only Listen claims, whereas the administration client requires Manage claims"
+        right = "Send" if name in SEND_OPERATIONS else "Listen"
         problem = broker.cbs.problem(peer, target.name, right)
-        if problem is not None and broker.cbs.problem(peer, node, right) is None:
-            problem = None  # a token put for the node itself (the JS SDK's audience)
+        if problem is not None:  # a token put for the node itself (the JS SDK's audience)?
+            on_node = broker.cbs.problem(peer, node, right)
+            if on_node is None or problem == NO_COVERING_TOKEN:  # its answer says more
+                problem = on_node
         if problem is not None:
             raise ManagementError(401, "amqp:unauthorized-access", problem)
         touch(target, broker.now_ms())

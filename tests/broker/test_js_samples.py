@@ -16,13 +16,22 @@ from typing import Any
 
 import pytest
 
-from .conftest import BrokerHandle, make_config
+from .conftest import BrokerHandle, connection_string, make_config
 from .test_js_client import JS_DIR, NODE_TIMEOUT, js_node  # noqa: F401 (js_node: a fixture)
 
 pytestmark = pytest.mark.timeout(300)
 
 QUEUE, SESSION_QUEUE = "samples-queue", "samples-session-queue"
-CONFIG = make_config({QUEUE: {}, SESSION_QUEUE: {"RequiresSession": True}})
+KEYS = {
+    "RootManageSharedAccessKey": ("SAS_KEY_VALUE", ["Manage", "Send", "Listen"]),
+    "listener": ("listen-key", ["Listen"]),
+    "sender": ("send-key", ["Send"]),
+}
+"""The emulator's root key, and two narrower ones for the rule manager (Listen suffices)."""
+CONFIG = make_config(
+    {QUEUE: {}, SESSION_QUEUE: {"RequiresSession": True}},
+    [{"Name": name, "Key": key, "Rights": rights} for name, (key, rights) in KEYS.items()],
+)
 
 SCENARIOS = [
     "sendMessages", "receiveMessagesLoop", "receiveMessagesStreaming", "browseMessages",
@@ -42,6 +51,10 @@ def run_sample(node: str, scenario: str, broker: BrokerHandle) -> dict[str, Any]
         SERVICEBUS_FQDN=f"localhost:{broker.port}",  # no UseDevelopmentEmulator: AMQPS
         SERVICEBUS_SAS_POLICY="RootManageSharedAccessKey",
         SERVICEBUS_SAS_KEY="SAS_KEY_VALUE",
+        SERVICEBUS_LISTEN_CONNECTION_STRING=connection_string(
+            broker.port, "listener", "listen-key"
+        ),
+        SERVICEBUS_SEND_CONNECTION_STRING=connection_string(broker.port, "sender", "send-key"),
         NODE_EXTRA_CA_CERTS=str(broker.data_dir / "tls" / "ca.pem"),
     )
     proc = subprocess.run(

@@ -184,7 +184,7 @@ def test_add_rule_with_parameters(broker: BrokerHandle) -> None:
 
 
 @pytest.mark.broker_config(CONFIG)
-def test_rules_need_manage_and_a_subscription(broker: BrokerHandle) -> None:
+def test_rules_need_a_subscription(broker: BrokerHandle) -> None:
     conn = proton_connection(broker.port)
     try:
         status, condition, _ = Management(conn, "sessions")("enumerate-rules", {"top": 5})

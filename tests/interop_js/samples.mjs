@@ -352,7 +352,28 @@ const SCENARIOS = {
     const [topic, subscription] = ["rules-topic", "rules-subscription"];
     await admin.createTopic(topic);
     await admin.createSubscription(topic, subscription);
-    const rules = client.createRuleManager(topic, subscription);
+    // "Managing subscription-level rules only requires Listen claim" (the sample): a
+    // listen-only key when the test gives one, and one without Listen is refused by name
+    const listenOnly = env.SERVICEBUS_LISTEN_CONNECTION_STRING;
+    const listening = listenOnly ? new ServiceBusClient(listenOnly) : client;
+    const rules = listening.createRuleManager(topic, subscription);
+    let refusal = null;
+    if (env.SERVICEBUS_SEND_CONNECTION_STRING) {
+      const sendOnly = new ServiceBusClient(env.SERVICEBUS_SEND_CONNECTION_STRING, {
+        retryOptions: { maxRetries: 0 },
+      });
+      try {
+        for await (const rule of sendOnly.createRuleManager(topic, subscription).listRules()) {
+          check(false, `a send-only key listed rule ${rule.name}`);
+        }
+      } catch (error) {
+        if (error instanceof CheckError) throw error;
+        refusal = `${error.code}: ${error.message.split(" TrackingId")[0]}`;
+      } finally {
+        await sendOnly.close();
+      }
+      check(refusal?.includes("Listen"), `a send-only key's refusal names Listen: ${refusal}`);
+    }
     await rules.createRule("sql", { sqlExpression: "priority > 2" });
     await rules.createRule("correlation", { correlationId: "order-1", subject: "created" });
     await rules.createRule("with-action", { sqlExpression: "1=1" }, { sqlExpression: "SET a = 1" });
@@ -364,10 +385,11 @@ const SCENARIOS = {
     const after = [];
     for await (const rule of rules.listRules()) after.push(rule.name);
     await admin.deleteTopic(topic);
+    if (listening !== client) await listening.close();
     checkEqual(names.sort(), ["$Default", "correlation", "sql", "with-action"], "rules listed");
     checkEqual(pages, [2, 2], "rules listed in pages of 2");
     checkEqual(after.sort(), ["$Default", "correlation", "with-action"], "rules after a delete");
-    return { names, pages, after };
+    return { names, pages, after, refusal };
   },
 
   async listingEntities() {
