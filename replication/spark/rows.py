@@ -134,6 +134,7 @@ def _as_dict(value: Any) -> dict[str, Any]:
 
 
 _AMQP_INTEGERS: dict[str, tuple[type[int], range]] = {
+    "long": (long, range(-(2**63), 2**63)),
     "byte": (byte, range(-(2**7), 2**7)),
     "short": (short, range(-(2**15), 2**15)),
     "int": (int32, range(-(2**31), 2**31)),
@@ -144,8 +145,8 @@ _AMQP_INTEGERS: dict[str, tuple[type[int], range]] = {
     "decimal32": (decimal32, range(2**32)),
     "decimal64": (decimal64, range(2**64)),
 }
-"""The AMQP integer types a received property may have besides long, by type name (the
-decimals as their raw IEEE 754 bits), with what they hold."""
+"""The AMQP integer types by name (the decimals as their raw IEEE 754 bits), with what they
+hold; a plain int is a long (what a row built by hand writes is sent as the row says)."""
 _NAME_OF_INTEGER = {kind: name for name, (kind, _) in _AMQP_INTEGERS.items()}
 _TEXTS: dict[str, type[str]] = {"char": char, "symbol": symbol}
 
@@ -185,16 +186,8 @@ def _encode(value: PropertyValue) -> tuple[str, str | None]:
     return "amqp", base64.b64encode(codec.encode(value)).decode("ascii")
 
 
-_TYPE_NAMES: tuple[str, ...] = (
-    "string",
-    "long",
-    "double",
-    "boolean",
-    "timestamp",
-    "duration",
-    "uuid",
-)
-_TYPE_NAMES += ("binary", "null", *_AMQP_INTEGERS, "float", *_TEXTS, "decimal128", "amqp")
+_TYPE_NAMES = ("string", *_AMQP_INTEGERS, "double", "float", "boolean", "timestamp", "duration")
+_TYPE_NAMES += ("uuid", "binary", "decimal128", *_TEXTS, "amqp", "null")
 
 
 def _decode(kind: str, text: str | None, key: str) -> PropertyValue:
@@ -203,8 +196,6 @@ def _decode(kind: str, text: str | None, key: str) -> PropertyValue:
     try:
         if kind == "string":
             return text
-        if kind == "long":
-            return long(text)  # sent as a long, as it was read or as the row says
         if kind in _AMQP_INTEGERS:
             integer, holds = _AMQP_INTEGERS[kind]
             if int(text) not in holds:

@@ -367,3 +367,22 @@ def test_a_capture_record_without_a_message_id_gets_one_from_its_place() -> None
     record = capture.to_record(full(False, CAPTURE_PROPERTIES), offset="4096")
     del record["SystemProperties"]["message-id"]
     assert capture.to_message(record).message_id == "capture-42-4096"
+
+
+@pytest.mark.parametrize(
+    ("kind", "text", "said"),
+    [
+        ("ulong", "-1", "out of its range"),
+        ("int", str(2**31), "out of its range"),
+        ("long", str(2**63), "out of its range"),
+        ("char", "ab", "not one character"),
+        ("decimal128", "00ff", "not 16 bytes"),
+        ("float", "half", "could not convert"),
+        ("money", "1", "unknown type 'money'"),
+    ],
+)
+def test_a_row_s_property_of_a_wrong_type_is_named(kind: str, text: str, said: str) -> None:
+    """A hand-built DataFrame's ``application_property_types``: the sink says which key and
+    why, before anything is sent."""
+    with pytest.raises(ValueError, match=rf"application property 'p': .*{said}"):
+        spark_rows.decode_properties({"p": text}, {"p": kind})
