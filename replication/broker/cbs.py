@@ -77,6 +77,18 @@ class Cbs:
             return None
         return last
 
+    def management_problem(self, peer: Peer, entity: str, right: str) -> str | None:
+        """``problem`` for a request on ``<entity>/$management``: a token for the entity, or
+        one put for the node itself (the JavaScript SDKs' audience for their management
+        links, Service Bus and Event Hubs alike), may cover it; a refusal names what the
+        token lacks rather than that no token names the entity."""
+        problem = self.problem(peer, entity, right)
+        if problem is not None:
+            on_node = self.problem(peer, f"{entity}/$management", right)
+            if on_node is None or problem == NO_COVERING_TOKEN:
+                problem = on_node
+        return problem
+
     def put_token(self, peer: Peer, delivery: Delivery) -> None:
         """A request to ``$cbs``: ``put-token`` adds a grant for its audience."""
         request = decode_message(delivery.payload)

@@ -16,7 +16,6 @@ from ..amqp.message import decode_message
 from ..amqp.outcomes import Accepted
 from ..amqp.types import AMQPType, Array, timestamp
 from . import wire
-from .cbs import NO_COVERING_TOKEN
 from .errors import SendRefusedError, tracked
 from .peer import Peer
 from .queue import (
@@ -82,11 +81,7 @@ def handle_request(broker: Broker, peer: Peer, entity: str, delivery: Delivery) 
         # Listen for the rest, a subscription's rules too: the SDKs' rule managers need
         # "only Listen claims, whereas the administration client requires Manage claims"
         right = "Send" if name in SEND_OPERATIONS else "Listen"
-        problem = broker.cbs.problem(peer, target.name, right)
-        if problem is not None:  # a token put for the node itself (the JS SDK's audience)?
-            on_node = broker.cbs.problem(peer, node, right)
-            if on_node is None or problem == NO_COVERING_TOKEN:  # its answer says more
-                problem = on_node
+        problem = broker.cbs.management_problem(peer, target.name, right)
         if problem is not None:
             raise ManagementError(401, "amqp:unauthorized-access", problem)
         touch(target, broker.now_ms())

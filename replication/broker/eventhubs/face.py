@@ -397,9 +397,9 @@ class EventHubsNode(Node):
         props = request.application_properties or {}
         name = str(props.get("name", ""))
         try:
-            problem = self.cbs.problem(peer, name, "Listen")
+            problem = self.cbs.management_problem(peer, name, "Listen")
             if problem is not None:
-                problem = self.cbs.problem(peer, name, "Send")
+                problem = self.cbs.management_problem(peer, name, "Send")
             if problem is not None:
                 raise management.ManagementError(401, problem)
             body = management.read(self.hubs, props)
