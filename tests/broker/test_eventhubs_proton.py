@@ -65,6 +65,40 @@ def test_addresses_of_the_wrong_shape_are_refused_saying_what_is_right(
     assert words in str(caught.value)
 
 
+def test_an_offset_past_the_partitions_end_is_refused(broker_factory: StartBroker) -> None:
+    """A checkpoint kept from a stream the partition no longer holds (its data wiped, the
+    blobs kept): Event Hubs refuses the receiver with an argument error naming the last
+    offset, rather than reading from the end under a filter the later events would not
+    pass. (azure-eventhub retries the refusal without telling its ``on_error``: proton
+    shows it.) Each receiver on a connection of its own: proton names a connection's links
+    by their address."""
+    port = broker_factory(eventhub_config()).port
+    partition = f"{HUB}/ConsumerGroups/$Default/Partitions/0"
+    connections: list[Any] = []
+
+    def connection() -> Any:
+        connections.append(proton_connection(port))
+        return connections[-1]
+
+    def receiver(offset: str, **options: Any) -> Any:
+        selector = Selector(f"amqp.annotation.x-opt-offset > '{offset}'")
+        return connection().create_receiver(partition, options=selector, **options)
+
+    try:
+        connection().create_sender(f"{HUB}/Partitions/0").send(Message(body="a"))
+        last = receiver("-1", credit=1).receive(timeout=5).annotations[symbol("x-opt-offset")]
+        beyond = int(last) + 1_000
+        with pytest.raises(LinkDetached, match=r"com\.microsoft:argument-error") as caught:
+            receiver(str(beyond))
+        said = str(caught.value)
+        assert f"The supplied offset '{beyond}' is invalid" in said
+        assert f"The last offset in the system is '{last}'" in said
+        receiver(last)  # the end itself is a fine place to start
+    finally:
+        for each in connections:
+            each.close()
+
+
 class MaxMessageSize(LinkOption):
     def __init__(self, size: int) -> None:
         self.size = size

@@ -225,6 +225,7 @@ class EventHubsNode(Node):
     def _attach_consumer(self, peer: Peer, link: Link, group: str, partition: PartitionLog) -> None:
         try:
             position = parse_selector(_selector(getattr(link.remote_source, "filter", None)))
+            start = partition.start(position)
         except SelectorError as exc:
             link.refuse(error(ARGUMENT_ERROR, str(exc)))
             return
@@ -261,7 +262,6 @@ class EventHubsNode(Node):
                 rival.peer.driver.wake()
         wanted = (link.remote.desired_capabilities if link.remote else None) or ()
         metric = RUNTIME_METRIC in (wanted if isinstance(wanted, (list, tuple)) else (wanted,))
-        start = partition.start(position)
         consumer = EventConsumer(link, peer, group, partition, start, epoch, metric)
         self._consumers[link] = consumer
         self._readers.setdefault(partition, []).append(consumer)

@@ -23,7 +23,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .selector import ENQUEUED_TIME, OFFSET, Position
+from .selector import ENQUEUED_TIME, OFFSET, Position, SelectorError
 
 SEQ_BITS = 40
 
@@ -260,10 +260,18 @@ class PartitionLog:
         return events
 
     def start(self, position: Position) -> int:
-        """The sequence number a consumer attached at ``position`` receives first."""
+        """The sequence number a consumer attached at ``position`` receives first. Raises
+        ``SelectorError`` for an offset past the partition's last, as Event Hubs refuses it
+        (a checkpoint kept from a stream the partition no longer holds)."""
         if position.is_latest:
             return self.visible
         assert position.value is not None
+        last = self._committed.last_offset
+        if position.field == OFFSET and position.value > last:
+            raise SelectorError(
+                f"The supplied offset '{position.value}' is invalid. "
+                f"The last offset in the system is '{last}'"
+            )
         value = position.value if position.inclusive else position.value + 1
         if position.field == OFFSET and position.value == -1:
             return self.begin
