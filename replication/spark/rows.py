@@ -31,6 +31,7 @@ from typing import Any, cast
 from ..adapters.fields import FIELDS as MESSAGE_FIELDS
 from ..adapters.values import text, utc
 from ..amqp import codec
+from ..amqp.errors import EncodeError
 from ..amqp.types import (
     byte,
     char,
@@ -133,21 +134,22 @@ def _as_dict(value: Any) -> dict[str, Any]:
     return dict(value.items() if isinstance(value, Mapping) else value)
 
 
-_AMQP_INTEGERS: dict[str, tuple[type[int], range]] = {
-    "long": (long, range(-(2**63), 2**63)),
-    "byte": (byte, range(-(2**7), 2**7)),
-    "short": (short, range(-(2**15), 2**15)),
-    "int": (int32, range(-(2**31), 2**31)),
-    "ubyte": (ubyte, range(2**8)),
-    "ushort": (ushort, range(2**16)),
-    "uint": (uint, range(2**32)),
-    "ulong": (ulong, range(2**64)),
-    "decimal32": (decimal32, range(2**32)),
-    "decimal64": (decimal64, range(2**64)),
+_AMQP_INTEGERS: dict[str, type[int]] = {
+    "long": long,
+    "byte": byte,
+    "short": short,
+    "int": int32,
+    "ubyte": ubyte,
+    "ushort": ushort,
+    "uint": uint,
+    "ulong": ulong,
+    "decimal32": decimal32,
+    "decimal64": decimal64,
 }
-"""The AMQP integer types by name (the decimals as their raw IEEE 754 bits), with what they
-hold; a plain int is a long (what a row built by hand writes is sent as the row says)."""
-_NAME_OF_INTEGER = {kind: name for name, (kind, _) in _AMQP_INTEGERS.items()}
+"""The AMQP integer types by name (the decimals as their raw IEEE 754 bits); a plain int is a
+long (what a row built by hand writes is sent as the row says). What each holds is the
+codec's to check, as it writes them."""
+_NAME_OF_INTEGER = {kind: name for name, kind in _AMQP_INTEGERS.items()}
 _TEXTS: dict[str, type[str]] = {"char": char, "symbol": symbol}
 
 
@@ -197,10 +199,12 @@ def _decode(kind: str, text: str | None, key: str) -> PropertyValue:
         if kind == "string":
             return text
         if kind in _AMQP_INTEGERS:
-            integer, holds = _AMQP_INTEGERS[kind]
-            if int(text) not in holds:
-                raise ValueError("out of its range")
-            return integer(text)
+            integer = _AMQP_INTEGERS[kind](text)
+            try:
+                codec.encode(integer)  # refused here, not when the sink sends it
+            except EncodeError:
+                raise ValueError("out of its range") from None
+            return integer
         if kind == "double":
             return float(text)
         if kind == "float":
