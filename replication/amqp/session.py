@@ -95,6 +95,8 @@ class Session:
         self.links: dict[int, Link] = {}
         self._links_by_remote: dict[int, Link] = {}
         self._links_by_name: dict[tuple[str, bool], Link] = {}
+        self._refused_by_name: dict[tuple[str, bool], Link] = {}
+        """Refusals of a name in use (``_refuse_name_in_use``) the peer has not detached."""
         self._outgoing_unsettled: dict[int, Delivery] = {}
         self._incoming_unsettled: dict[int, Delivery] = {}
         self._pending_frames: deque[bytes] = deque()
@@ -200,7 +202,11 @@ class Session:
         self.links.pop(link.handle, None)
         if link.remote_handle is not None:
             self._links_by_remote.pop(link.remote_handle, None)
-        self._links_by_name.pop((link.name, link.role), None)
+        key = (link.name, link.role)
+        if self._links_by_name.get(key) is link:  # a refused namesake leaves the original
+            del self._links_by_name[key]
+        elif self._refused_by_name.get(key) is link:
+            del self._refused_by_name[key]
 
     # ------------------------------------------------------------------ output
 
@@ -392,7 +398,10 @@ class Session:
             self.connection._emit(ev.LinkAttached(link))
             return
         if link is not None:
-            raise SessionError(f"link {attach.name!r} is already attached", "amqp:not-allowed")
+            if (attach.name, our_role) in self._refused_by_name:  # bounds what a peer piles up
+                raise SessionError(f"link {attach.name!r} is already attached", "amqp:not-allowed")
+            self._refuse_name_in_use(attach, our_role)
+            return
         link = Link(self, attach.name, self._allocate_handle(), our_role)
         link.remote = attach
         link.remote_handle = attach.handle
@@ -403,6 +412,25 @@ class Session:
         self._links_by_remote[attach.handle] = link
         self._links_by_name[(link.name, link.role)] = link
         self.connection._emit(ev.LinkAttachRequested(link))
+
+    def _refuse_name_in_use(self, attach: Attach, our_role: bool) -> None:
+        """A second attach of an attached link's name is refused on its own handle, as
+        Service Bus refuses a link name in use (``amqp:resource-locked``): the link already
+        attached goes on, and the peer hears at once rather than waiting on an answer (a
+        session ended under it is what python-qpid-proton's ``BlockingConnection`` misses)."""
+        refused = Link(self, attach.name, self._allocate_handle(), our_role)
+        refused.remote = attach
+        refused.remote_handle = attach.handle
+        refused.state = LinkState.ATTACH_RECEIVED
+        self.links[refused.handle] = refused
+        self._links_by_remote[attach.handle] = refused
+        self._refused_by_name[(attach.name, our_role)] = refused
+        refused.refuse(
+            Error(
+                condition="amqp:resource-locked",
+                description=f"the link name {attach.name!r} is already in use on this session",
+            )
+        )
 
     def _on_detach(self, detach: Detach) -> None:
         link = self._link_for(detach.handle)
@@ -425,6 +453,7 @@ class Session:
         self.links.clear()
         self._links_by_remote.clear()
         self._links_by_name.clear()
+        self._refused_by_name.clear()
         if by_peer:
             self.state = SessionState.END_RECEIVED
             self.connection._emit(ev.SessionEnded(self, end.error, True))

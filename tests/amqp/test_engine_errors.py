@@ -463,6 +463,51 @@ def test_attach_with_a_handle_in_use_ends_the_session() -> None:
     assert end.error.condition == "amqp:session:handle-in-use"
 
 
+def test_attach_of_a_link_name_in_use_is_refused_on_its_own_handle() -> None:
+    pair, _, receiver = sender_pair()
+    channel = receiver.session.remote_channel
+    requests_before = len(of(pair.server_events, ev.LinkAttachRequested))
+    namesake = Attach(name="out", handle=7, role=False, target=Target(address="q"))
+    pair.server.receive_data(frame_bytes(channel, namesake))
+    out = pair.server.data_to_send()
+    (attach,) = bodies(out, Attach)
+    (detach,) = bodies(out, Detach)
+    assert bodies(out, End) == []
+    assert attach.name == "out" and attach.target is None and attach.source is None
+    assert attach.handle != receiver.handle and detach.handle == attach.handle
+    assert detach.closed is True
+    assert detach.error.condition == "amqp:resource-locked"
+    assert "'out' is already in use" in detach.error.description
+    # the broker above never hears of it, and the link already attached goes on
+    assert len(of(pair.server_events, ev.LinkAttachRequested)) == requests_before
+    assert receiver.state is LinkState.ATTACHED
+    # while that refusal waits for the peer's detach, another namesake ends the session
+    pair.server.receive_data(frame_bytes(channel, Attach(name="out", handle=8, role=False)))
+    (end,) = bodies(pair.server.data_to_send(), End)
+    assert end.error.condition == "amqp:not-allowed"
+
+
+def test_a_refused_namesake_detached_by_the_peer_leaves_the_original() -> None:
+    pair, sender, receiver = sender_pair(credit=1)
+    channel = receiver.session.remote_channel
+    pair.server.receive_data(frame_bytes(channel, Attach(name="out", handle=7, role=False)))
+    (attach,) = bodies(pair.server.data_to_send(), Attach)
+    assert attach.handle != receiver.handle
+    pair.server.receive_data(frame_bytes(channel, Detach(handle=7, closed=True)))
+    assert pair.server.data_to_send() == b""  # the detach answered ours: nothing more to say
+    server_session = receiver.session
+    assert set(server_session.links) == {receiver.handle}
+    # the original keeps its name: a namesake is refused again rather than ending the session
+    pair.server.receive_data(frame_bytes(channel, Attach(name="out", handle=9, role=False)))
+    (detach,) = bodies(pair.server.data_to_send(), Detach)
+    assert detach.error.condition == "amqp:resource-locked"
+    # and the original still carries messages
+    sender.send(b"still here")
+    pair.pump()
+    (received,) = of(pair.server_events, ev.DeliveryReceived)
+    assert received.link is receiver
+
+
 def test_message_over_max_message_size_detaches_the_link() -> None:
     pair, session = session_pair(
         auto_accept=False,

@@ -7,13 +7,14 @@ the broker adds, and the outcomes it understands.
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
 from azure.servicebus.amqp import AmqpMessageBodyType
-from proton import Delivery, Message, symbol
+from proton import ConnectionException, Delivery, Message, symbol
 from proton.utils import LinkDetached
 
 from .conftest import BrokerHandle, body_bytes, nothing_more, proton_connection, receive_n, send
@@ -196,6 +197,25 @@ def test_proton_connection_close_releases_its_locks(broker: BrokerHandle) -> Non
     with broker.client() as client, client.get_queue_receiver("q") as sdk_receiver:
         (message,) = receive_n(sdk_receiver, 1, timeout=3)
         assert (message.message_id, message.delivery_count) == ("held", 0)
+        sdk_receiver.complete_message(message)
+
+
+def test_a_second_proton_receiver_on_one_address_fails_at_once(broker: BrokerHandle) -> None:
+    """proton's BlockingConnection names a receiver's link by its address, so a second
+    receiver on the same queue in one connection reuses the name: it hears at once instead
+    of waiting out its timeout on a session ended under it, and nothing held is lost."""
+    send(broker, "q", ServiceBusMessage("held", message_id="held"))
+    conn = connect(broker, timeout=30)
+    first = conn.create_receiver("q", credit=1)
+    assert first.receive(timeout=TIMEOUT).id == "held"
+    started = time.monotonic()
+    with pytest.raises(ConnectionException, match="link name already attached"):
+        conn.create_receiver("q", credit=1)  # proton drops the connection on our refusal
+    assert time.monotonic() - started < 10  # not the 30 s timeout: an answer came
+    conn.close()
+    with broker.client() as client, client.get_queue_receiver("q") as sdk_receiver:
+        (message,) = receive_n(sdk_receiver, 1, timeout=3)
+        assert message.message_id == "held"
         sdk_receiver.complete_message(message)
 
 
