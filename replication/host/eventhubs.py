@@ -40,6 +40,7 @@ from ..generated import pipeline_of
 from ..servicebus.connection_string import ConnectionString
 from .discovery import _annotations, triggered_by
 from .invocation import Invocation, Invoker
+from .process import WorkerUnavailable
 from .settings import resolve
 
 log = logging.getLogger("replication.host")
@@ -336,6 +337,19 @@ class EventHubTriggerRunner:
                 await self.worker.invoke(
                     trigger, Invocation(trigger.name, {trigger.arg_name: argument})
                 )
+            except WorkerUnavailable as exc:  # the function never ran: the same batch again
+                log.error(
+                    "%s: partition %s: %s; its %d event(s) wait, not checkpointed; the next "
+                    "try to start a worker in %.0f s",
+                    trigger.name,
+                    partition_id,
+                    exc,
+                    count,
+                    exc.retry_in,
+                )
+                if self._stopping or (self._stopped is not None and self._stopped.done()):
+                    return False  # not checkpointed: read again after a restart
+                continue  # the worker's next start waits out its pause
             except Exception as exc:
                 self.stats.failed_calls += 1
                 attempt += 1

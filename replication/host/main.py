@@ -45,6 +45,7 @@ def add_start_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_start(args: argparse.Namespace) -> int:
     from .app import Host, HostConfig
+    from .process import WorkerUnavailable
     from .settings import SettingsError
 
     logging.basicConfig(
@@ -75,8 +76,8 @@ def run_start(args: argparse.Namespace) -> int:
     collect_garbage_for_throughput()  # the host is set up: its triggers move the messages
     try:
         return asyncio.run(_start(host, args.demo))
-    except OSError as exc:  # typically a broker port in use (another emulator running?)
-        print(f"error: {exc}", file=sys.stderr)
+    except (OSError, WorkerUnavailable) as exc:  # a broker port in use; an app the worker
+        print(f"error: {exc}", file=sys.stderr)  # cannot import (its traceback above)
         return 1
     finally:
         metrics.export(host.settings).shutdown()  # what is still pending goes out

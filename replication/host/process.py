@@ -20,7 +20,9 @@ the same (it restarts the worker, and the host itself after repeated failures); 
 the invocation failed, so the Service Bus extension abandons the messages, or their locks
 expire, and either costs each a delivery. Ours releases them (``trigger.py``): the message
 was not the function's to fail (the process was lost under it), so it comes again
-without a delivery counted, unless it was in a batch that crashed a worker before.
+without a delivery counted, unless it was in a batch that crashed a worker before. A
+worker that cannot start (``WorkerUnavailable``) ran nothing: its batch goes back with no
+delivery counted, and the tries to start one wait longer and longer (``RESTART_BACKOFF``).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..clock import SYSTEM, Clock
 from ..telemetry.export import METRICS_EXPORTER
 from .channel import read_frame, write_frame
 from .invocation import Invocation
@@ -47,6 +50,9 @@ log = logging.getLogger("replication.host")
 
 START_TIMEOUT = 120.0
 """Seconds a worker may take to import the app and say it is ready."""
+RESTART_BACKOFF = (1.0, 30.0)
+"""Seconds before the first new try after a worker could not start, doubling up to the
+second figure while it goes on failing."""
 STOP_TIMEOUT = 10.0
 COUNT_SETTING = "FUNCTIONS_WORKER_PROCESS_COUNT"
 MAX_PROCESSES = 10
@@ -54,6 +60,14 @@ MAX_PROCESSES = 10
 
 class WorkerCrashed(Exception):
     """The worker process ended while the function ran (its exit code in the message)."""
+
+
+class WorkerUnavailable(WorkerCrashed):
+    """No worker process could be started (it exited, or did not say ready in time, before
+    any function ran): no message is to blame, and none is charged a delivery for it."""
+
+    retry_in = 0.0
+    """Seconds before the next try to start one."""
 
 
 class FunctionFailed(Exception):
@@ -74,19 +88,28 @@ class _Channel:
 class WorkerProcess:
     """The host's side of the worker process for the app at ``app_path``."""
 
-    def __init__(self, app_path: Path, settlement: list[str]) -> None:
+    def __init__(self, app_path: Path, settlement: list[str], clock: Clock = SYSTEM) -> None:
         """``settlement``: the worker command-line arguments naming the settlement service
-        (``SettlementService.worker_arguments``)."""
+        (``SettlementService.worker_arguments``); ``clock``: what the pause between tries to
+        start a failing worker waits on."""
         self.app_path = app_path
         self.settlement = settlement
+        self.clock = clock
         self.restarts = 0
         """Workers that died under the host (each one's successor starts on demand)."""
+        self.failed_starts = 0
+        """Tries to start a worker that failed (it exited or hung before it was ready)."""
         self.functions: list[str] = []
         """The functions the worker indexed (its ``ready`` frame)."""
         self._channel: _Channel | None = None
         self._ids = itertools.count()
         self._starting: asyncio.Lock | None = None
         self._stopped = False
+        self._failing = 0
+        """Tries that failed since the worker last started (what the pause grows with)."""
+        self._next_start = 0.0
+        """When (``clock.monotonic``) the next try to start may be made."""
+        self._stop_requested: asyncio.Event | None = None
 
     def in_flight(self) -> int:
         """Invocations sent and not answered yet."""
@@ -98,15 +121,41 @@ class WorkerProcess:
         return None if self._channel is None else self._channel.process.pid
 
     async def start(self) -> None:
-        """Starts the worker unless it runs; returns once it imported the app."""
+        """Starts the worker unless it runs; returns once it imported the app. Raises
+        ``WorkerUnavailable`` when it could not start; while it goes on failing (an app
+        edited into a broken state after a worker died, say) each try waits longer than the
+        one before (``RESTART_BACKOFF``), and so do the invocations that need it."""
         if self._starting is None:
             self._starting = asyncio.Lock()
+            self._stop_requested = asyncio.Event()
         async with self._starting:
             if self._channel is not None:
                 return
+            await self._wait_to_retry()
             if self._stopped:
                 raise WorkerCrashed("the worker is stopped")
-            await asyncio.wait_for(self._spawn(), START_TIMEOUT)
+            try:
+                await self._spawn()
+            except WorkerUnavailable as exc:
+                self.failed_starts += 1
+                self._failing += 1
+                first, most = RESTART_BACKOFF
+                pause = min(most, first * 2 ** (self._failing - 1))
+                self._next_start = self.clock.monotonic() + pause
+                exc.retry_in = pause
+                raise
+            self._failing = 0
+
+    async def _wait_to_retry(self) -> None:
+        """Waits out the pause after a failed start; ``stop`` ends it early."""
+        pause = self._next_start - self.clock.monotonic()
+        if pause <= 0 or self._stop_requested is None:
+            return
+        sleeping = asyncio.ensure_future(self.clock.sleep(pause))
+        stopping = asyncio.ensure_future(self._stop_requested.wait())
+        await asyncio.wait((sleeping, stopping), return_when=asyncio.FIRST_COMPLETED)
+        sleeping.cancel()
+        stopping.cancel()
 
     async def _spawn(self) -> None:
         ours, theirs = socket.socketpair()
@@ -126,11 +175,20 @@ class WorkerProcess:
             theirs.close()
         reader, writer = await asyncio.open_connection(sock=ours)
         try:
-            kind, functions = await read_frame(reader)
-        except EOFError:
+            kind, functions = await asyncio.wait_for(read_frame(reader), START_TIMEOUT)
+        except (EOFError, TimeoutError) as exc:
             writer.close()
+            if isinstance(exc, TimeoutError):
+                process.kill()
             code = await asyncio.to_thread(process.wait)
-            raise WorkerCrashed(f"the worker process exited ({code}) before it was ready") from None
+            why = (
+                f"was not ready after {START_TIMEOUT:g} s (killed)"
+                if isinstance(exc, TimeoutError)
+                else f"exited (exit code {code}) before it was ready"
+            )
+            raise WorkerUnavailable(
+                f"the worker process {process.pid} {why}: its output above says why"
+            ) from None
         assert kind == "ready", kind
         self.functions = list(functions)
         channel = self._channel = _Channel(process, ours, writer)
@@ -187,6 +245,8 @@ class WorkerProcess:
         socket is shut down here, not by the transport's close: that would wait for a turn
         of the loop this wait holds up."""
         self._stopped = True
+        if self._stop_requested is not None:
+            self._stop_requested.set()
         channel, self._channel = self._channel, None
         if channel is None:
             return
@@ -207,10 +267,12 @@ class WorkerPool:
     keeps them (1 by default, at most 10): each invocation goes to the one with the fewest
     in flight, so a CPU-bound app uses more than one core."""
 
-    def __init__(self, app_path: Path, settlement: list[str], count: int = 1) -> None:
+    def __init__(
+        self, app_path: Path, settlement: list[str], count: int = 1, clock: Clock = SYSTEM
+    ) -> None:
         if not 1 <= count <= MAX_PROCESSES:
             raise ValueError(f"{COUNT_SETTING} must be 1 to {MAX_PROCESSES}, not {count}")
-        self.workers = [WorkerProcess(app_path, settlement) for _ in range(count)]
+        self.workers = [WorkerProcess(app_path, settlement, clock) for _ in range(count)]
         self._turn = itertools.count()
 
     @classmethod
@@ -222,6 +284,10 @@ class WorkerPool:
     @property
     def restarts(self) -> int:
         return sum(w.restarts for w in self.workers)
+
+    @property
+    def failed_starts(self) -> int:
+        return sum(w.failed_starts for w in self.workers)
 
     async def start(self) -> None:
         await asyncio.gather(*(w.start() for w in self.workers))

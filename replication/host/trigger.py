@@ -67,7 +67,7 @@ from ..tasks.targets import BACKENDS, FAILOVER_CLIENT_OPTIONS
 from . import bindings
 from .discovery import ServiceBusTrigger
 from .invocation import Invocation, Invoker
-from .process import WorkerCrashed
+from .process import WorkerCrashed, WorkerUnavailable
 from .settlement import Held, HeldSession, SettlementService
 from .worker import Worker
 
@@ -77,7 +77,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("replication.host")
 
 Backend = Literal["amqp", "sdk"]
-Outcome = Literal["ok", "failed", "crashed"]
+Outcome = Literal["ok", "failed", "crashed", "not-run"]
 RETRY_PAUSE = 1.0
 BROKEN_PAUSE = 10.0
 """Seconds before a trigger whose source cannot work (wrong key, no entity) tries again."""
@@ -282,7 +282,8 @@ class TriggerRunner:
         self, receiver: SourceReceiver, batch: list[Message], tokens: list[Any]
     ) -> Outcome:
         """The invocation in the worker: ``ok``, ``failed`` (the function raised) or
-        ``crashed`` (its worker process died under it)."""
+        ``crashed`` (its worker process died under it) or ``not-run`` (no worker could be
+        started for it)."""
         if isinstance(receiver, SdkReceiver):  # the SDK's messages, detached (the module)
             invocation = Invocation(
                 self.trigger.name, received=[copy.copy(m.source) for m in batch]
@@ -296,6 +297,16 @@ class TriggerRunner:
         try:
             await self.worker.invoke(self.trigger, invocation)
             return "ok"
+        except WorkerUnavailable as exc:
+            log.error(
+                "%s: %s; %d message(s) go back, no delivery counted; the next try to start "
+                "a worker in %.0f s",
+                self.trigger.name,
+                exc,
+                len(batch),
+                exc.retry_in,
+            )
+            return "not-run"
         except WorkerCrashed as exc:
             self.stats.failed_calls += 1
             log.error("%s: %s on %d message(s)", self.trigger.name, exc, len(batch))
@@ -345,7 +356,10 @@ class TriggerRunner:
         rest = [item.message for item in held if item.outcome is None]
         if not rest:
             return
-        if outcome == "crashed":
+        if outcome == "not-run":  # the function never saw them
+            stats.released += len(rest)
+            receiver.release(rest)
+        elif outcome == "crashed":
             again = self._crashed.again(rest)
             if again:  # it crashed a worker before: this time it costs a delivery
                 stats.abandoned += receiver.abandon(again)

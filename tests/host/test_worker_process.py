@@ -9,12 +9,15 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
 
+from replication.host import process
 from replication.host.app import Host, HostConfig
 from replication.host.process import WorkerPool
 from tests.broker.conftest import BrokerHandle, make_config
@@ -31,6 +34,8 @@ import azurefunctions.extensions.bindings.servicebus as servicebus
 
 app = func.FunctionApp()
 HERE = Path(__file__).parent
+if (HERE / "broken").exists():
+    raise RuntimeError("function_app.py is broken until 'broken' is removed")
 
 
 @app.service_bus_queue_trigger(arg_name="message", queue_name="work",
@@ -44,6 +49,10 @@ def crashes(message: servicebus.ServiceBusReceivedMessage) -> None:
         os._exit(9)
     if name.startswith("crash") and not (HERE / name).exists():
         (HERE / name).touch()
+        os._exit(7)
+    if name.startswith("break") and not (HERE / name).exists():
+        (HERE / name).touch()
+        (HERE / "broken").touch()  # as an app edited into a broken state while it ran
         os._exit(7)
 '''
 
@@ -112,6 +121,40 @@ async def test_a_message_that_kills_every_worker_runs_out_of_deliveries(
     (dead,) = dead_letters(broker)
     assert dead.message_id == "poison" and dead.dead_letter_reason == "MaxDeliveryCountExceeded"
     assert broker.count("work") == 0
+
+
+async def test_messages_wait_unharmed_while_no_worker_can_start(
+    broker_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that dies and cannot be started again (its app broken meanwhile) charges
+    no message a delivery: they go back untouched, each try to start waits longer, and once
+    the app is mended they run. Before, each try counted as a crash of its batch, so healthy
+    messages were dead-lettered within seconds."""
+    monkeypatch.setattr(process, "RESTART_BACKOFF", (0.05, 0.4))
+    broker: BrokerHandle = broker_factory(make_config({"work": {"MaxDeliveryCount": 2}}))
+    send(broker, "break")
+    host = project(tmp_path, broker)
+    sent_later = threading.Event()
+
+    def step(h: Host) -> bool:
+        pool = h.worker
+        assert isinstance(pool, WorkerPool)
+        if pool.failed_starts >= 1 and not sent_later.is_set():
+            sent_later.set()
+            threading.Thread(target=send, args=(broker, "a", "b")).start()
+        if pool.failed_starts >= 4:
+            (tmp_path / "broken").unlink(missing_ok=True)  # mended
+        return h.runners[0].stats.completed >= 3
+
+    host.config.stop_when = step
+    assert await host.run() == 0
+    worker, stats = host.worker, host.runners[0].stats
+    assert isinstance(worker, WorkerPool) and worker.failed_starts >= 4
+    assert (stats.completed, stats.abandoned) == (3, 0)
+    assert dead_letters(broker) == []
+    assert broker.count("work") == 0
+    counts = {name: count for name, count, _ in seen(tmp_path)}
+    assert counts == {"break": counts["break"], "a": counts["break"], "b": counts["break"]}
 
 
 async def test_a_message_the_extension_cannot_decode_is_named_with_its_value(
@@ -190,3 +233,80 @@ async def test_an_event_hub_function_runs_in_the_worker_and_its_counts_reach_the
     assert runner.stats.failed_calls == 0
     peeked = await peek(directory, settings, "SecondaryServiceBus", "work", 10)
     assert sorted(p["body"] for p in peeked) == [f"r{n}" for n in range(5)]
+
+
+EVENT_APP = """\
+import json
+from pathlib import Path
+
+import azure.functions as func
+
+app = func.FunctionApp()
+HERE = Path(__file__).parent
+if (HERE / "broken").exists():
+    raise RuntimeError("function_app.py is broken until 'broken' is removed")
+
+
+@app.event_hub_message_trigger(arg_name="event", event_hub_name="eh1", connection="EventHubs")
+def counts(event: func.EventHubEvent) -> None:
+    with open(HERE / "seen.jsonl", "a") as seen:
+        seen.write(json.dumps(event.get_body().decode()) + "\\n")
+"""
+
+
+async def test_events_wait_while_no_worker_can_start(
+    broker_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A function without a retry policy is checkpointed past a batch it failed on, as in
+    Azure; but a batch no worker could be started for never reached it: it waits for a
+    worker and runs, instead of being skipped."""
+    from azure.eventhub import EventData
+
+    from replication.host.checkpoints import SqliteCheckpointStore
+    from replication.host.discovery import load_app
+    from replication.host.eventhubs import EventHubOptions, EventHubTriggerRunner
+    from replication.host.eventhubs import event_hub_triggers as hub_triggers
+    from replication.host.settlement import SettlementService
+    from tests.broker.eventhubs_support import eventhub_config
+
+    from .eventhubs_host import send_events
+
+    monkeypatch.setattr(process, "RESTART_BACKOFF", (0.05, 0.4))
+    broker = broker_factory(eventhub_config({"eh1": {"PartitionCount": "1"}}))
+    app_path = tmp_path / "function_app.py"
+    app_path.write_text(EVENT_APP)
+    (trigger,) = hub_triggers(load_app(app_path), {"EventHubs": broker.connection_string})
+    pool = WorkerPool(app_path, SettlementService.shared().worker_arguments())
+    store = SqliteCheckpointStore.in_directory(tmp_path)
+    runner = EventHubTriggerRunner(
+        trigger, broker.connection_string, store, pool, EventHubOptions(10)
+    )
+    stop = asyncio.Event()
+    await pool.start()
+    job = asyncio.create_task(runner.run(stop))
+    try:
+        (tmp_path / "broken").touch()  # the app broken while its worker runs ...
+        pid = pool.workers[0].pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)  # ... and the worker lost
+        async with asyncio.timeout(60):
+            while pool.restarts == 0:
+                await asyncio.sleep(0.05)
+            events = [(None, "0", EventData(f"e{i}")) for i in range(5)]
+            await send_events(broker.connection_string, "eh1", events)
+            while pool.failed_starts < 3:
+                await asyncio.sleep(0.05)
+            (tmp_path / "broken").unlink()  # mended
+            while runner.stats.events < 5:
+                assert not job.done(), job.result()
+                await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        await job
+        pool.stop()
+    (checkpoint,) = await store.list_checkpoints(f"localhost:{broker.port}", "eh1", "$Default")
+    store.close()
+    assert checkpoint["sequence_number"] == 4
+    assert runner.stats.failed_calls == 0
+    lines = (tmp_path / "seen.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == [f"e{i}" for i in range(5)]
