@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import logging
 import os
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -94,6 +95,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--functions-grpc-max-message-length", required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="worker %(process)d: %(message)s")
+    # Ctrl-C in a terminal reaches the whole process group: the host lets the batches in
+    # flight finish and settle, then closes the channel, which is what ends this process
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     settlement = [
         "--host",
         args.host,

@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -310,3 +311,53 @@ async def test_events_wait_while_no_worker_can_start(
     assert runner.stats.failed_calls == 0
     lines = (tmp_path / "seen.jsonl").read_text().splitlines()
     assert [json.loads(line) for line in lines] == [f"e{i}" for i in range(5)]
+
+
+SLOW_APP = """\
+import time
+from pathlib import Path
+
+import azure.functions as func
+
+app = func.FunctionApp()
+HERE = Path(__file__).parent
+
+
+@app.service_bus_queue_trigger(arg_name="message", queue_name="work",
+                               connection="SERVICEBUS_CONNECTION")
+def slow(message: func.ServiceBusMessage) -> None:
+    (HERE / "started").touch()
+    time.sleep(1.5)
+    (HERE / "finished").touch()
+"""
+
+
+def test_ctrl_c_lets_the_function_in_flight_finish_and_settle(
+    broker_factory: Any, tmp_path: Path, processes: Any
+) -> None:
+    """Ctrl-C in a terminal signals the host's whole process group, its worker too: the
+    worker leaves stopping to the host, so the function in flight returns and its message
+    is completed, not lost with a worker killed under it and run again on the next start."""
+    from .test_host import start
+
+    broker: BrokerHandle = broker_factory(make_config({"work": {}}))
+    (tmp_path / "function_app.py").write_text(SLOW_APP)
+    settings = {"SERVICEBUS_CONNECTION": broker.connection_string}
+    (tmp_path / "local.settings.json").write_text(json.dumps({"Values": settings}))
+    log = tmp_path / "host.log"
+    host = start(processes, tmp_path, "--metrics-port", "0", "--no-progress", log=log)
+    deadline = time.monotonic() + 60
+    while "ready (" not in log.read_text():
+        assert host.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.05)
+    send(broker, "order-1")
+    while not (tmp_path / "started").exists():
+        assert host.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.02)
+    os.killpg(host.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+    assert host.wait(60) == 0, log.read_text()
+    output = log.read_text()
+    assert (tmp_path / "finished").exists(), output
+    assert "ended (exit code" not in output and "Traceback" not in output, output
+    assert broker.count("work") == 0
+    assert dead_letters(broker) == []
