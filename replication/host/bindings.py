@@ -24,6 +24,7 @@ while the client is made.
 from __future__ import annotations
 
 import contextlib
+import copy
 import sys
 import uuid
 from collections.abc import Iterator
@@ -34,14 +35,15 @@ import azurefunctions.extensions.bindings.servicebus  # noqa: F401  (registers i
 from azurefunctions.extensions.base import Datum, get_binding_registry
 
 from ..amqp import scan
-from ..amqp.codec import skip_at
+from ..amqp.codec import decode_at, encode, skip_at
 from ..amqp.errors import DecodeError
+from ..amqp.message import Header, decode_message, encode_message
 from ..amqp.message import Message as AmqpMessage
-from ..amqp.message import decode_message, encode_message
 from ..amqp.types import char, decimal32, decimal64, decimal128
 from ..symbols import LOCK_TOKEN
 
 if TYPE_CHECKING:
+    from azure.servicebus import ServiceBusReceivedMessage
     from azurefunctions.extensions.bindings.servicebus import ServiceBusMessageActions
 
 SOURCE = "AzureServiceBusReceivedMessage"
@@ -83,12 +85,40 @@ _DELIVERY_ANNOTATIONS = bytes((0x00, 0x53, scan.DELIVERY_ANNOTATIONS))
 def binding_content(payload: bytes, lock_token: uuid.UUID) -> bytes:
     """The content for one received message (``payload``: its transfer bytes). The delivery
     annotations Service Bus sends (the lock token again) give way to the head: one section
-    of them, as in the content Azure's host writes, and none for uamqp to convert twice."""
+    of them, as in the content Azure's host writes, and none for uamqp to convert twice.
+    The header counts this delivery, as Azure's host writes it (``functions_header``)."""
     header_end = skip_at(payload, len(_HEADER)) if payload.startswith(_HEADER) else 0
+    rest = header_end
     if payload.startswith(_DELIVERY_ANNOTATIONS, header_end):
-        after = skip_at(payload, header_end + len(_DELIVERY_ANNOTATIONS))
-        payload = payload[:header_end] + payload[after:]
-    return b"".join((lock_token.bytes_le, ANNOTATIONS_HEAD, lock_token.bytes, payload))
+        rest = skip_at(payload, header_end + len(_DELIVERY_ANNOTATIONS))
+    header = functions_header(payload[:header_end]) if header_end else b""
+    return b"".join(
+        (lock_token.bytes_le, ANNOTATIONS_HEAD, lock_token.bytes, header, payload[rest:])
+    )
+
+
+def functions_header(section: bytes) -> bytes:
+    """A received message's header section as the Functions host hands it on: the .NET SDK
+    counts the delivery being made (``DeliveryCount`` is the AMQP delivery-count plus one:
+    1 the first time, where the AMQP header and the Python SDK say 0), and the extension
+    writes the message from that (``GetRawAmqpMessage().ToBytes()``)."""
+    header, _ = decode_at(section, 0)
+    assert isinstance(header, Header), header
+    header.delivery_count = (header.delivery_count or 0) + 1
+    return encode(header)
+
+
+def functions_received(message: ServiceBusReceivedMessage) -> ServiceBusReceivedMessage:
+    """A detached copy of the SDK's message (``backend: sdk``) as the Functions host hands
+    it on: its delivery counted as ``functions_header`` counts it; the SDK's own message,
+    which settles it, is left as it is."""
+    copied = copy.copy(message)
+    raw = copy.copy(message.raw_amqp_message)
+    if raw.header is not None:
+        raw.header = copy.copy(raw.header)
+        raw.header.delivery_count = (raw.header.delivery_count or 0) + 1
+    copied._raw_amqp_message = raw  # the SDK has no setter: its copy, not its message
+    return copied
 
 
 _UAMQP_CANNOT: Final = (decimal32, decimal64, decimal128, char)

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
@@ -286,7 +285,7 @@ class TriggerRunner:
         started for it)."""
         if isinstance(receiver, SdkReceiver):  # the SDK's messages, detached (the module)
             invocation = Invocation(
-                self.trigger.name, received=[copy.copy(m.source) for m in batch]
+                self.trigger.name, received=[bindings.functions_received(m.source) for m in batch]
             )
         else:
             contents = [
