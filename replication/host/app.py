@@ -38,7 +38,7 @@ from ..broker.loopback import refusal
 from ..clock import SYSTEM, Clock
 from ..dashboard.threaded import serve
 from ..generated import generated, pipeline_name
-from .discovery import ServiceBusTrigger, load_app, service_bus_triggers
+from .discovery import ServiceBusTrigger, load_app, not_run, service_bus_triggers
 from .embedded import plan_brokers, start_brokers
 from .eventhubs import EventHubOptions, EventHubTriggerRunner, event_hub_triggers
 from .invocation import Invoker
@@ -143,6 +143,8 @@ class Host:
             )
         with pumped_by_host(clock) as transactional:
             app = load_app(self.config.directory / "function_app.py")
+        for reason in not_run(app):
+            log.warning("%s", reason)
         self.triggers = service_bus_triggers(app, self.settings)
         hub_triggers = event_hub_triggers(app, self.settings)
         timers = timer_triggers(app, self.settings)

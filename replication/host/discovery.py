@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import azure.functions as func
+from azure.functions.decorators.core import BindingDirection
 
 from .settings import resolve
 
@@ -79,17 +80,51 @@ def functions_of(app: func.FunctionApp) -> list[Function]:
     return functions
 
 
+RUN_TRIGGERS: tuple[str, ...] = ("serviceBusTrigger", "eventHubTrigger", "timerTrigger")
+"""The triggers the local host runs."""
+
+
 def triggered_by(app: func.FunctionApp, kind: str) -> Iterator[tuple[Function, dict[str, Any]]]:
     """Each function of ``app`` whose trigger is of ``kind`` (``serviceBusTrigger``,
     ``eventHubTrigger``, ``timerTrigger``) with its trigger's binding; other triggers are
-    not ours to run."""
+    not ours to run, nor are functions with bindings besides their trigger (``not_run``)."""
     for function in functions_of(app):
         trigger = function.get_trigger()
-        if trigger is None:
+        if trigger is None or _other_bindings(function):
             continue
         binding = trigger.get_dict_repr()
         if binding.get("type") == kind:
             yield function, binding
+
+
+def not_run(app: func.FunctionApp) -> list[str]:
+    """Why each function of ``app`` the local host leaves out is left out. A function with
+    input or output bindings is not run at all: run without them, a ``$return`` would be
+    dropped and its messages completed, an ``Out`` argument never passed; left out, its
+    messages wait where they are."""
+    reasons = []
+    for function in functions_of(app):
+        name = function.get_function_name()
+        trigger = function.get_trigger()
+        kind = trigger.get_dict_repr().get("type") if trigger is not None else None
+        if kind not in RUN_TRIGGERS:
+            reasons.append(f"function {name}: the local host does not run {kind} triggers")
+            continue
+        others = _other_bindings(function)
+        if others:
+            named = ", ".join(
+                f"{b.name} ({b.type}, {BindingDirection(b.direction).name.lower()})" for b in others
+            )
+            reasons.append(
+                f"function {name} is not run: the local host does not provide its "
+                f"bindings besides the trigger: {named}"
+            )
+    return reasons
+
+
+def _other_bindings(function: Function) -> list[Any]:
+    trigger = function.get_trigger()
+    return [b for b in function.get_bindings() if b is not trigger]
 
 
 def service_bus_triggers(

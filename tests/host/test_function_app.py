@@ -6,7 +6,8 @@ import azure.functions as func
 
 from replication.functions import register_pipelines
 from replication.generated import generated
-from replication.host.discovery import load_app, service_bus_triggers
+from replication.host.discovery import load_app, not_run, service_bus_triggers
+from replication.host.eventhubs import event_hub_triggers
 from replication.pipeline import load_pipelines, parse_pipelines
 from tests.broker.conftest import REPO_ROOT
 
@@ -184,3 +185,44 @@ def test_with_auto_complete_only_what_is_not_completed_goes_through_the_actions(
     calls.clear()
     assert _settle_all(Actions(set()), settlements[:1], auto_complete=False) == []
     assert calls == [("complete", "good")]  # a session source's function completes itself
+
+
+def test_functions_with_bindings_besides_their_trigger_are_left_out_and_named() -> None:
+    """Run without its output binding, a ``$return`` would be dropped and its message
+    completed (lost), an ``Out`` never passed (every delivery fails): such functions are
+    not run, and the host says why at start; their messages wait where they are."""
+    app = func.FunctionApp()
+
+    @app.service_bus_queue_trigger(arg_name="msg", queue_name="a", connection="Bus")
+    @app.service_bus_queue_output(arg_name="$return", queue_name="out", connection="Bus")
+    def returns(msg: func.ServiceBusMessage) -> str:
+        return msg.get_body().decode()
+
+    @app.service_bus_queue_trigger(arg_name="msg", queue_name="b", connection="Bus")
+    @app.service_bus_queue_output(arg_name="copy", queue_name="out", connection="Bus")
+    def sets(msg: func.ServiceBusMessage, copy: func.Out[str]) -> None:
+        copy.set(msg.get_body().decode())
+
+    @app.event_hub_message_trigger(arg_name="event", event_hub_name="h", connection="Bus")
+    @app.blob_input(arg_name="blob", path="c/b", connection="Storage")
+    def reads(event: func.EventHubEvent, blob: str) -> None: ...
+
+    @app.route(route="hello")
+    def hello(req: func.HttpRequest) -> func.HttpResponse:
+        return func.HttpResponse("hi")
+
+    @app.service_bus_queue_trigger(arg_name="msg", queue_name="c", connection="Bus")
+    def plain(msg: func.ServiceBusMessage) -> None: ...
+
+    settings = {"Bus": "Endpoint=sb://localhost;SharedAccessKeyName=k;SharedAccessKey=v"}
+    assert [t.name for t in service_bus_triggers(app, settings)] == ["plain"]
+    assert event_hub_triggers(app, settings) == []
+    assert not_run(app) == [
+        "function returns is not run: the local host does not provide its bindings besides "
+        "the trigger: $return (serviceBus, out)",
+        "function sets is not run: the local host does not provide its bindings besides the "
+        "trigger: copy (serviceBus, out)",
+        "function reads is not run: the local host does not provide its bindings besides the "
+        "trigger: blob (blob, in)",
+        "function hello: the local host does not run httpTrigger triggers",
+    ]
