@@ -148,11 +148,12 @@ class SettlementService(pb_grpc.SettlementServicer):
 
     def Deadletter(self, request: Any, context: Any) -> Any:
         held = self._held(request.locktoken, context)
-        reason = request.deadletterReason.value if request.HasField("deadletterReason") else ""
+        # a field the function did not give is left off the message, as the .NET SDK does
+        reason = request.deadletterReason.value if request.HasField("deadletterReason") else None
         description = (
             request.deadletterErrorDescription.value
             if request.HasField("deadletterErrorDescription")
-            else ""
+            else None
         )
         self._settle(
             held,

@@ -519,18 +519,20 @@ class AmqpReceiver:
     def dead_letter(
         self,
         message: Message,
-        reason: str = "",
-        description: str = "",
+        reason: str | None = "",
+        description: str | None = "",
         *,
         transaction: Transaction | None = None,
     ) -> int:
-        """Moves a message to the dead-letter queue with a reason and a description."""
-        reason, description = reason[:256], description[:1024]
-        error = Error(
-            condition=DEAD_LETTER,
-            description=description or None,
-            info={DEAD_LETTER_REASON: reason, DEAD_LETTER_DESCRIPTION: description},
-        )
+        """Moves a message to the dead-letter queue with a reason and a description; None
+        leaves that property off the dead-lettered message, as the .NET SDK leaves off one
+        not given (the Functions extension's unset field), where "" sets it empty."""
+        info = {}
+        if reason is not None:
+            info[DEAD_LETTER_REASON] = reason[:256]
+        if description is not None:
+            info[DEAD_LETTER_DESCRIPTION] = description = description[:1024]
+        error = Error(condition=DEAD_LETTER, description=description or None, info=info or None)
         return self._settle([message], Rejected(error=error), transaction)
 
     def _settle(

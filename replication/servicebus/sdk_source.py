@@ -293,8 +293,11 @@ class SdkReceiver:
             return sum(1 for m in messages if isinstance(m.source, ServiceBusReceivedMessage))
         return self._settle(messages, "abandon", self.receiver.abandon_message)
 
-    def dead_letter(self, message: Message, reason: str = "", description: str = "") -> int:
-        reason, description = reason[:256], description[:1024]
+    def dead_letter(
+        self, message: Message, reason: str | None = "", description: str | None = ""
+    ) -> int:
+        reason = None if reason is None else reason[:256]
+        description = None if description is None else description[:1024]
 
         async def dead_letter(received: ServiceBusReceivedMessage) -> None:
             await self.receiver.dead_letter_message(

@@ -342,6 +342,10 @@ def actions_app(queue: str, sessions: bool, seen: list[Any]) -> func.FunctionApp
                 message_actions.complete(received)  # settled already
         elif body == b"dead":
             message_actions.deadletter(received, "Custom", "told to")
+        elif body == b"dead-reason-only":
+            message_actions.deadletter(received, deadletter_reason="Reason only")
+        elif body == b"dead-bare":
+            message_actions.deadletter(received)
         elif body == b"defer":
             message_actions.defer(received)
         elif body == b"renew":
@@ -355,6 +359,29 @@ def actions_app(queue: str, sessions: bool, seen: list[Any]) -> func.FunctionApp
             message_actions.release_session(received.session_id)
 
     return app
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_dead_letter_reason_not_given_is_left_off(
+    broker_factory: Any, backend: str
+) -> None:
+    """As the .NET SDK under Azure's host leaves off a reason or description the function
+    did not give (the extension sends it unset), rather than setting it empty."""
+    broker = broker_factory(make_config({"in": {}}))
+    settings = {"Bus": broker.connection_string}
+    seen: list[Any] = []
+    with broker.client() as client, client.get_queue_sender("in") as sender:
+        for body in (b"dead-reason-only", b"dead-bare"):
+            sender.send_messages(ServiceBusMessage(body, message_id=body.decode()))
+    await run_app(
+        actions_app("in", False, seen), settings, until=lambda _: broker.count(IN_DEAD_LETTER) >= 2,
+        options=replace(FAST, backend=backend),
+    )  # fmt: skip
+    dead = {m.message_id: m.application_properties or {} for m in drain(broker, "in", DEAD_LETTER)}
+    assert dead == {
+        "dead-reason-only": {b"DeadLetterReason": b"Reason only"},
+        "dead-bare": {},
+    }
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
