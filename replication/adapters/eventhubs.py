@@ -123,12 +123,18 @@ def to_event_data(message: Message) -> EventData:
 
 
 def from_event_hub_event(event: func.EventHubEvent, index: int) -> Message:
-    """Event ``index`` of a ``cardinality=many`` batch, as the Functions worker hands it."""
+    """Event ``index`` of a ``cardinality=many`` batch, as the Functions worker hands it
+    (or a ``cardinality=one`` event, whose metadata is its own)."""
     metadata = event.metadata or {}
-    systems = _listed(metadata.get("SystemPropertiesArray"))
-    system: dict[str, Any] = systems[index] if index < len(systems) else {}
-    props_list = _listed(metadata.get("PropertiesArray"))
-    props: dict[str, Any] = props_list[index] if index < len(props_list) else {}
+    system: dict[str, Any]
+    props: dict[str, Any]
+    if "SystemProperties" in metadata:
+        system, props = _parsed(metadata["SystemProperties"]), _parsed(metadata.get("Properties"))
+    else:
+        systems = _listed(metadata.get("SystemPropertiesArray"))
+        system = systems[index] if index < len(systems) else {}
+        props_list = _listed(metadata.get("PropertiesArray"))
+        props = props_list[index] if index < len(props_list) else {}
     values: dict[str, Any] = {}
     for f in _READ:
         section, key = f.amqp.section, f.amqp.key
@@ -160,17 +166,23 @@ def from_event_hub_event(event: func.EventHubEvent, index: int) -> Message:
 
 
 def _listed(value: Any) -> list[dict[str, Any]]:
-    if isinstance(value, str):
-        value = json.loads(value)
-    return list(value or [])
+    return list(_parsed(value) or [])
+
+
+def _parsed(value: Any) -> Any:
+    """A metadata value: JSON text as the host sends it, or what the worker parsed of it."""
+    return json.loads(value) if isinstance(value, str) else (value or {})
 
 
 def to_event_hub_events(
-    events: list[EventData], partition_id: str, consumer_group: str, hub: str
+    events: list[EventData], partition_id: str, consumer_group: str, hub: str, *, many: bool = True
 ) -> list[func.EventHubEvent]:
-    """What the Functions host hands a ``cardinality=many`` Event Hubs trigger for a batch
-    of one partition: the bodies, and the trigger metadata with the system properties and
-    application properties of each event (JSON, as the host serializes them)."""
+    """What the Functions host hands an Event Hubs trigger for a batch of one partition:
+    the bodies, and the trigger metadata (JSON, as the host serializes it). With
+    ``cardinality=many`` (``many``) every event carries the batch's metadata, the system
+    properties and application properties of each event in arrays; with ``one`` each carries
+    its own: ``SystemProperties``, ``Properties``, ``PartitionKey``, ``Offset``,
+    ``SequenceNumber``, ``EnqueuedTimeUtc`` (the Event Hubs extension's binding data)."""
     import azure.functions as func
     from azure.functions.meta import Datum
 
@@ -198,14 +210,20 @@ def to_event_hub_events(
         )
         systems.append(system)
         properties.append({k: _json_value(v) for k, v in message.application_properties.items()})
-    context = {"ConsumerGroup": consumer_group, "EventHubName": hub, "PartitionId": partition_id}
-    metadata = {
+    context = Datum(
+        json.dumps(
+            {"ConsumerGroup": consumer_group, "EventHubName": hub, "PartitionId": partition_id}
+        ),
+        "json",
+    )
+    batch = {
         "SystemPropertiesArray": Datum(json.dumps(systems), "json"),
         "PropertiesArray": Datum(json.dumps(properties), "json"),
-        "PartitionContext": Datum(json.dumps(context), "json"),
+        "PartitionContext": context,
     }
     out = []
-    for event, system in zip(events, systems, strict=True):
+    for event, system, props in zip(events, systems, properties, strict=True):
+        metadata = batch if many else _single_metadata(system, props, context)
         out.append(
             func.EventHubEvent(
                 body=_body(event),
@@ -217,6 +235,23 @@ def to_event_hub_events(
             )
         )
     return out
+
+
+def _single_metadata(system: dict[str, Any], props: dict[str, Any], context: Any) -> dict[str, Any]:
+    """One event's trigger metadata for ``cardinality=one`` (what ``azure.functions`` takes
+    for one: it tells the cardinalities apart by ``SystemProperties``)."""
+    from azure.functions.meta import Datum
+
+    metadata = {
+        "SystemProperties": Datum(json.dumps(system), "json"),
+        "Properties": Datum(json.dumps(props), "json"),
+        "PartitionContext": context,
+        "SequenceNumber": Datum(system["SequenceNumber"], "int"),
+    }
+    for key in ("Offset", "PartitionKey", "EnqueuedTimeUtc"):
+        if system[key] is not None:
+            metadata[key] = Datum(str(system[key]), "string")
+    return metadata
 
 
 def _json_time(moment: datetime | None) -> str | None:

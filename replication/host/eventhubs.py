@@ -319,7 +319,9 @@ class EventHubTriggerRunner:
         """Runs the function on the batch (``cardinality=one``: on each event in turn) until
         it returns (retry policy); True to checkpoint."""
         trigger = self.trigger
-        built = to_event_hub_events(events, partition_id, trigger.consumer_group, trigger.eventhub)
+        built = to_event_hub_events(
+            events, partition_id, trigger.consumer_group, trigger.eventhub, many=trigger.many
+        )
         calls: list[Any] = [built] if trigger.many else list(built)
         for argument in calls:
             count = len(argument) if trigger.many else 1

@@ -50,3 +50,31 @@ def test_a_batch_reads_back_as_the_events_it_was_made_of() -> None:
     assert [(m.sequence_number, m.offset) for m in back] == [(0, "0"), (1, "64")]
     assert all(m.enqueued_time == AT and m.partition_id == "3" for m in back)
     assert second.body == b"b" and second.session_id is None
+
+
+def test_cardinality_one_gives_each_event_its_own_metadata() -> None:
+    """As the Event Hubs extension binds one event: ``SystemProperties``, ``Properties``
+    and the event's own fields, which ``azure.functions`` tells from a batch's arrays (a
+    function reading ``event.metadata["SystemProperties"]`` failed on the batch's shape)."""
+    sent = [
+        Message(b"a", message_id="m1", partition_key="k1", application_properties={"n": 1}),
+        Message(b"b", message_id="m2"),
+    ]
+    events = to_event_hub_events(
+        [delivered(m, i) for i, m in enumerate(sent)], "3", "$Default", "hub", many=False
+    )
+    first, second = (event.metadata or {} for event in events)
+    assert first["SystemProperties"]["message-id"] == "m1"
+    assert first["SystemProperties"]["SequenceNumber"] == 0
+    assert first["Properties"] == {"n": 1}
+    assert (first["PartitionKey"], first["SequenceNumber"], first["Offset"]) == ("k1", 0, "0")
+    assert first["PartitionContext"] == {
+        "ConsumerGroup": "$Default", "EventHubName": "hub", "PartitionId": "3",
+    }  # fmt: skip
+    assert second["SystemProperties"]["message-id"] == "m2" and second["Properties"] == {}
+    assert "PartitionKey" not in second
+    back = [from_event_hub_event(event, 0) for event in events]  # each its own: index unused
+    assert [(m.message_id, m.partition_key, m.sequence_number) for m in back] == [
+        ("m1", "k1", 0), ("m2", None, 1),
+    ]  # fmt: skip
+    assert back[0].application_properties == {"n": 1}
