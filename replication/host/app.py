@@ -145,8 +145,8 @@ class Host:
             app = load_app(self.config.directory / "function_app.py")
         for reason in not_run(app):
             log.warning("%s", reason)
-        self.triggers = service_bus_triggers(app, self.settings)
-        hub_triggers = event_hub_triggers(app, self.settings)
+        self.triggers = [t for t in service_bus_triggers(app, self.settings) if self._connected(t)]
+        hub_triggers = [h for h in event_hub_triggers(app, self.settings) if self._connected(h)]
         timers = timer_triggers(app, self.settings)
         if not self.triggers and not transactional and not hub_triggers and not timers:
             log.warning(
@@ -231,6 +231,19 @@ class Host:
                 server.shutdown()
             self.healthy = False
         return 0
+
+    def _connected(self, trigger: Any) -> bool:
+        """Whether the trigger's connection setting is defined; a function whose is not is
+        left out with the reason, as the Functions host leaves it (the others run)."""
+        if trigger.connection in self.settings:
+            return True
+        log.error(
+            "function %s is not run: its connection setting %r is not defined; make sure "
+            'it is an app setting (local.settings.json "Values", or the environment)',
+            trigger.name,
+            trigger.connection,
+        )
+        return False
 
     def _worker(self, clock: Clock) -> Invoker:
         """The worker the functions run in (``HostConfig.worker_process``)."""

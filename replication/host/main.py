@@ -79,6 +79,9 @@ def run_start(args: argparse.Namespace) -> int:
     except (OSError, WorkerUnavailable) as exc:  # a broker port in use; an app the worker
         print(f"error: {exc}", file=sys.stderr)  # cannot import (its traceback above)
         return 1
+    except SettingsError as exc:  # a %Name% in a binding that no setting defines
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     finally:
         metrics.export(host.settings).shutdown()  # what is still pending goes out
 

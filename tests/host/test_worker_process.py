@@ -361,3 +361,39 @@ def test_ctrl_c_lets_the_function_in_flight_finish_and_settle(
     assert "ended (exit code" not in output and "Traceback" not in output, output
     assert broker.count("work") == 0
     assert dead_letters(broker) == []
+
+
+TWO_CONNECTIONS_APP = """\
+import azure.functions as func
+
+app = func.FunctionApp()
+
+
+@app.service_bus_queue_trigger(arg_name="message", queue_name="work",
+                               connection="SERVICEBUS_CONNECTION")
+def configured(message: func.ServiceBusMessage) -> None: ...
+
+
+@app.service_bus_queue_trigger(arg_name="message", queue_name="work",
+                               connection="NOT_DEFINED_CONNECTION")
+def misconfigured(message: func.ServiceBusMessage) -> None: ...
+"""
+
+
+async def test_a_function_whose_connection_is_not_defined_is_left_out_alone(
+    broker_factory: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As the Functions host says a connection setting does not exist and runs the other
+    functions; the local host ended on a ``KeyError`` traceback, running none."""
+    broker: BrokerHandle = broker_factory(make_config({"work": {}}))
+    send(broker, "a")
+    host = project(tmp_path, broker)
+    (tmp_path / "function_app.py").write_text(TWO_CONNECTIONS_APP)
+    host.config.stop_when = lambda h: h.runners[0].stats.completed >= 1
+    assert await host.run() == 0
+    assert [r.trigger.name for r in host.runners] == ["configured"]
+    assert (
+        "function misconfigured is not run: its connection setting 'NOT_DEFINED_CONNECTION' "
+        "is not defined" in caplog.text
+    )
+    assert broker.count("work") == 0
