@@ -182,6 +182,9 @@ class Queue:
         )
         self.locks: dict[uuid.UUID, Lock] = {}
         self._locked_seqs: dict[int, Lock] = {}
+        self.orphaned_locks: dict[uuid.UUID, Lock] = {}
+        """Message locks whose receiving link went away (``release_owner``): no settlement
+        finds them, and their messages stay locked until they expire."""
         self.session_locks: dict[str, SessionLock] = {}
         self.forward_to: Destination | None = None
         self.forward_dead_letters_to: Destination | None = None
@@ -416,10 +419,20 @@ class Queue:
         return lock.until_ms
 
     def release_owner(self, owner: Any) -> None:
-        """A consumer went away: its message and session locks end without counting a
-        delivery attempt (the sessions guide: closing a receiver does not count)."""
+        """A consumer went away. A session receiver's session lock ends, and its messages'
+        locks with it, without counting a delivery attempt (the sessions guide: closing a
+        receiver does not count). A plain receiver's message locks are lost to it but hold
+        the message until they expire, and then count one, as on Service Bus: a message
+        received and neither settled nor released before its link closed (or its connection
+        dropped) cannot be settled any more ("the lock has expired or was released") and
+        comes again after LockDuration with its delivery count raised. (The SDKs release
+        what they prefetched and never handed out before they close a receiver; so does
+        ``servicebus.client``.)"""
         for lock in [lk for lk in self.locks.values() if lk.owner is owner]:
             del self.locks[lock.token]
+            if lock.session is None:
+                self.orphaned_locks[lock.token] = lock
+                continue
             self._locked_seqs.pop(lock.seq, None)
             if not lock.deferred:
                 self.pending_ready.append((lock.seq, lock.session))
@@ -432,10 +445,11 @@ class Queue:
         lost = [sl for sl in self.session_locks.values() if sl.until_ms <= now]
         for session in lost:
             del self.session_locks[session.session_id]
-        for lock in [lk for lk in self.locks.values() if lk.until_ms <= now]:
-            del self.locks[lock.token]
-            self._locked_seqs.pop(lock.seq, None)
-            self._return(lock, count=True)
+        for locks in (self.locks, self.orphaned_locks):
+            for lock in [lk for lk in locks.values() if lk.until_ms <= now]:
+                del locks[lock.token]
+                self._locked_seqs.pop(lock.seq, None)
+                self._return(lock, count=True)
         return lost
 
     def _return(self, lock: Lock, *, count: bool) -> None:

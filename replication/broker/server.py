@@ -404,11 +404,11 @@ class Broker:
         changed = False
         registry = self.registry
         for queue in registry.queues.values():
-            if queue.locks or queue.session_locks:
-                before = len(queue.locks)
+            if queue.locks or queue.session_locks or queue.orphaned_locks:
+                before = len(queue.locks) + len(queue.orphaned_locks)
                 for session in queue.expire_locks(now):
                     self._session_lost(session)
-                changed |= len(queue.locks) != before
+                changed |= len(queue.locks) + len(queue.orphaned_locks) != before
         for entity_id, seq in self.store.due_scheduled(now):
             entity = registry.by_entity_id.get(entity_id)
             if entity is not None:

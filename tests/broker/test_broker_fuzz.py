@@ -552,13 +552,15 @@ def check_case(port: int, case: Case) -> Heard:
 
 
 def queue_state(broker: BrokerHandle, name: str) -> tuple[int, set[int], set[int]]:
-    """(locks held, sequence numbers ready, sequence numbers stored as active) of a queue;
-    call on the broker's loop. With no consumer around, the last two must agree."""
+    """(locks held, sequence numbers ready or held by a gone receiver's lock until it
+    expires, sequence numbers stored as active) of a queue; call on the broker's loop.
+    With no consumer around, the last two must agree."""
     assert broker.broker is not None
     queue = broker.broker.queues[name.lower()]
     rows = broker.broker.store.scan(queue.entity, 0, 1_000_000)
     active = {row.seq for row in rows if row.state == STATE_ACTIVE}
-    return len(queue.locks), set(queue.ready), active
+    held = {lock.seq for lock in queue.orphaned_locks.values()}
+    return len(queue.locks), set(queue.ready) | held, active
 
 
 def sdk_round_trip(sender: Any, receiver: Any, tag: str) -> None:

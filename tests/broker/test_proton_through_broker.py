@@ -17,6 +17,8 @@ from azure.servicebus.amqp import AmqpMessageBodyType
 from proton import ConnectionException, Delivery, Message, symbol
 from proton.utils import LinkDetached
 
+from replication.clock import ManualClock
+
 from .conftest import BrokerHandle, body_bytes, nothing_more, proton_connection, receive_n, send
 
 pytestmark = pytest.mark.timeout(60)
@@ -188,22 +190,26 @@ def test_proton_reads_the_dead_letter_queue(broker: BrokerHandle) -> None:
     assert broker.count("q/$DeadLetterQueue") == 0
 
 
-def test_proton_connection_close_releases_its_locks(broker: BrokerHandle) -> None:
+def test_proton_connection_close_keeps_its_locks_until_they_expire(broker_factory: Any) -> None:
+    broker: BrokerHandle = broker_factory(clock=ManualClock())
     send(broker, "q", ServiceBusMessage("held by proton", message_id="held"))
     conn = connect(broker)
     receiver = conn.create_receiver("q", credit=1)
     assert receiver.receive(timeout=TIMEOUT).id == "held"
     conn.close()  # without settling
     with broker.client() as client, client.get_queue_receiver("q") as sdk_receiver:
+        assert nothing_more(sdk_receiver)
+        broker.advance(61)
         (message,) = receive_n(sdk_receiver, 1, timeout=3)
-        assert (message.message_id, message.delivery_count) == ("held", 0)
+        assert (message.message_id, message.delivery_count) == ("held", 1)
         sdk_receiver.complete_message(message)
 
 
-def test_a_second_proton_receiver_on_one_address_fails_at_once(broker: BrokerHandle) -> None:
+def test_a_second_proton_receiver_on_one_address_fails_at_once(broker_factory: Any) -> None:
     """proton's BlockingConnection names a receiver's link by its address, so a second
     receiver on the same queue in one connection reuses the name: it hears at once instead
     of waiting out its timeout on a session ended under it, and nothing held is lost."""
+    broker: BrokerHandle = broker_factory(clock=ManualClock())
     send(broker, "q", ServiceBusMessage("held", message_id="held"))
     conn = connect(broker, timeout=30)
     first = conn.create_receiver("q", credit=1)
@@ -213,6 +219,7 @@ def test_a_second_proton_receiver_on_one_address_fails_at_once(broker: BrokerHan
         conn.create_receiver("q", credit=1)  # proton drops the connection on our refusal
     assert time.monotonic() - started < 10  # not the 30 s timeout: an answer came
     conn.close()
+    broker.advance(61)  # the first receiver's lock, held past its connection
     with broker.client() as client, client.get_queue_receiver("q") as sdk_receiver:
         (message,) = receive_n(sdk_receiver, 1, timeout=3)
         assert message.message_id == "held"
