@@ -26,6 +26,7 @@ from ..gc_tuning import collect_garbage_for_throughput
 from .channel import read_frame, write_frame
 from .invocation import Invocation
 from .relay import Relay
+from .settings import function_log_level
 from .worker import Worker
 
 log = logging.getLogger("replication.worker")
@@ -65,6 +66,8 @@ async def serve(app_path: Path, channel: socket.socket, settlement: list[str]) -
             await worker.invoke(triggers[invocation.function], invocation)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
+            # the stack, as Functions logs it; the host logs the outcome of the batch
+            log.error("%s failed", invocation.function, exc_info=exc)
         write_frame(writer, ("done", number, error, relay.take()))
 
     try:
@@ -94,7 +97,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", required=True)
     parser.add_argument("--functions-grpc-max-message-length", required=True)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="worker %(process)d: %(message)s")
+    level = function_log_level(args.app.parent)
+    logging.basicConfig(level=level, format="worker %(process)d: %(message)s")
+    # the extension's decoder (uamqp) says several lines a message at INFO
+    logging.getLogger("uamqp").setLevel(max(level, logging.WARNING))
     # Ctrl-C in a terminal reaches the whole process group: the host lets the batches in
     # flight finish and settle, then closes the channel, which is what ends this process
     signal.signal(signal.SIGINT, signal.SIG_IGN)

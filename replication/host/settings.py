@@ -4,6 +4,7 @@ environment variables win, and ``%Name%`` in binding properties resolves against
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -47,3 +48,28 @@ def resolve(value: str, settings: Mapping[str, str]) -> str:
         return settings[name]
 
     return _SETTING.sub(lookup, value)
+
+
+_LOG_LEVELS = {
+    "trace": logging.DEBUG,
+    "debug": logging.DEBUG,
+    "information": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+    "none": logging.CRITICAL + 10,
+}
+
+
+def function_log_level(app_folder: Path) -> int:
+    """The level the functions' own logs show at: host.json ``logging.logLevel``, its
+    ``Function`` category or else ``default`` (Functions' names: Information, Warning...),
+    Information when neither is set, as in Functions."""
+    host_json = app_folder / "host.json"
+    try:
+        data = json.loads(host_json.read_text()) if host_json.is_file() else {}
+        levels = {str(k).lower(): str(v) for k, v in data["logging"]["logLevel"].items()}
+    except (KeyError, TypeError, AttributeError, ValueError):
+        levels = {}
+    name = levels.get("function", levels.get("default", "Information"))
+    return _LOG_LEVELS.get(name.lower(), logging.INFO)

@@ -397,3 +397,50 @@ async def test_a_function_whose_connection_is_not_defined_is_left_out_alone(
         "is not defined" in caplog.text
     )
     assert broker.count("work") == 0
+
+
+LOGGING_APP = """\
+import logging
+
+import azure.functions as func
+
+app = func.FunctionApp()
+
+
+@app.service_bus_queue_trigger(arg_name="message", queue_name="work",
+                               connection="SERVICEBUS_CONNECTION")
+def noisy(message: func.ServiceBusMessage) -> None:
+    logging.info("processing %s", message.message_id)
+    int(message.get_body())
+"""
+
+
+@pytest.mark.parametrize(
+    ("host_json", "shown"),
+    [({}, True), ({"logging": {"logLevel": {"default": "Warning"}}}, False)],
+)
+def test_the_functions_logs_show_at_host_jsons_level_with_a_failures_stack(
+    broker_factory: Any, tmp_path: Path, processes: Any, host_json: Any, shown: bool
+) -> None:
+    """As ``func start`` shows them: the function's own ``logging.info`` at Information
+    (host.json's default, or its ``logLevel``), and a failure's stack, not one line."""
+    from .test_host import start
+
+    broker: BrokerHandle = broker_factory(make_config({"work": {"MaxDeliveryCount": 1}}))
+    (tmp_path / "function_app.py").write_text(LOGGING_APP)
+    (tmp_path / "host.json").write_text(json.dumps({"version": "2.0", **host_json}))
+    settings = {"SERVICEBUS_CONNECTION": broker.connection_string}
+    (tmp_path / "local.settings.json").write_text(json.dumps({"Values": settings}))
+    log = tmp_path / "host.log"
+    host = start(processes, tmp_path, "--metrics-port", "0", "--no-progress", log=log)
+    send(broker, "not-a-number")
+    deadline = time.monotonic() + 60
+    while broker.count("work/$DeadLetterQueue") < 1:
+        assert host.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.05)
+    os.killpg(host.pid, signal.SIGINT)
+    host.wait(60)
+    output = log.read_text()
+    assert ("processing not-a-number" in output) is shown, output
+    assert "noisy failed\nTraceback (most recent call last):" in output, output
+    assert "in noisy\n    int(message.get_body())" in output, output
