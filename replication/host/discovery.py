@@ -90,7 +90,7 @@ def triggered_by(app: func.FunctionApp, kind: str) -> Iterator[tuple[Function, d
     not ours to run, nor are functions with bindings besides their trigger (``not_run``)."""
     for function in functions_of(app):
         trigger = function.get_trigger()
-        if trigger is None or _other_bindings(function):
+        if trigger is None or _other_bindings(function) or _unbound_sdk_type(function):
             continue
         binding = trigger.get_dict_repr()
         if binding.get("type") == kind:
@@ -110,6 +110,13 @@ def not_run(app: func.FunctionApp) -> list[str]:
         if kind not in RUN_TRIGGERS:
             reasons.append(f"function {name}: the local host does not run {kind} triggers")
             continue
+        unbound = _unbound_sdk_type(function)
+        if unbound:
+            reasons.append(
+                f"function {name} is not run: the local host does not bind {unbound} (the "
+                "Event Hubs SDK-type binding); take azure.functions.EventHubEvent"
+            )
+            continue
         others = _other_bindings(function)
         if others:
             named = ", ".join(
@@ -120,6 +127,21 @@ def not_run(app: func.FunctionApp) -> list[str]:
                 f"bindings besides the trigger: {named}"
             )
     return reasons
+
+
+def _unbound_sdk_type(function: Function) -> str | None:
+    """The trigger parameter's type when it is one of the Event Hubs SDK-type binding's
+    (``azurefunctions-extensions-bindings-eventhub``), which the local host does not bind:
+    run with an ``EventHubEvent`` instead, the function would fail and, without a retry
+    policy, be checkpointed past its events."""
+    trigger = function.get_trigger()
+    if trigger is None:
+        return None
+    annotation = _annotations(function.get_user_function()).get(trigger.name)
+    module = getattr(annotation, "__module__", "") or ""
+    if module.startswith("azurefunctions.extensions.bindings.eventhub"):
+        return f"{module}.{getattr(annotation, '__qualname__', annotation)}"
+    return None
 
 
 def _other_bindings(function: Function) -> list[Any]:

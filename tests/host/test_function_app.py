@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import azure.functions as func
 
 from replication.functions import register_pipelines
@@ -225,4 +227,27 @@ def test_functions_with_bindings_besides_their_trigger_are_left_out_and_named() 
         "function reads is not run: the local host does not provide its bindings besides the "
         "trigger: blob (blob, in)",
         "function hello: the local host does not run httpTrigger triggers",
+    ]
+
+
+def test_an_event_hub_function_taking_the_sdk_binding_type_is_left_out_and_named() -> None:
+    """The Event Hubs SDK-type binding (azurefunctions-extensions-bindings-eventhub, a beta
+    this project does not install: a class of that module's name stands for its EventData)
+    is not bound: run with an ``EventHubEvent`` the function failed and its events were
+    checkpointed past."""
+    event_data = type(
+        "EventData", (), {"__module__": "azurefunctions.extensions.bindings.eventhub.eventData"}
+    )
+    app = func.FunctionApp()
+
+    def reads(event: Any) -> None: ...
+
+    reads.__annotations__["event"] = event_data
+    app.event_hub_message_trigger(arg_name="event", event_hub_name="h", connection="Bus")(reads)
+    settings = {"Bus": "Endpoint=sb://localhost;SharedAccessKeyName=k;SharedAccessKey=v"}
+    assert event_hub_triggers(app, settings) == []
+    assert not_run(app) == [
+        "function reads is not run: the local host does not bind "
+        "azurefunctions.extensions.bindings.eventhub.eventData.EventData (the Event Hubs "
+        "SDK-type binding); take azure.functions.EventHubEvent"
     ]
