@@ -39,7 +39,7 @@ from ..clock import SYSTEM, Clock
 from ..dashboard.threaded import serve
 from ..generated import generated, pipeline_name
 from .discovery import ServiceBusTrigger, load_app, not_run, service_bus_triggers
-from .embedded import plan_brokers, start_brokers
+from .embedded import plan_brokers, start_brokers, trigger_endpoints
 from .eventhubs import EventHubOptions, EventHubTriggerRunner, event_hub_triggers
 from .invocation import Invoker
 from .process import WorkerPool
@@ -133,14 +133,8 @@ class Host:
         if named or pipelines_path.is_file():
             pipelines = load_pipelines(pipelines_path, settings=self.settings)
             self.pipeline_set = list(pipelines.pipelines)
-        plan = plan_brokers(pipelines.pipelines if pipelines else [], self.settings)
         data_dir = self.config.data_dir or self.config.directory / ".replication"
         clock = self.config.clock
-        self.brokers = await start_brokers(plan, data_dir, clock)
-        for broker in self.brokers:
-            log.info(
-                "embedded broker on localhost:%d (%d entities)", broker.port, len(broker.entities)
-            )
         with pumped_by_host(clock) as transactional:
             app = load_app(self.config.directory / "function_app.py")
         for reason in not_run(app):
@@ -148,6 +142,16 @@ class Host:
         self.triggers = [t for t in service_bus_triggers(app, self.settings) if self._connected(t)]
         hub_triggers = [h for h in event_hub_triggers(app, self.settings) if self._connected(h)]
         timers = timer_triggers(app, self.settings)
+        plan = plan_brokers(
+            pipelines.pipelines if pipelines else [],
+            self.settings,
+            trigger_endpoints([*self.triggers, *hub_triggers]),
+        )
+        self.brokers = await start_brokers(plan, data_dir, clock)
+        for broker in self.brokers:
+            log.info(
+                "embedded broker on localhost:%d (%d entities)", broker.port, len(broker.entities)
+            )
         if not self.triggers and not transactional and not hub_triggers and not timers:
             log.warning(
                 "function_app.py has no Service Bus, Event Hubs or timer triggers: nothing to run"

@@ -121,13 +121,23 @@ class Entities:
         }
 
 
-def plan_brokers(pipelines: Iterable[Pipeline], settings: Mapping[str, str]) -> dict[int, Entities]:
+def plan_brokers(
+    pipelines: Iterable[Pipeline],
+    settings: Mapping[str, str],
+    functions: Iterable[tuple[Endpoint, bool]] = (),
+) -> dict[int, Entities]:
     """Port -> entities, for every pipeline endpoint whose connection is a local emulator
-    (or, with failover, may resolve to a local broker of ``REPLICATION_FAILOVER_HOSTS``)."""
+    (or, with failover, may resolve to a local broker of ``REPLICATION_FAILOVER_HOSTS``),
+    and every entity a function's trigger reads there (``trigger_endpoints``): a function
+    app without pipelines gets the brokers its emulator connection strings name."""
     from ..failover import HOST_MAP_SETTING, parse_host_map
 
     hosts = parse_host_map(settings.get(HOST_MAP_SETTING))
     plan: dict[int, Entities] = {}
+    for endpoint, needs_sessions in functions:
+        port = emulator_port(settings.get(endpoint.connection) or "")
+        if port is not None:
+            plan.setdefault(port, Entities()).add(endpoint, needs_sessions)
     for pipeline in pipelines:
         # sources in sessions, or event hubs whose keys become sessions
         sessions = any(s.sessions or s.session_id_from for s in pipeline.sources)
@@ -145,6 +155,30 @@ def plan_brokers(pipelines: Iterable[Pipeline], settings: Mapping[str, str]) -> 
                 if port is not None:
                     plan.setdefault(port, Entities()).add(endpoint, needs_sessions)
     return plan
+
+
+def trigger_endpoints(triggers: Iterable[Any]) -> list[tuple[Endpoint, bool]]:
+    """What each Service Bus or Event Hubs trigger reads, as pipeline endpoints, with
+    whether it needs sessions (``plan_brokers``)."""
+    from ..pipeline import Endpoint
+
+    endpoints = []
+    for trigger in triggers:
+        if hasattr(trigger, "eventhub"):
+            fields = {"eventhub": trigger.eventhub, "consumer_group": trigger.consumer_group}
+        else:
+            fields = {
+                "queue": trigger.queue,
+                "topic": trigger.topic,
+                "subscription": trigger.subscription,
+            }
+        try:
+            endpoint = Endpoint(connection=trigger.connection, **fields)
+        except ValueError as exc:  # a name no pipeline could hold: the broker makes none
+            log.warning("%s: no embedded entity for it: %s", trigger.name, exc)
+            continue
+        endpoints.append((endpoint, bool(getattr(trigger, "sessions", False))))
+    return endpoints
 
 
 def _namespaces(endpoint: Endpoint, connection: str | None, hosts: Mapping[str, str]) -> list[str]:

@@ -444,3 +444,44 @@ def test_the_functions_logs_show_at_host_jsons_level_with_a_failures_stack(
     assert ("processing not-a-number" in output) is shown, output
     assert "noisy failed\nTraceback (most recent call last):" in output, output
     assert "in noisy\n    int(message.get_body())" in output, output
+
+
+async def test_a_function_app_without_pipelines_gets_the_broker_its_trigger_names(
+    tmp_path: Path,
+) -> None:
+    """An emulator connection string in local.settings.json and no pipelines.yaml: the host
+    starts the embedded broker on that port with the queue the trigger reads, as the docs
+    say, instead of retrying a refused connection every second."""
+    from tests.ports import port_for_settings
+
+    port = port_for_settings()
+    connection = (
+        f"Endpoint=sb://localhost:{port};SharedAccessKeyName=RootManageSharedAccessKey;"
+        "SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true"
+    )
+    (tmp_path / "function_app.py").write_text(SLOW_APP.replace("time.sleep(1.5)", "pass"))
+    settings = {"SERVICEBUS_CONNECTION": connection}
+    (tmp_path / "local.settings.json").write_text(json.dumps({"Values": settings}))
+    host = Host(HostConfig(directory=tmp_path, metrics_port=None, progress=False))
+    sent = threading.Event()
+
+    def step(h: Host) -> bool:
+        if h.brokers and not sent.is_set():
+            sent.set()
+            threading.Thread(target=send_to, args=(connection, "order-1")).start()
+        return bool(h.runners) and h.runners[0].stats.completed >= 1
+
+    host.config.stop_when = step
+    assert await host.run() == 0
+    assert [b.port for b in host.brokers] == [port]
+    assert (tmp_path / "finished").exists()
+
+
+def send_to(connection: str, name: str) -> None:
+    from azure.servicebus import ServiceBusClient
+
+    with (
+        ServiceBusClient.from_connection_string(connection) as client,
+        client.get_queue_sender("work") as sender,
+    ):
+        sender.send_messages(ServiceBusMessage(name, message_id=name))
