@@ -9,6 +9,8 @@ builds it from the trigger's metadata (the local host's trigger needs it).
 
 from __future__ import annotations
 
+import json
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from ..messages import Message
@@ -45,6 +47,69 @@ def from_functions(message: func.ServiceBusMessage) -> Message:
     )
 
 
+_METADATA: tuple[tuple[str, str], ...] = (
+    ("MessageId", "message_id"),
+    ("ContentType", "content_type"),
+    ("CorrelationId", "correlation_id"),
+    ("DeliveryCount", "delivery_count"),
+    ("EnqueuedTimeUtc", "enqueued_time_utc"),
+    ("ScheduledEnqueueTimeUtc", "scheduled_enqueue_time_utc"),
+    ("SequenceNumber", "sequence_number"),
+    ("SessionId", "session_id"),
+    ("ReplyToSessionId", "reply_to_session_id"),
+    ("PartitionKey", "partition_key"),
+    ("ReplyTo", "reply_to"),
+    ("To", "to"),
+    ("Subject", "subject"),
+    ("Label", "subject"),
+    ("TimeToLive", "time_to_live"),
+    ("DeadLetterSource", "dead_letter_source"),
+    ("DeadLetterReason", "dead_letter_reason"),
+    ("DeadLetterErrorDescription", "dead_letter_error_description"),
+)
+"""Trigger-metadata keys (the Service Bus extension's binding data) and the
+``ServiceBusMessage`` attribute each holds."""
+
+
+def _trigger_metadata(
+    message: ServiceBusReceivedMessage, values: dict[str, Any], props: dict[str, Any]
+) -> dict[str, Any]:
+    """The trigger metadata the Functions host sends with a message, which the worker's
+    ``ServiceBusMessage.metadata`` shows (it was None here): the message's fields by their
+    binding-data names, and its properties as ``UserProperties``/``ApplicationProperties``."""
+    from azure.functions.meta import Datum
+
+    fields: dict[str, Any] = {key: values.get(attribute) for key, attribute in _METADATA}
+    fields.update(
+        EnqueuedSequenceNumber=message.enqueued_sequence_number,
+        ExpiresAtUtc=message.expires_at_utc,
+        LockedUntil=message.locked_until_utc,
+        LockToken=str(message.lock_token) if message.lock_token else None,
+        State=int(message.state) if message.state is not None else None,
+    )
+    metadata = {key: _datum(value) for key, value in fields.items() if value is not None}
+    properties = json.dumps(props, default=str)
+    metadata["UserProperties"] = metadata["ApplicationProperties"] = Datum(properties, "json")
+    return metadata
+
+
+def _datum(value: Any) -> Any:
+    """One binding-data value as the worker protocol types it."""
+    from azure.functions.meta import Datum
+
+    if isinstance(value, bool | int):
+        return Datum(int(value), "int")
+    if isinstance(value, datetime):
+        return Datum(value.isoformat(), "string")
+    if isinstance(value, timedelta):  # a .NET TimeSpan's text: [d.]hh:mm:ss[.fffffff]
+        hours, rest = divmod(int(value.total_seconds()), 3600)
+        minutes, seconds = divmod(rest, 60)
+        days, hours = divmod(hours, 24)
+        head = f"{days}." if days else ""
+        return Datum(f"{head}{hours:02}:{minutes:02}:{seconds:02}", "string")
+    return Datum(str(value), "string")
+
+
 def to_functions_message(message: ServiceBusReceivedMessage) -> func.ServiceBusMessage:
     """What the Python worker builds from the trigger's metadata, built from the SDK's message."""
     from azure.functions.servicebus import ServiceBusMessage as FunctionsMessage
@@ -57,7 +122,7 @@ def to_functions_message(message: ServiceBusReceivedMessage) -> func.ServiceBusM
     values["message_id"] = values["message_id"] or ""
     return FunctionsMessage(
         body=body_bytes(message),
-        trigger_metadata=None,
+        trigger_metadata=_trigger_metadata(message, values, props),
         application_properties=props,
         enqueued_sequence_number=message.enqueued_sequence_number,
         expires_at_utc=message.expires_at_utc,

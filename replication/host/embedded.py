@@ -10,6 +10,7 @@ sessions; event hubs with their consumer groups, on the same listener), its data
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,14 +130,23 @@ def plan_brokers(
     """Port -> entities, for every pipeline endpoint whose connection is a local emulator
     (or, with failover, may resolve to a local broker of ``REPLICATION_FAILOVER_HOSTS``),
     and every entity a function's trigger reads there (``trigger_endpoints``): a function
-    app without pipelines gets the brokers its emulator connection strings name."""
+    app without pipelines gets the brokers its emulator connection strings name, unless
+    something listens on the port already (the Service Bus emulator, a broker started by
+    hand): its functions use that."""
     from ..failover import HOST_MAP_SETTING, parse_host_map
 
     hosts = parse_host_map(settings.get(HOST_MAP_SETTING))
     plan: dict[int, Entities] = {}
+    served: dict[int, bool] = {}
     for endpoint, needs_sessions in functions:
         port = emulator_port(settings.get(endpoint.connection) or "")
-        if port is not None:
+        if port is None:
+            continue
+        if port not in served:
+            served[port] = _listening(port)
+            if served[port]:
+                log.info("localhost:%d is served already: the functions use it", port)
+        if not served[port]:
             plan.setdefault(port, Entities()).add(endpoint, needs_sessions)
     for pipeline in pipelines:
         # sources in sessions, or event hubs whose keys become sessions
@@ -155,6 +165,13 @@ def plan_brokers(
                 if port is not None:
                     plan.setdefault(port, Entities()).add(endpoint, needs_sessions)
     return plan
+
+
+def _listening(port: int) -> bool:
+    """Whether something accepts connections on the local port."""
+    with socket.socket() as sock:
+        sock.settimeout(1.0)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 def trigger_endpoints(triggers: Iterable[Any]) -> list[tuple[Endpoint, bool]]:

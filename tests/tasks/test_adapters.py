@@ -386,3 +386,19 @@ def test_a_row_s_property_of_a_wrong_type_is_named(kind: str, text: str, said: s
     why, before anything is sent."""
     with pytest.raises(ValueError, match=rf"application property 'p': .*{said}"):
         spark_rows.decode_properties({"p": text}, {"p": kind})
+
+
+def test_a_functions_message_has_the_trigger_metadata_the_host_sends() -> None:
+    """``func.ServiceBusMessage.metadata`` is the binding data by its names (it was None):
+    what the Microsoft Learn trigger sample prints."""
+    sent = Message(
+        b"x", message_id="m-1", correlation_id="c-1", subject="s", content_type="text/plain",
+        application_properties={"k": "v", "n": 7}, time_to_live=timedelta(minutes=90),
+    )  # fmt: skip
+    metadata = to_functions_message(sdk_received(encode(sent))).metadata or {}
+    assert metadata["MessageId"] == "m-1" and metadata["CorrelationId"] == "c-1"
+    assert metadata["Subject"] == metadata["Label"] == "s"
+    assert metadata["ContentType"] == "text/plain"
+    assert metadata["UserProperties"] == metadata["ApplicationProperties"] == {"k": "v", "n": 7}
+    assert metadata["TimeToLive"] == "01:30:00"
+    assert "SequenceNumber" not in metadata  # never through a broker: none to say
