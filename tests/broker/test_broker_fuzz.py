@@ -88,7 +88,7 @@ KNOWN_CONDITIONS = frozenset({
     DECODE_ERROR, FRAMING_ERROR,
     "amqp:illegal-state", "amqp:not-allowed", "amqp:invalid-field", "amqp:not-implemented",
     "amqp:not-found", "amqp:unauthorized-access", "amqp:resource-limit-exceeded",
-    "amqp:precondition-failed", "amqp:connection:forced",
+    "amqp:resource-locked", "amqp:precondition-failed", "amqp:connection:forced",
     "amqp:session:window-violation", "amqp:session:errant-link",
     "amqp:session:handle-in-use", "amqp:session:unattached-handle",
     "amqp:link:detach-forced", "amqp:link:transfer-limit-exceeded",

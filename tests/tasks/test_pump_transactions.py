@@ -83,7 +83,9 @@ async def wait_until(predicate: Callable[[], bool], timeout: float = 30.0) -> No
 def expire_locks(broker: BrokerHandle, queue: str) -> None:
     def expire() -> None:
         assert broker.broker is not None
-        for lock in broker.broker.queues[queue].locks.values():
+        held = broker.broker.queues[queue]
+        # a dropped connection's locks too: they hold their messages until they expire
+        for lock in [*held.locks.values(), *held.orphaned_locks.values()]:
             lock.until_ms = 0
 
     broker.call(expire)
