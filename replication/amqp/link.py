@@ -249,6 +249,9 @@ class Link:
         if self.state in (LinkState.DETACHED, LinkState.DETACH_SENT):
             return
         replying = self.state is LinkState.DETACH_RECEIVED
+        # settlements made before the detach go before it: after it, the peer has no link
+        # to take them on (Service Bus keeps such a message locked until its lock expires)
+        self.session._flush_dispositions()
         self.session._send_frame(Detach(handle=self.handle, closed=closed, error=error))
         self._outgoing.clear()
         if replying:

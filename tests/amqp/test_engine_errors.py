@@ -16,7 +16,7 @@ from replication.amqp.connection import Connection
 from replication.amqp.errors import MessageSizeExceededError
 from replication.amqp.frames import AMQP_HEADER, FRAME_SASL, SASL_HEADER, encode_frame
 from replication.amqp.link import LinkState
-from replication.amqp.outcomes import Accepted
+from replication.amqp.outcomes import Accepted, Released
 from replication.amqp.performatives import (
     Attach,
     Begin,
@@ -578,6 +578,20 @@ def test_repeated_updates_before_a_flush_send_one_disposition() -> None:
     pair.pump()
     (disposition,) = bodies(pair.sent_by_server(mark), Disposition)
     assert disposition.settled is True
+
+
+def test_a_settlement_made_before_a_detach_goes_out_before_it() -> None:
+    """Dispositions wait for the next flush; a detach right after a release (a receiver
+    giving back what it held as it closes) must not overtake it: a broker that has seen the
+    detach has no link to take the release on, and Service Bus keeps the message locked."""
+    pair, sender, receiver = sender_pair(credit=1)
+    sender.send(b"x")
+    pair.pump()
+    (received,) = of(pair.server_events, ev.DeliveryReceived)
+    received.delivery.update(Released(), settled=True)
+    receiver.detach()
+    kinds = [type(f.body) for f in frames(pair.server.data_to_send())]
+    assert kinds == [Disposition, Detach]
 
 
 def test_server_close_before_open_sends_open_then_close() -> None:
