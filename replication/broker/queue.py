@@ -410,7 +410,11 @@ class Queue:
         self._move_to_dead_letter(lock.seq, reason, description, count=1)
 
     def renew(self, token: uuid.UUID, now: int) -> int:
-        lock = self.locks.get(token)
+        """A lock's new end. A lock whose link went away renews too, though nothing can
+        settle it any more: Service Bus renews a lock through any receiver ("for an
+        unlimited amount of time", azure-sdk-for-net #30310) and keeps only settlement to
+        the link that received the message."""
+        lock = self.locks.get(token) or self.orphaned_locks.get(token)
         if lock is None or lock.until_ms <= now:
             raise LockLostError(f"the lock {token} on {self.name} has expired or was released")
         if lock.session is not None:
