@@ -55,5 +55,7 @@ def test_a_functions_trigger_gets_its_entity_unless_its_port_is_served_already()
     assert list(plan) == [5713]
     mine = plan[5713]
     assert (mine.queues, mine.topics, mine.event_hubs) == (
-        {"orders": True}, {"news": {"all": False}}, {"readings": {"fn"}},
-    )  # fmt: skip
+        {"orders": True},
+        {"news": {"all": False}},
+        {"readings": {"fn"}},
+    )

@@ -374,9 +374,11 @@ async def test_a_dead_letter_reason_not_given_is_left_off(
         for body in (b"dead-reason-only", b"dead-bare"):
             sender.send_messages(ServiceBusMessage(body, message_id=body.decode()))
     await run_app(
-        actions_app("in", False, seen), settings, until=lambda _: broker.count(IN_DEAD_LETTER) >= 2,
+        actions_app("in", False, seen),
+        settings,
+        until=lambda _: broker.count(IN_DEAD_LETTER) >= 2,
         options=replace(FAST, backend=backend),
-    )  # fmt: skip
+    )
     dead = {m.message_id: m.application_properties or {} for m in drain(broker, "in", DEAD_LETTER)}
     assert dead == {
         "dead-reason-only": {b"DeadLetterReason": b"Reason only"},

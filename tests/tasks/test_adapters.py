@@ -392,9 +392,14 @@ def test_a_functions_message_has_the_trigger_metadata_the_host_sends() -> None:
     """``func.ServiceBusMessage.metadata`` is the binding data by its names (it was None):
     what the Microsoft Learn trigger sample prints."""
     sent = Message(
-        b"x", message_id="m-1", correlation_id="c-1", subject="s", content_type="text/plain",
-        application_properties={"k": "v", "n": 7}, time_to_live=timedelta(minutes=90),
-    )  # fmt: skip
+        b"x",
+        message_id="m-1",
+        correlation_id="c-1",
+        subject="s",
+        content_type="text/plain",
+        application_properties={"k": "v", "n": 7},
+        time_to_live=timedelta(minutes=90),
+    )
     metadata = to_functions_message(sdk_received(encode(sent))).metadata or {}
     assert metadata["MessageId"] == "m-1" and metadata["CorrelationId"] == "c-1"
     assert metadata["Subject"] == metadata["Label"] == "s"

@@ -69,12 +69,15 @@ def test_cardinality_one_gives_each_event_its_own_metadata() -> None:
     assert first["Properties"] == {"n": 1}
     assert (first["PartitionKey"], first["SequenceNumber"], first["Offset"]) == ("k1", 0, "0")
     assert first["PartitionContext"] == {
-        "ConsumerGroup": "$Default", "EventHubName": "hub", "PartitionId": "3",
-    }  # fmt: skip
+        "ConsumerGroup": "$Default",
+        "EventHubName": "hub",
+        "PartitionId": "3",
+    }
     assert second["SystemProperties"]["message-id"] == "m2" and second["Properties"] == {}
     assert "PartitionKey" not in second
     back = [from_event_hub_event(event, 0) for event in events]  # each its own: index unused
     assert [(m.message_id, m.partition_key, m.sequence_number) for m in back] == [
-        ("m1", "k1", 0), ("m2", None, 1),
-    ]  # fmt: skip
+        ("m1", "k1", 0),
+        ("m2", None, 1),
+    ]
     assert back[0].application_properties == {"n": 1}
