@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ..messages import Message, PropertyValue
 from .fields import FIELDS
 from .sdk import body_bytes
-from .values import properties_from_amqp, text, utc
+from .values import binding_datum, properties_from_amqp, text, utc
 
 if TYPE_CHECKING:
     import azure.functions as func
@@ -184,7 +184,6 @@ def to_event_hub_events(
     its own: ``SystemProperties``, ``Properties``, ``PartitionKey``, ``Offset``,
     ``SequenceNumber``, ``EnqueuedTimeUtc`` (the Event Hubs extension's binding data)."""
     import azure.functions as func
-    from azure.functions.meta import Datum
 
     systems = []
     properties = []
@@ -210,15 +209,12 @@ def to_event_hub_events(
         )
         systems.append(system)
         properties.append({k: _json_value(v) for k, v in message.application_properties.items()})
-    context = Datum(
-        json.dumps(
-            {"ConsumerGroup": consumer_group, "EventHubName": hub, "PartitionId": partition_id}
-        ),
-        "json",
+    context = binding_datum(
+        {"ConsumerGroup": consumer_group, "EventHubName": hub, "PartitionId": partition_id}
     )
     batch = {
-        "SystemPropertiesArray": Datum(json.dumps(systems), "json"),
-        "PropertiesArray": Datum(json.dumps(properties), "json"),
+        "SystemPropertiesArray": binding_datum(systems),
+        "PropertiesArray": binding_datum(properties),
         "PartitionContext": context,
     }
     out = []
@@ -240,17 +236,14 @@ def to_event_hub_events(
 def _single_metadata(system: dict[str, Any], props: dict[str, Any], context: Any) -> dict[str, Any]:
     """One event's trigger metadata for ``cardinality=one`` (what ``azure.functions`` takes
     for one: it tells the cardinalities apart by ``SystemProperties``)."""
-    from azure.functions.meta import Datum
-
     metadata = {
-        "SystemProperties": Datum(json.dumps(system), "json"),
-        "Properties": Datum(json.dumps(props), "json"),
+        "SystemProperties": binding_datum(system),
+        "Properties": binding_datum(props),
         "PartitionContext": context,
-        "SequenceNumber": Datum(system["SequenceNumber"], "int"),
     }
-    for key in ("Offset", "PartitionKey", "EnqueuedTimeUtc"):
+    for key in ("SequenceNumber", "Offset", "PartitionKey", "EnqueuedTimeUtc"):
         if system[key] is not None:
-            metadata[key] = Datum(str(system[key]), "string")
+            metadata[key] = binding_datum(system[key])
     return metadata
 
 

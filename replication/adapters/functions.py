@@ -9,14 +9,12 @@ builds it from the trigger's metadata (the local host's trigger needs it).
 
 from __future__ import annotations
 
-import json
-from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from ..messages import Message
 from .fields import FIELDS
 from .sdk import body_bytes
-from .values import properties_from_amqp, text, utc
+from .values import binding_datum, properties_from_amqp, text, utc
 
 if TYPE_CHECKING:
     import azure.functions as func
@@ -77,8 +75,6 @@ def _trigger_metadata(
     """The trigger metadata the Functions host sends with a message, which the worker's
     ``ServiceBusMessage.metadata`` shows (it was None here): the message's fields by their
     binding-data names, and its properties as ``UserProperties``/``ApplicationProperties``."""
-    from azure.functions.meta import Datum
-
     fields: dict[str, Any] = {key: values.get(attribute) for key, attribute in _METADATA}
     fields.update(
         EnqueuedSequenceNumber=message.enqueued_sequence_number,
@@ -87,27 +83,9 @@ def _trigger_metadata(
         LockToken=str(message.lock_token) if message.lock_token else None,
         State=int(message.state) if message.state is not None else None,
     )
-    metadata = {key: _datum(value) for key, value in fields.items() if value is not None}
-    properties = json.dumps(props, default=str)
-    metadata["UserProperties"] = metadata["ApplicationProperties"] = Datum(properties, "json")
+    metadata = {key: binding_datum(value) for key, value in fields.items() if value is not None}
+    metadata["UserProperties"] = metadata["ApplicationProperties"] = binding_datum(props)
     return metadata
-
-
-def _datum(value: Any) -> Any:
-    """One binding-data value as the worker protocol types it."""
-    from azure.functions.meta import Datum
-
-    if isinstance(value, bool | int):
-        return Datum(int(value), "int")
-    if isinstance(value, datetime):
-        return Datum(value.isoformat(), "string")
-    if isinstance(value, timedelta):  # a .NET TimeSpan's text: [d.]hh:mm:ss[.fffffff]
-        hours, rest = divmod(int(value.total_seconds()), 3600)
-        minutes, seconds = divmod(rest, 60)
-        days, hours = divmod(hours, 24)
-        head = f"{days}." if days else ""
-        return Datum(f"{head}{hours:02}:{minutes:02}:{seconds:02}", "string")
-    return Datum(str(value), "string")
 
 
 def to_functions_message(message: ServiceBusReceivedMessage) -> func.ServiceBusMessage:

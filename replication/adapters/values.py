@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..messages import PropertyValue
@@ -39,3 +40,24 @@ def properties_from_amqp(props: Any) -> dict[str, PropertyValue]:
                 value = bytes(value)
         out[name] = value
     return out
+
+
+def binding_datum(value: Any) -> Any:
+    """One trigger-metadata value as the Functions host types it for the worker
+    (``azure.functions.meta.Datum``): a number as int, a time as ISO text, a duration as a
+    .NET TimeSpan's text (``[d.]hh:mm:ss``), a mapping or list as JSON, the rest as text."""
+    from azure.functions.meta import Datum
+
+    if isinstance(value, bool | int):
+        return Datum(int(value), "int")
+    if isinstance(value, dict | list):
+        return Datum(json.dumps(value, default=str), "json")
+    if isinstance(value, datetime):
+        return Datum(value.isoformat(), "string")
+    if isinstance(value, timedelta):
+        hours, rest = divmod(int(value.total_seconds()), 3600)
+        minutes, seconds = divmod(rest, 60)
+        days, hours = divmod(hours, 24)
+        head = f"{days}." if days else ""
+        return Datum(f"{head}{hours:02}:{minutes:02}:{seconds:02}", "string")
+    return Datum(str(value), "string")
