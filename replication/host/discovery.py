@@ -86,11 +86,11 @@ RUN_TRIGGERS: tuple[str, ...] = ("serviceBusTrigger", "eventHubTrigger", "timerT
 
 def triggered_by(app: func.FunctionApp, kind: str) -> Iterator[tuple[Function, dict[str, Any]]]:
     """Each function of ``app`` whose trigger is of ``kind`` (``serviceBusTrigger``,
-    ``eventHubTrigger``, ``timerTrigger``) with its trigger's binding; other triggers are
-    not ours to run, nor are functions with bindings besides their trigger (``not_run``)."""
+    ``eventHubTrigger``, ``timerTrigger``) with its trigger's binding, less those the
+    local host leaves out (``left_out``)."""
     for function in functions_of(app):
         trigger = function.get_trigger()
-        if trigger is None or _other_bindings(function) or _unbound_sdk_type(function):
+        if trigger is None or left_out(function) is not None:
             continue
         binding = trigger.get_dict_repr()
         if binding.get("type") == kind:
@@ -98,35 +98,38 @@ def triggered_by(app: func.FunctionApp, kind: str) -> Iterator[tuple[Function, d
 
 
 def not_run(app: func.FunctionApp) -> list[str]:
-    """Why each function of ``app`` the local host leaves out is left out. A function with
-    input or output bindings is not run at all: run without them, a ``$return`` would be
-    dropped and its messages completed, an ``Out`` argument never passed; left out, its
-    messages wait where they are."""
-    reasons = []
-    for function in functions_of(app):
-        name = function.get_function_name()
-        trigger = function.get_trigger()
-        kind = trigger.get_dict_repr().get("type") if trigger is not None else None
-        if kind not in RUN_TRIGGERS:
-            reasons.append(f"function {name}: the local host does not run {kind} triggers")
-            continue
-        unbound = _unbound_sdk_type(function)
-        if unbound:
-            reasons.append(
-                f"function {name} is not run: the local host does not bind {unbound} (the "
-                "Event Hubs SDK-type binding); take azure.functions.EventHubEvent"
-            )
-            continue
-        others = _other_bindings(function)
-        if others:
-            named = ", ".join(
-                f"{b.name} ({b.type}, {BindingDirection(b.direction).name.lower()})" for b in others
-            )
-            reasons.append(
-                f"function {name} is not run: the local host does not provide its "
-                f"bindings besides the trigger: {named}"
-            )
-    return reasons
+    """Why each function of ``app`` the local host leaves out is left out (``left_out``)."""
+    reasons = (left_out(function) for function in functions_of(app))
+    return [reason for reason in reasons if reason is not None]
+
+
+def left_out(function: Function) -> str | None:
+    """Why the local host does not run ``function``, or None when it does. Not a trigger of
+    its kinds; not a function with input or output bindings, which is not run at all: run
+    without them, a ``$return`` would be dropped and its messages completed, an ``Out``
+    argument never passed; left out, its messages wait where they are. Nor an Event Hubs
+    function taking the Event Hubs SDK-type binding's type (``_unbound_sdk_type``)."""
+    name = function.get_function_name()
+    trigger = function.get_trigger()
+    kind = trigger.get_dict_repr().get("type") if trigger is not None else None
+    if kind not in RUN_TRIGGERS:
+        return f"function {name}: the local host does not run {kind} triggers"
+    unbound = _unbound_sdk_type(function)
+    if unbound:
+        return (
+            f"function {name} is not run: the local host does not bind {unbound} (the "
+            "Event Hubs SDK-type binding); take azure.functions.EventHubEvent"
+        )
+    others = [b for b in function.get_bindings() if b is not trigger]
+    if others:
+        named = ", ".join(
+            f"{b.name} ({b.type}, {BindingDirection(b.direction).name.lower()})" for b in others
+        )
+        return (
+            f"function {name} is not run: the local host does not provide its "
+            f"bindings besides the trigger: {named}"
+        )
+    return None
 
 
 def _unbound_sdk_type(function: Function) -> str | None:
@@ -142,11 +145,6 @@ def _unbound_sdk_type(function: Function) -> str | None:
     if module.startswith("azurefunctions.extensions.bindings.eventhub"):
         return f"{module}.{getattr(annotation, '__qualname__', annotation)}"
     return None
-
-
-def _other_bindings(function: Function) -> list[Any]:
-    trigger = function.get_trigger()
-    return [b for b in function.get_bindings() if b is not trigger]
 
 
 def service_bus_triggers(
