@@ -297,7 +297,15 @@ def test_broker_ui_asks_for_a_token_off_loopback(
     _until("the token field", lambda: browser.execute_script(
         "return !document.getElementById('token-form').hidden"))  # fmt: skip
     assert "SAS token is required" in _text(browser, "#error")
-    browser.get_log("browser")  # the refused requests so far were expected
+    # the page's two first requests (overview, events) are refused, as expected: wait for
+    # both before forgetting them, or the second one's 401 may land after (it raced)
+    refused: list[str] = []
+
+    def both_refused() -> bool:
+        refused.extend(entry["message"] for entry in browser.get_log("browser"))
+        return all(any(f"api/{path} " in m for m in refused) for path in ("overview", "events"))
+
+    _until("both first requests refused", both_refused)
     token = mint(f"sb://localhost:{amqp}", "RootManageSharedAccessKey", "SAS_KEY_VALUE")[0]
     browser.execute_script(
         "document.getElementById('token').value = arguments[0];"
