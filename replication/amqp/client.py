@@ -75,6 +75,11 @@ class Arrivals:
         self._items.append(item)
         self._wake_next()
 
+    def put_back(self, item: ReceivedMessage) -> None:
+        """Returns a message taken by a reader that was cancelled before it could use it."""
+        self._items.appendleft(item)
+        self._wake_next()
+
     def get_nowait(self) -> ReceivedMessage:
         """The oldest (``IndexError`` when there is none)."""
         return self._items.popleft()
@@ -237,6 +242,8 @@ class Receiver(_LinkEndpoint):
         self.queue = Arrivals()
         self._answers: dict[int, asyncio.Future[Any]] = {}
         """id(delivery) -> the peer's answer to a state sent unsettled (``update``)."""
+        self._quiet: asyncio.Future[None] | None = None
+        """Set by the peer's answer to ``stop_credit``'s drain."""
         self.detached.add_done_callback(self._fail_answers)
 
     async def receive(self, timeout: float | None = None) -> ReceivedMessage:
@@ -244,7 +251,14 @@ class Receiver(_LinkEndpoint):
         self._check()
         getter = asyncio.ensure_future(self.queue.get())
         waited: set[asyncio.Future[Any]] = {getter, self.detached}
-        done, _ = await asyncio.wait(waited, timeout=timeout, return_when="FIRST_COMPLETED")
+        try:
+            done, _ = await asyncio.wait(waited, timeout=timeout, return_when="FIRST_COMPLETED")
+        except BaseException:  # cancelled: a getter left waiting would take the next arrival
+            if getter.done() and not getter.cancelled() and getter.exception() is None:
+                self.queue.put_back(getter.result())  # taken as we were cancelled
+            else:
+                getter.cancel()
+            raise
         if getter in done:
             self._taken()
             return getter.result()
@@ -282,9 +296,39 @@ class Receiver(_LinkEndpoint):
             count += 1
         return count
 
+    async def stop_credit(self, timeout: float = 5.0) -> None:
+        """Grants no more credit and waits (up to ``timeout`` s) until the peer has answered:
+        every message it sent is then in ``queue``, to be settled or released before a
+        detach. A message still on the wire as the link detaches is lost to settlement: a
+        Service Bus peer keeps it locked until the lock expires, and counts the delivery.
+
+        The answer is awaited as a drain (the peer answers it with ``drain`` still set, so
+        no flow it sent before reading ours is taken for it) with ``echo`` too: a peer that
+        answers a drain only while credit is left still answers an echo."""
+        self.credit = 0  # no more top-ups as messages are taken
+        link = self.link
+        if self.detached.done() or not link.is_open:
+            return
+        if link.link_credit == 0 and link.in_flight_allowance == 0:
+            return  # every delivery granted has arrived: nothing can be on the wire
+        self._quiet = quiet = asyncio.get_running_loop().create_future()
+        link.flow(0, drain=True, echo=True)
+        self.client.driver.wake()
+        try:
+            await asyncio.wait(
+                {quiet, self.detached}, timeout=timeout, return_when="FIRST_COMPLETED"
+            )
+        finally:
+            self._quiet = None
+
+    def _on_flow(self, drain: bool) -> None:
+        quiet = self._quiet
+        if drain and quiet is not None and not quiet.done():
+            quiet.set_result(None)
+
     def _taken(self) -> None:
         link = self.link
-        if not self.credit_on_take or link.drain or not link.is_open:
+        if not self.credit_on_take or not self.credit or link.drain or not link.is_open:
             return
         unread = self.queue.qsize()
         if link.link_credit + unread <= self.credit // 2:
@@ -296,6 +340,7 @@ class Receiver(_LinkEndpoint):
         self.queue.put_nowait(ReceivedMessage(message, delivery, self))
         if (
             not self.credit_on_take
+            and self.credit
             and self.link.link_credit <= self.credit // 2
             and not self.link.drain
         ):
@@ -487,6 +532,10 @@ class Client:
             endpoint = self._endpoints.get(id(event.link))
             if isinstance(endpoint, Sender | Receiver):
                 endpoint._on_update(event.delivery)
+        elif isinstance(event, ev.LinkFlow):
+            endpoint = self._endpoints.get(id(event.link))
+            if isinstance(endpoint, Receiver):
+                endpoint._on_flow(event.drain)
         elif isinstance(event, ev.LinkAttached):
             link = event.link
             terminus = link.remote_target if link.is_sender else link.remote_source

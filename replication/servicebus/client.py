@@ -557,7 +557,12 @@ class AmqpReceiver:
         return len(received)
 
     async def close(self) -> None:
-        """Releases what was prefetched but not taken, then detaches."""
+        """Releases what was prefetched but not taken, then detaches. The credit is stopped
+        first and the service's answer awaited, so a message on the wire (e.g. one released
+        a moment ago and given straight back to this link) is released too, not left locked
+        until its lock expires with a delivery counted."""
+        if self.is_open:
+            await self.link.stop_credit()
         if self.is_open:
             released = self.link.release_unread()
             if released:

@@ -370,6 +370,78 @@ async def test_unread_prefetch_is_released_without_counting(broker: BrokerHandle
         await again.close()
 
 
+@pytest.mark.broker_config(CONFIG)
+async def test_a_cancelled_receive_takes_no_message_with_it(broker: BrokerHandle) -> None:
+    """A receive cancelled while it waits (the pump's stop) leaves nothing behind that takes
+    the next arrival, and one cancelled just as it took a message gives it back: the next
+    receive gets every message (a lost one stays locked until its lock expires, counted).
+    Cancelled after 0..4 turns of the loop, which covers each point of its wait."""
+    async with source_for(broker) as source:
+        receiver = await source.receiver("q", prefetch=10)
+        waiting = asyncio.ensure_future(receiver.receive(10, 30.0))
+        await asyncio.sleep(0.1)
+        waiting.cancel()
+        await asyncio.wait({waiting})
+        for turns in range(5):
+            send(broker, "q", [ServiceBusMessage("x", message_id=f"after-{turns}")])
+            await wait_until(lambda: receiver.link.queue.qsize() == 1, timeout=5.0)
+            waiting = asyncio.ensure_future(receiver.receive(10, 30.0))
+            for _ in range(turns):
+                await asyncio.sleep(0)
+            waiting.cancel()
+            await asyncio.wait({waiting})
+            got = [] if waiting.cancelled() else waiting.result()
+            got += await receiver.receive(10, 0.2) if not got else []
+            assert [m.message_id for m in got] == [f"after-{turns}"], turns
+            receiver.complete(got)
+        await receiver.close()
+    await wait_for_count(broker, "q", 0)
+
+
+@pytest.mark.broker_config(CONFIG)
+async def test_messages_on_the_wire_as_the_receiver_closes_are_released_too(
+    broker: BrokerHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Messages released a moment before the receiver closes go straight back to it (it
+    still has credit) and may be on the wire as it closes. Close stops the credit and waits
+    for the broker's answer before it releases what is unread and detaches: none is left
+    locked to a gone link (which holds it until the lock expires, a delivery counted)."""
+    watched: list[ConnectionDriver] = []
+    written: list[Any] = []
+
+    def seen(driver: ConnectionDriver, data: bytes) -> None:
+        if driver in watched:
+            written.extend(performatives(data))
+
+    watch_writes(monkeypatch, seen)
+
+    def orphaned() -> int:
+        assert broker.broker is not None
+        return len(broker.broker.queues["q"].orphaned_locks)
+
+    for round in range(5):
+        send(broker, "q", [ServiceBusMessage(f"{i}", message_id=f"r{round}-{i}") for i in range(5)])
+        async with source_for(broker) as source:
+            receiver = await source.receiver("q", prefetch=10)
+            got = await receive_all(receiver, 5)
+            assert receiver.release(got) == 5
+            await asyncio.sleep(0)  # the releases go out; the broker gives them straight back
+            watched[:] = [receiver.link.client.driver]
+            written.clear()
+            await receiver.close()
+            closing = [type(p).__name__ for p in written if type(p).__name__ != "Disposition"]
+            assert closing[:2] == ["Flow", "Detach"], closing
+            (flow,) = [p for p in written if type(p).__name__ == "Flow"]
+            assert (flow.link_credit, flow.drain, flow.echo) == (0, True, True)
+            assert broker.call(orphaned) == 0
+            again = await source.receiver("q", prefetch=10)
+            back = await receive_all(again, 5, timeout=5.0)
+            assert {m.delivery_count for m in back} == {0}
+            again.complete(back)
+            await again.close()
+        await wait_for_count(broker, "q", 0)
+
+
 # ---------------------------------------------------------------------- failures
 
 
