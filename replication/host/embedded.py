@@ -129,24 +129,16 @@ def plan_brokers(
 ) -> dict[int, Entities]:
     """Port -> entities, for every pipeline endpoint whose connection is a local emulator
     (or, with failover, may resolve to a local broker of ``REPLICATION_FAILOVER_HOSTS``),
-    and every entity a function's trigger reads there (``trigger_endpoints``): a function
-    app without pipelines gets the brokers its emulator connection strings name, unless
-    something listens on the port already (the Service Bus emulator, a broker started by
-    hand): its functions use that."""
+    and every entity a function's trigger reads there (``trigger_endpoints``), so a function
+    app without pipelines gets the brokers its emulator connection strings name. A port
+    something serves already is left to it by ``start_brokers``."""
     from ..failover import HOST_MAP_SETTING, parse_host_map
 
     hosts = parse_host_map(settings.get(HOST_MAP_SETTING))
     plan: dict[int, Entities] = {}
-    served: dict[int, bool] = {}
     for endpoint, needs_sessions in functions:
         port = emulator_port(settings.get(endpoint.connection) or "")
-        if port is None:
-            continue
-        if port not in served:
-            served[port] = _listening(port)
-            if served[port]:
-                log.info("localhost:%d is served already: the functions use it", port)
-        if not served[port]:
+        if port is not None:
             plan.setdefault(port, Entities()).add(endpoint, needs_sessions)
     for pipeline in pipelines:
         # sources in sessions, or event hubs whose keys become sessions
@@ -167,8 +159,9 @@ def plan_brokers(
     return plan
 
 
-def _listening(port: int) -> bool:
-    """Whether something accepts connections on the local port."""
+def served(port: int) -> bool:
+    """Whether something accepts connections on the local port already (the Service Bus
+    emulator, a broker started by hand)."""
     with socket.socket() as sock:
         sock.settimeout(1.0)
         return sock.connect_ex(("127.0.0.1", port)) == 0
@@ -213,9 +206,14 @@ def _namespaces(endpoint: Endpoint, connection: str | None, hosts: Mapping[str, 
 async def start_brokers(
     plan: dict[int, Entities], data_root: Path, clock: Clock = SYSTEM
 ) -> list[Broker]:
-    """A broker per port of ``plan``, its data in ``data_root/broker-<port>``, on ``clock``."""
+    """A broker per port of ``plan``, its data in ``data_root/broker-<port>``, on ``clock``;
+    a port something serves already is left to it (its entities are then its business, as
+    with the Service Bus emulator's Config.json), where binding it again would fail."""
     brokers = []
     for port, entities in sorted(plan.items()):
+        if served(port):
+            log.info("localhost:%d is served already: the app uses it", port)
+            continue
         config = parse_config(entities.config(), source=f"<entities for localhost:{port}>")
         broker = build_broker(config, data_root / f"broker-{port}", "127.0.0.1", port, clock=clock)
         await broker.start()

@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import logging
 import os
-import signal
 import socket
 import sys
 from pathlib import Path
@@ -101,9 +100,6 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=level, format="worker %(process)d: %(message)s")
     # the extension's decoder (uamqp) says several lines a message at INFO
     logging.getLogger("uamqp").setLevel(max(level, logging.WARNING))
-    # Ctrl-C in a terminal reaches the whole process group: the host lets the batches in
-    # flight finish and settle, then closes the channel, which is what ends this process
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     settlement = [
         "--host",
         args.host,

@@ -9,7 +9,6 @@ embedded broker is started on its data directory for the peek and stopped again.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -17,13 +16,7 @@ from typing import Any
 from ..messages import Message
 from ..servicebus.client import AmqpSource
 from ..servicebus.management import Management
-from .embedded import emulator_port, plan_brokers, start_brokers
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.settimeout(0.2)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
+from .embedded import emulator_port, plan_brokers, served, start_brokers
 
 
 async def peek(
@@ -41,7 +34,7 @@ async def peek(
     connection_string = settings[connection]
     brokers = []
     port = emulator_port(connection_string)
-    if port is not None and not _listening(port):
+    if port is not None and not served(port):
         from ..pipeline import load_pipelines
 
         pipelines = load_pipelines(

@@ -32,6 +32,7 @@ import contextlib
 import itertools
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -56,6 +57,17 @@ second figure while it goes on failing."""
 STOP_TIMEOUT = 10.0
 COUNT_SETTING = "FUNCTIONS_WORKER_PROCESS_COUNT"
 MAX_PROCESSES = 10
+WORKER_BOOTSTRAP = (
+    "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+    "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT}); "
+    "import runpy; runpy.run_module('replication.host.language_worker', run_name='__main__')"
+)
+"""How a worker starts. Ctrl-C in a terminal reaches the whole process group, and the host
+lets the batches in flight finish and settle, then closes the channel, which is what ends a
+worker: so a worker ignores SIGINT. It is started with SIGINT blocked (``_spawn``) and
+ignores it before unblocking it, so no Ctrl-C can reach it before (one that ignored it
+only once its module ran died of a Ctrl-C made while it imported: a traceback, and
+``start`` ended with "the worker process exited before it was ready")."""
 
 
 class WorkerCrashed(Exception):
@@ -161,17 +173,20 @@ class WorkerProcess:
         ours, theirs = socket.socketpair()
         command = [
             sys.executable,
-            "-m",
-            "replication.host.language_worker",
+            "-c",
+            WORKER_BOOTSTRAP,
             "--app",
             str(self.app_path),
             "--channel",
             str(theirs.fileno()),
             *self.settlement,
         ]
+        # blocked, not ignored, here: a Ctrl-C meanwhile waits for the host, not lost
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             process = subprocess.Popen(command, pass_fds=(theirs.fileno(),), env=_environment())
         finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
             theirs.close()
         reader, writer = await asyncio.open_connection(sock=ours)
         try:

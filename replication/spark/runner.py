@@ -361,21 +361,14 @@ def _embedded_brokers(
 ) -> _Brokers | None:
     """Local emulator connections with nothing listening get an embedded broker (as
     ``start`` does), so the same config runs on Spark on one machine."""
-    import socket
-
-    from ..host.embedded import plan_brokers, start_brokers
+    from ..host.embedded import plan_brokers, served, start_brokers
     from .intake import LoopThread
 
     plan = plan_brokers([pipeline], settings)
-    free = {}
-    for port, entities in plan.items():
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) != 0:
-                free[port] = entities
-    if not free:
+    if all(served(port) for port in plan):
         return None
     thread = LoopThread("embedded-brokers")
-    brokers = thread.run(start_brokers(free, directory / ".replication"))
+    brokers = thread.run(start_brokers(plan, directory / ".replication"))
     for broker in brokers:
         log.info("embedded broker on localhost:%d", broker.port)
     return _Brokers(thread, brokers)

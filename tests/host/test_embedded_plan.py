@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import socket
+from pathlib import Path
+
 from replication.broker.config import parse_config
-from replication.host.embedded import plan_brokers
+from replication.host.embedded import emulator_port, plan_brokers, start_brokers
 from replication.pipeline import parse_pipelines
+from tests.ports import unused_port
 
 LOCAL = (
     "Endpoint=sb://localhost:{};SharedAccessKeyName=RootManageSharedAccessKey;"
@@ -32,26 +36,18 @@ pipelines:
     assert sorted(q.name for q in far.namespace.queues) == ["bad-json", "errors", "outgoing"]
 
 
-def test_a_functions_trigger_gets_its_entity_unless_its_port_is_served_already() -> None:
+def test_a_functions_trigger_gets_its_entity() -> None:
     """A hand-written function's emulator connection gets a broker with what the trigger
-    reads; a port something listens on already (the Service Bus emulator, a broker started
-    by hand) is left to it."""
-    import socket
-
+    reads."""
     from replication.pipeline import Endpoint
 
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        busy = taken.getsockname()[1]
-        settings = {"Mine": LOCAL.format(5713), "Theirs": LOCAL.format(busy)}
-        functions = [
-            (Endpoint(connection="Mine", queue="orders"), True),
-            (Endpoint(connection="Mine", topic="news", subscription="all"), False),
-            (Endpoint(connection="Mine", eventhub="readings", consumer_group="fn"), False),
-            (Endpoint(connection="Theirs", queue="orders"), False),
-        ]
-        plan = plan_brokers([], settings, functions)
+    settings = {"Mine": LOCAL.format(5713)}
+    functions = [
+        (Endpoint(connection="Mine", queue="orders"), True),
+        (Endpoint(connection="Mine", topic="news", subscription="all"), False),
+        (Endpoint(connection="Mine", eventhub="readings", consumer_group="fn"), False),
+    ]
+    plan = plan_brokers([], settings, functions)
     assert list(plan) == [5713]
     mine = plan[5713]
     assert (mine.queues, mine.topics, mine.event_hubs) == (
@@ -59,3 +55,29 @@ def test_a_functions_trigger_gets_its_entity_unless_its_port_is_served_already()
         {"news": {"all": False}},
         {"readings": {"fn"}},
     )
+
+
+async def test_a_port_served_already_is_left_to_what_serves_it(tmp_path: Path) -> None:
+    """A pipeline's or a function's emulator port something listens on already (the Service
+    Bus emulator, a broker started by hand) is left to it: binding it again would end
+    ``start`` with "address already in use". The other ports get their brokers."""
+    settings = {"Mine": LOCAL.format(unused_port())}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        settings["Theirs"] = LOCAL.format(busy)
+        pipelines = parse_pipelines("""\
+pipelines:
+  - name: across
+    source: {connection: Theirs, queue: work}
+    target: {connection: Mine, queue: work}
+""")
+        plan = plan_brokers(pipelines.pipelines, settings)
+        assert sorted(plan) == sorted([busy, emulator_port(settings["Mine"])])
+        brokers = await start_brokers(plan, tmp_path)
+    try:
+        assert [b.port for b in brokers] == [emulator_port(settings["Mine"])]
+    finally:
+        for broker in brokers:
+            await broker.stop()

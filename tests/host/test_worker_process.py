@@ -7,6 +7,7 @@ until ``MaxDeliveryCount`` dead-letters it, and the host keeps serving the other
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -361,6 +362,43 @@ def test_ctrl_c_lets_the_function_in_flight_finish_and_settle(
     assert "ended (exit code" not in output and "Traceback" not in output, output
     assert broker.count("work") == 0
     assert dead_letters(broker) == []
+
+
+def test_ctrl_c_while_the_worker_starts_stops_cleanly(
+    broker_factory: Any, tmp_path: Path, processes: Any
+) -> None:
+    """A Ctrl-C made as the worker starts reaches it too: it is started with SIGINT blocked
+    and ignores it before unblocking it, so the host stops as asked (exit 0). A worker that
+    ignored it only once its module ran died of a Ctrl-C made while it imported (a
+    ``KeyboardInterrupt`` traceback), and ``start`` ended with "error: the worker process
+    ... exited before it was ready"."""
+    from .test_host import start
+
+    broker: BrokerHandle = broker_factory(make_config({"work": {}}))
+    (tmp_path / "function_app.py").write_text(SLOW_APP)
+    settings = {"SERVICEBUS_CONNECTION": broker.connection_string}
+    (tmp_path / "local.settings.json").write_text(json.dumps({"Values": settings}))
+    log = tmp_path / "host.log"
+    host = start(processes, tmp_path, "--metrics-port", "0", "--no-progress", log=log)
+    deadline = time.monotonic() + 60
+    while not _workers(host.pid):  # the worker has just been started: it is importing
+        assert host.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.002)
+    os.killpg(host.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+    assert host.wait(60) == 0, log.read_text()
+    output = log.read_text()
+    assert "Traceback" not in output and "error:" not in output, output
+
+
+def _workers(pid: int) -> list[str]:
+    """The process ids of ``pid``'s worker processes, once they run Python (Linux)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            with contextlib.suppress(OSError):
+                if b"language_worker" in Path(f"/proc/{child}/cmdline").read_bytes():
+                    found.append(child)
+    return found
 
 
 TWO_CONNECTIONS_APP = """\
