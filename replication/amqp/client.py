@@ -243,7 +243,7 @@ class Receiver(_LinkEndpoint):
         self._answers: dict[int, asyncio.Future[Any]] = {}
         """id(delivery) -> the peer's answer to a state sent unsettled (``update``)."""
         self._quiet: asyncio.Future[None] | None = None
-        """Set by the peer's answer to ``stop_credit``'s drain."""
+        """Set by the peer's answer to ``stop_credit``'s flow."""
         self.detached.add_done_callback(self._fail_answers)
 
     async def receive(self, timeout: float | None = None) -> ReceivedMessage:
@@ -296,15 +296,17 @@ class Receiver(_LinkEndpoint):
             count += 1
         return count
 
-    async def stop_credit(self, timeout: float = 5.0) -> None:
+    async def stop_credit(self, timeout: float = 2.0) -> None:
         """Grants no more credit and waits (up to ``timeout`` s) until the peer has answered:
         every message it sent is then in ``queue``, to be settled or released before a
         detach. A message still on the wire as the link detaches is lost to settlement: a
         Service Bus peer keeps it locked until the lock expires, and counts the delivery.
 
-        The answer is awaited as a drain (the peer answers it with ``drain`` still set, so
-        no flow it sent before reading ours is taken for it) with ``echo`` too: a peer that
-        answers a drain only while credit is left still answers an echo."""
+        The answer is the peer's next flow on the link: ours asks with ``drain`` (answered
+        by our broker and Service Bus) and with ``echo`` (answered at once by any peer,
+        Microsoft's AMQP library with ``drain`` unset, where one may not answer a drain with
+        no credit left to spend). proton answers neither: then the wait ends at ``timeout``
+        (a few round trips of a loaded service, short enough for a close)."""
         self.credit = 0  # no more top-ups as messages are taken
         link = self.link
         if self.detached.done() or not link.is_open:
@@ -321,9 +323,9 @@ class Receiver(_LinkEndpoint):
         finally:
             self._quiet = None
 
-    def _on_flow(self, drain: bool) -> None:
+    def _on_flow(self) -> None:
         quiet = self._quiet
-        if drain and quiet is not None and not quiet.done():
+        if quiet is not None and not quiet.done():
             quiet.set_result(None)
 
     def _taken(self) -> None:
@@ -535,7 +537,7 @@ class Client:
         elif isinstance(event, ev.LinkFlow):
             endpoint = self._endpoints.get(id(event.link))
             if isinstance(endpoint, Receiver):
-                endpoint._on_flow(event.drain)
+                endpoint._on_flow()
         elif isinstance(event, ev.LinkAttached):
             link = event.link
             terminus = link.remote_target if link.is_sender else link.remote_source

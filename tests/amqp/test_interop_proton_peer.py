@@ -373,6 +373,28 @@ def assert_same_message(sent: Message, got: Message) -> None:
 # tests
 
 
+async def test_stop_credit_with_a_peer_that_does_not_answer(broker: ProtonBroker):
+    """``stop_credit`` (what our Service Bus receiver does before it closes) takes the credit
+    back and waits for the peer's answer. proton answers neither the drain nor the echo
+    (Service Bus and our broker do): the wait ends at its timeout, the link stays usable,
+    and a message queued after it is not sent."""
+    client = await _connect(broker)
+    try:
+        sender = await client.sender("quiet")
+        receiver = await client.receiver("quiet", credit=10)
+        await sender.send(Message.from_bytes(b"first"))
+        assert (await receiver.receive(TIMEOUT)).message.data == b"first"
+        await receiver.stop_credit(timeout=0.5)
+        assert receiver.link.drain and receiver.link.link_credit == 0  # no answer came
+        await sender.send(Message.from_bytes(b"late"))
+        with pytest.raises(TimeoutError, match=r"no message within 0\.3 s"):
+            await receiver.receive(0.3)
+        await receiver.close()
+        assert receiver.detached.done()
+    finally:
+        await client.close()
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("sasl", ["ANONYMOUS", None], ids=["sasl-anonymous", "no-sasl"])
 async def test_send_accepted_and_receive_back_intact(broker: ProtonBroker, sasl: str | None):
