@@ -333,12 +333,11 @@ def slow(message: func.ServiceBusMessage) -> None:
 """
 
 
-def test_ctrl_c_lets_the_function_in_flight_finish_and_settle(
+def _slow_app_host(
     broker_factory: Any, tmp_path: Path, processes: Any
-) -> None:
-    """Ctrl-C in a terminal signals the host's whole process group, its worker too: the
-    worker leaves stopping to the host, so the function in flight returns and its message
-    is completed, not lost with a worker killed under it and run again on the next start."""
+) -> tuple[BrokerHandle, Any, Path]:
+    """``python -m replication start`` running ``SLOW_APP`` on a broker of its own, its
+    output in the returned log."""
     from .test_host import start
 
     broker: BrokerHandle = broker_factory(make_config({"work": {}}))
@@ -347,6 +346,16 @@ def test_ctrl_c_lets_the_function_in_flight_finish_and_settle(
     (tmp_path / "local.settings.json").write_text(json.dumps({"Values": settings}))
     log = tmp_path / "host.log"
     host = start(processes, tmp_path, "--metrics-port", "0", "--no-progress", log=log)
+    return broker, host, log
+
+
+def test_ctrl_c_lets_the_function_in_flight_finish_and_settle(
+    broker_factory: Any, tmp_path: Path, processes: Any
+) -> None:
+    """Ctrl-C in a terminal signals the host's whole process group, its worker too: the
+    worker leaves stopping to the host, so the function in flight returns and its message
+    is completed, not lost with a worker killed under it and run again on the next start."""
+    broker, host, log = _slow_app_host(broker_factory, tmp_path, processes)
     deadline = time.monotonic() + 60
     while "ready (" not in log.read_text():
         assert host.poll() is None and time.monotonic() < deadline, log.read_text()
@@ -372,14 +381,7 @@ def test_ctrl_c_while_the_worker_starts_stops_cleanly(
     ignored it only once its module ran died of a Ctrl-C made while it imported (a
     ``KeyboardInterrupt`` traceback), and ``start`` ended with "error: the worker process
     ... exited before it was ready"."""
-    from .test_host import start
-
-    broker: BrokerHandle = broker_factory(make_config({"work": {}}))
-    (tmp_path / "function_app.py").write_text(SLOW_APP)
-    settings = {"SERVICEBUS_CONNECTION": broker.connection_string}
-    (tmp_path / "local.settings.json").write_text(json.dumps({"Values": settings}))
-    log = tmp_path / "host.log"
-    host = start(processes, tmp_path, "--metrics-port", "0", "--no-progress", log=log)
+    _, host, log = _slow_app_host(broker_factory, tmp_path, processes)
     deadline = time.monotonic() + 60
     while not _workers(host.pid):  # the worker has just been started: it is importing
         assert host.poll() is None and time.monotonic() < deadline, log.read_text()
