@@ -353,9 +353,9 @@ def _request(address: str, method: str, path: str, timeout: float) -> str:
 
 def _stop_credit(receiver: AmqpReceiver) -> None:
     """No more credit granted on this link; what was prefetched and not taken goes back.
-    The credit still outstanding is not taken back with a lower flow: transfers in flight
-    meanwhile would exceed it, and our AMQP engine detaches a link on that. What arrives
-    on it later waits in the buffer (its locks kept) until the link closes."""
+    The credit still outstanding is left to the link's close, which takes it back and waits
+    for the service's answer (``AmqpReceiver.close``): what arrives until then waits in the
+    buffer (its locks kept) and is released there."""
     link = receiver.link
     link.credit = 0
     if receiver.is_open:
