@@ -134,10 +134,7 @@ class _LinkEndpoint:
 
     async def close(self) -> None:
         if not self.detached.done():
-            # settlements still queued must reach the peer before the detach does (after it,
-            # the peer has forgotten the deliveries and gives them to someone else)
-            self.link.session._flush_dispositions()
-            self.link.detach()
+            self.link.detach()  # settlements still queued go out before it (``Link.detach``)
             self.client.driver.wake()
             await asyncio.wait({self.detached}, timeout=5)
 
